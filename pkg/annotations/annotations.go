@@ -1,0 +1,50 @@
+// Package annotations holds every annotation, label and scheduling-gate name
+// apportion reads or writes, so that a key is spelled in exactly one place.
+package annotations
+
+const (
+	// Prefix is the domain of every key apportion owns.
+	Prefix = "apportion.dev/"
+
+	// Strategy is the annotation users put on a workload (or its pod template)
+	// to ask for a proportional split.
+	Strategy = Prefix + "strategy"
+	// LegacyStrategy is the annotation of the AWS sample webhook (seed 004);
+	// accepted unchanged so users can migrate without editing manifests.
+	LegacyStrategy = "custom-pod-schedule-strategy"
+	// LegacyCamelStrategy is the annotation of the original EKS blog webhook
+	// (seed 000). It is honoured unless LegacyEnabled says otherwise.
+	LegacyCamelStrategy = "CustomPodScheduleStrategy"
+	// LegacyEnabled is seed 000's on/off switch that accompanies
+	// LegacyCamelStrategy: when present and not "true", the strategy is ignored.
+	LegacyEnabled = "UseCustomKubeScheduler"
+
+	// Mode selects required (default) or preferred node affinity.
+	Mode = Prefix + "mode"
+	// Skip opts a pod or workload out when set to "true".
+	Skip = Prefix + "skip"
+
+	// Decision annotations written onto placed pods.
+	Group         = Prefix + "group"
+	NodePool      = Prefix + "nodepool"
+	Architectures = Prefix + "architectures"
+	Decision      = Prefix + "decision"
+
+	// Tolerate on a NodePool lets apportion send pods to it even though the
+	// pods do not tolerate its taints (the tolerations are then added).
+	Tolerate = Prefix + "tolerate"
+
+	// PlacementGate is the scheduling gate held on a pod until its group is
+	// decided.
+	PlacementGate = Prefix + "placement"
+)
+
+// StrategyNames lists the annotation names a strategy may be written under,
+// in the order they are looked up.
+var StrategyNames = []string{Strategy, LegacyStrategy, LegacyCamelStrategy}
+
+// Mode values.
+const (
+	ModeRequired  = "required"
+	ModePreferred = "preferred"
+)

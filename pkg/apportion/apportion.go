@@ -1,0 +1,380 @@
+// Package apportion decides how many pods of a workload go to each group of a
+// strategy, one pod at a time, so that the split is exact for every replica
+// count. It is pure: no client, no I/O, no allocation on the decision path.
+//
+// # Ideal share
+//
+// For n pods over groups with bases b and weights w, bases are filled first in
+// strategy order (group i gets min(b_i, what is left)), and the R pods left
+// after all bases are shared in proportion to the weights:
+//
+//	share_i(n) = basepart_i(n) + R(n) * w_i / W
+//
+// # Quota property
+//
+// A split c is "within quota" at n when floor(share_i(n)) <= c_i <=
+// ceil(share_i(n)) for every group. For n <= sum(b) every share is an integer,
+// so the split is forced: pods fill base after base in strategy order. Past
+// the bases, the pods above the bases form a plain proportional apportionment
+// of R seats among populations w, and the engine uses Balinski & Young's
+// quota method for it (M. L. Balinski, H. P. Young, "The Quota Method of
+// Apportionment", Amer. Math. Monthly 82 (1975)): the next pod goes, among the
+// groups that would not exceed their upper quota at n+1, to the one with the
+// largest Jefferson (D'Hondt) priority w_i / (e_i + 1), e_i being the group's
+// pods above its base. The method is house-monotone (adding a pod never takes
+// one away from a group) and stays within quota for every n, which a
+// largest-remainder or largest-deficit rule does not.
+//
+// Worked example, seed 004 (on-demand base 2 weight 1, spot weight 3):
+//
+//	pod:        1   2   3     4     5     6     7     8     9     10
+//	group:      od  od  spot  spot  od    spot  spot  spot  od    spot
+//	od share:   1   2   2.25  2.5   2.75  3     3.25  3.5   3.75  4
+//	od count:   1   2   2     2     3     3     3     3     4     4
+//	spot share: 0   0   0.75  1.5   2.25  3     3.75  4.5   5.25  6
+//	spot count: 0   0   1     2     2     3     4     5     5     6
+//
+// Pod 5: both groups are eligible and have the same priority (od 1/(0+1),
+// spot 3/(2+1)), so the tie rule below gives it to on-demand.
+//
+// # Why it holds, and scaling down
+//
+// Seen as scheduling, the k-th pod above a group's base has a deadline (the
+// first n at which its lower quota needs it, n = ceil(k*W/w)) and a release
+// (the first n at which its upper quota allows it). The quota method is
+// earliest-deadline-first over released pods, which is optimal: from any
+// split that lies on some path of splits within quota, it never leaves quota.
+// Removing pods is the same problem with time reversed: Victim removes, among
+// the groups that stay within lower quota, the one whose count would soonest
+// exceed its upper quota going down (largest (e-1)/w). Each direction keeps
+// the split on a complete quota path, so any mix of scale-ups and
+// scale-downs from an empty workload stays within quota at every step.
+//
+// # Ties
+//
+// When two groups have the same priority, the one written first in the
+// strategy wins (and, when removing, the one written last loses first). The
+// order of the strategy is already its priority for bases, so the same order
+// settles ties; seed 000's example (base 1 then two equal weights, 10 pods)
+// therefore gives 1/5/4.
+//
+// # Live decisions
+//
+// Next and Victim accept any counts, including splits that are off quota
+// today (pods placed before the strategy existed, or under an older one). A
+// step never adds a pod to a group already at or above its upper quota, nor
+// removes one from a group at or below its lower quota, when another choice
+// exists; groups outside their quota are repaired first, the largest
+// shortfall (or excess) first. On splits the quota method itself produced,
+// Next is exactly the quota method.
+//
+// # Unavailable groups
+//
+// A group that cannot be served (no NodePool, no capacity) is left out: the
+// decision is made as if the strategy had only the available groups, over the
+// pods those groups hold, with their weights renormalised. The base of an
+// unavailable group is not moved to another group: it simply stops counting
+// until the group is back, and the pods of the other groups follow their own
+// bases and weights. If every available group has weight 0, the available
+// groups share the pods past their bases equally.
+package apportion
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// MaxGroups is the largest number of groups a Method accepts (Set is a 64-bit
+// mask).
+const MaxGroups = 64
+
+// Set is a set of group indexes, bit i for group i.
+type Set uint64
+
+// All is the set of every group.
+const All Set = math.MaxUint64
+
+// Has reports whether group i is in the set.
+func (s Set) Has(i int) bool { return s&(1<<uint(i)) != 0 }
+
+// Without returns the set minus group i.
+func (s Set) Without(i int) Set { return s &^ (1 << uint(i)) }
+
+// Group is the part of a strategy group the engine needs.
+type Group struct {
+	Base   int64
+	Weight int64
+}
+
+// Method apportions pods among a fixed list of groups. It is immutable and
+// safe for concurrent use.
+type Method struct {
+	groups []Group
+}
+
+// maxValue keeps every product in int64: shares are computed as R*w with R and
+// w below 2^31, and Jefferson priorities as w*(e+1) with e below 2^31.
+const maxValue = math.MaxInt32
+
+// New validates groups and returns a Method for them.
+func New(groups []Group) (*Method, error) {
+	if len(groups) == 0 {
+		return nil, errors.New("no groups")
+	}
+	if len(groups) > MaxGroups {
+		return nil, fmt.Errorf("%d groups, at most %d are allowed", len(groups), MaxGroups)
+	}
+	for i, g := range groups {
+		if g.Base < 0 || g.Weight < 0 || g.Base > maxValue || g.Weight > maxValue {
+			return nil, fmt.Errorf("group %d: base and weight must be in [0, %d]", i+1, maxValue)
+		}
+	}
+	return &Method{groups: append([]Group(nil), groups...)}, nil
+}
+
+// Len is the number of groups.
+func (m *Method) Len() int { return len(m.groups) }
+
+// Groups returns a copy of the groups.
+func (m *Method) Groups() []Group { return append([]Group(nil), m.groups...) }
+
+// split describes the ideal share at some total n over an available set: the
+// pods left after the bases (rest) and the weight total they are divided by
+// (total). equal is true when every available weight is 0 and the rest is
+// shared equally.
+type split struct {
+	rest, total int64
+	equal       bool
+}
+
+func (m *Method) splitAt(n int64, avail Set) split {
+	left := n
+	var total, members int64
+	for i, g := range m.groups {
+		if !avail.Has(i) {
+			continue
+		}
+		members++
+		total += g.Weight
+		left -= min(g.Base, left)
+	}
+	if total == 0 {
+		return split{rest: left, total: members, equal: true}
+	}
+	return split{rest: left, total: total}
+}
+
+func (s split) weight(g Group) int64 {
+	if s.equal {
+		return 1
+	}
+	return g.Weight
+}
+
+// quota is group i's bounds at some n: lower = floor(share), and the share's
+// fractional part as frac/total (frac > 0 means upper = lower + 1).
+type quota struct {
+	lower, frac int64
+}
+
+func (q quota) upper() int64 {
+	if q.frac > 0 {
+		return q.lower + 1
+	}
+	return q.lower
+}
+
+// Share is a group's ideal share at some n, exactly: Lower + Frac/Denom.
+type Share struct {
+	Lower int64
+	Frac  int64
+	Denom int64
+}
+
+// Upper is ceil of the share.
+func (s Share) Upper() int64 {
+	if s.Frac > 0 {
+		return s.Lower + 1
+	}
+	return s.Lower
+}
+
+// Float is the share as a float64, for display.
+func (s Share) Float() float64 {
+	if s.Frac == 0 {
+		return float64(s.Lower)
+	}
+	return float64(s.Lower) + float64(s.Frac)/float64(s.Denom)
+}
+
+// Shares returns every group's ideal share at n pods over the available
+// groups; unavailable groups get a zero share.
+func (m *Method) Shares(n int64, avail Set) []Share {
+	out := make([]Share, len(m.groups))
+	sp := m.splitAt(n, avail)
+	left := n
+	for i, g := range m.groups {
+		if !avail.Has(i) {
+			continue
+		}
+		base := min(g.Base, left)
+		left -= base
+		q := sp.quota(base, g)
+		out[i] = Share{Lower: q.lower, Frac: q.frac, Denom: sp.total}
+	}
+	return out
+}
+
+func (s split) quota(base int64, g Group) quota {
+	w := s.weight(g)
+	p := s.rest * w
+	return quota{lower: base + p/s.total, frac: p % s.total}
+}
+
+// WithinQuota reports whether counts are within quota over the available
+// groups (counts of unavailable groups are ignored).
+func (m *Method) WithinQuota(counts []int64, avail Set) bool {
+	m.checkLen(counts)
+	var n int64
+	for i := range m.groups {
+		if avail.Has(i) {
+			n += counts[i]
+		}
+	}
+	sp := m.splitAt(n, avail)
+	left := n
+	for i, g := range m.groups {
+		if !avail.Has(i) {
+			continue
+		}
+		base := min(g.Base, left)
+		left -= base
+		q := sp.quota(base, g)
+		if counts[i] < q.lower || counts[i] > q.upper() {
+			return false
+		}
+	}
+	return true
+}
+
+// Next returns the group that should receive one more pod, given the pods
+// each group holds now (counts, indexed like the groups), choosing among the
+// available groups only. It returns -1 when no group is available. It is
+// O(groups) and does not allocate.
+func (m *Method) Next(counts []int64, avail Set) int {
+	m.checkLen(counts)
+	n := int64(1)
+	for i := range m.groups {
+		if avail.Has(i) {
+			n += counts[i]
+		}
+	}
+	sp := m.splitAt(n, avail)
+	left := n
+	best, bestBelow := -1, false
+	var bestShort, bestFrac, bestW, bestE int64
+	for i, g := range m.groups {
+		if !avail.Has(i) {
+			continue
+		}
+		base := min(g.Base, left)
+		left -= base
+		q := sp.quota(base, g)
+		c := counts[i]
+		switch {
+		case c < q.lower:
+			// Below lower quota at n: repair first, largest shortfall first.
+			short := q.lower - c
+			if !bestBelow || short > bestShort || (short == bestShort && q.frac > bestFrac) {
+				best, bestBelow, bestShort, bestFrac = i, true, short, q.frac
+			}
+		case !bestBelow && c == q.lower && q.frac > 0:
+			// Eligible for the quota method: one more stays within upper
+			// quota. Highest w/(e+1) wins; ties keep the earlier group.
+			w, e := sp.weight(g), c-g.Base
+			if best < 0 || w*(bestE+1) > bestW*(e+1) {
+				best, bestW, bestE = i, w, e
+			}
+		}
+	}
+	return best
+}
+
+// Victim returns the group one pod should be removed from, given the pods
+// each group holds now, choosing among the available groups only. It returns
+// -1 when the available groups hold no pod. It is O(groups) and does not
+// allocate.
+func (m *Method) Victim(counts []int64, avail Set) int {
+	m.checkLen(counts)
+	var n int64
+	for i := range m.groups {
+		if avail.Has(i) {
+			n += counts[i]
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	n--
+	sp := m.splitAt(n, avail)
+	left := n
+	best, bestAbove := -1, false
+	var bestExcess, bestFrac, bestW, bestE int64
+	for i, g := range m.groups {
+		if !avail.Has(i) {
+			continue
+		}
+		base := min(g.Base, left)
+		left -= base
+		q := sp.quota(base, g)
+		c := counts[i]
+		switch {
+		case c > q.upper():
+			// Above upper quota at n-1: remove from the largest excess
+			// (c - share) first; on a tie the later group loses.
+			excess := c - q.lower
+			if !bestAbove || excess > bestExcess || (excess == bestExcess && q.frac <= bestFrac) {
+				best, bestAbove, bestExcess, bestFrac = i, true, excess, q.frac
+			}
+		case !bestAbove && c > q.lower:
+			// c == upper: removing one stays within lower quota. Going down,
+			// the group whose count would next exceed its upper quota is the
+			// most urgent: that is the largest (e-1)/w, e being its pods
+			// above its base. Ties: the later group loses.
+			w, e := sp.weight(g), c-g.Base
+			if best < 0 || (e-1)*bestW >= (bestE-1)*w {
+				best, bestW, bestE = i, w, e
+			}
+		}
+	}
+	return best
+}
+
+// Sequence returns, for pods 1..n added one at a time to an empty workload
+// with every group available, the index of the group each pod goes to.
+func (m *Method) Sequence(n int) []int {
+	seq := make([]int, n)
+	counts := make([]int64, len(m.groups))
+	for j := range seq {
+		g := m.Next(counts, All)
+		seq[j] = g
+		counts[g]++
+	}
+	return seq
+}
+
+// Counts returns how many pods each group holds after Sequence(n).
+func (m *Method) Counts(n int) []int64 {
+	counts := make([]int64, len(m.groups))
+	for range n {
+		counts[m.Next(counts, All)]++
+	}
+	return counts
+}
+
+func (m *Method) checkLen(counts []int64) {
+	if len(counts) != len(m.groups) {
+		panic(fmt.Sprintf("apportion: %d counts for %d groups", len(counts), len(m.groups)))
+	}
+}

@@ -1,0 +1,50 @@
+// Package cli implements the apportion subcommands. Each command takes its
+// arguments and output streams and returns the process exit status, so it
+// can be tested without a process: 0 success, 1 failure while running, 2
+// invalid input (flags, strategy, file).
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/apportion-dev/apportion/pkg/version"
+)
+
+// Exit statuses.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+const usage = `apportion: proportional, architecture-aware pod placement for Karpenter clusters
+
+Usage:
+  apportion plan --strategy SPEC --replicas N [-f workload.yaml] [-o table|json]
+  apportion version
+  apportion help
+
+Run "apportion plan -h" for the flags of plan.
+`
+
+// Main dispatches a subcommand; args excludes the program name.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "plan":
+		return Plan(args[1:], stdin, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version.String())
+		return ExitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, version, help)\n", args[0])
+		return ExitUsage
+	}
+}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+const planUsage = `Usage: apportion plan --strategy SPEC --replicas N [-f workload.yaml] [-o table|json]
+
+Previews where pods 1..N of a workload go under a strategy, with no cluster.
+
+  --strategy SPEC   the strategy, e.g.
+                    'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
+  --replicas N      number of pods (0..%d)
+  -f FILE           read the strategy (any of apportion.dev/strategy, custom-pod-schedule-strategy,
+                    CustomPodScheduleStrategy, on the workload or its pod template) and spec.replicas
+                    from a Deployment, StatefulSet, ReplicaSet or Argo Rollout manifest ("-" for stdin);
+                    --strategy and --replicas, when given, take precedence over the file
+  -o FORMAT         table (default) or json
+
+JSON output: "groups" (group keys in strategy order), "sequence" (0-based index into groups of
+the group of each pod 1..N), "counts" (group key -> pods), "details" (per group: base, weight,
+ideal share with its floor and ceiling, count).
+`
+
+// planFlags are the options of `apportion plan`.
+type planFlags struct {
+	strategy    string
+	strategySet bool
+	replicas    int
+	replicasSet bool
+	file        string
+	output      string
+}
+
+func (o *planFlags) bind(fs *flag.FlagSet) {
+	fs.Func("strategy", "the strategy", func(v string) error {
+		o.strategy, o.strategySet = v, true
+		return nil
+	})
+	// Decimal only: flag.Int would read "010" as octal and "0x10" as hex.
+	fs.Func("replicas", "number of pods", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 31)
+		if err != nil {
+			return fmt.Errorf("must be a non-negative integer, got %q", v)
+		}
+		o.replicas, o.replicasSet = int(n), true
+		return nil
+	})
+	fs.StringVar(&o.file, "f", "", "workload manifest")
+	fs.StringVar(&o.file, "filename", "", "workload manifest")
+	fs.StringVar(&o.output, "o", "table", "output format")
+	fs.StringVar(&o.output, "output", "table", "output format")
+}
+
+// Plan runs `apportion plan`.
+func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "apportion plan: "+format+"\n", a...)
+		return ExitUsage
+	}
+	var o planFlags
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, planUsage, plan.MaxReplicas)
+			return ExitOK
+		}
+		return fail("%v (see apportion plan -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected argument %q (see apportion plan -h)", fs.Arg(0))
+	}
+	if o.output != "table" && o.output != "json" {
+		return fail("-o must be table or json, got %q", o.output)
+	}
+
+	spec, replicas, source := o.strategy, o.replicas, ""
+	if o.file != "" {
+		w, err := readWorkload(o.file, stdin)
+		if err != nil {
+			return fail("%s: %v", o.file, err)
+		}
+		if !o.strategySet {
+			spec, source = w.Strategy, w.String()+" "+w.Source.String()
+		}
+		if !o.replicasSet {
+			// An unset spec.replicas means 1, as the API server defaults it.
+			replicas = 1
+			if w.Replicas != nil {
+				replicas = int(*w.Replicas)
+			}
+		}
+	} else {
+		if !o.strategySet {
+			return fail("--strategy or -f is required (see apportion plan -h)")
+		}
+		if !o.replicasSet {
+			return fail("--replicas is required without -f (see apportion plan -h)")
+		}
+	}
+
+	s, err := strategy.Parse(spec)
+	if err != nil {
+		if source != "" {
+			return fail("%s: %v", source, err)
+		}
+		return fail("%v", err)
+	}
+	res, err := plan.Compute(s, replicas)
+	if err != nil {
+		return fail("%v", err)
+	}
+	res.Source = source
+	if o.output == "json" {
+		err = res.WriteJSON(stdout)
+	} else {
+		err = res.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "apportion plan: writing output: %v\n", err)
+		return ExitFailure
+	}
+	return ExitOK
+}
+
+func readWorkload(path string, stdin io.Reader) (*plan.Workload, error) {
+	if path == "-" {
+		return plan.ReadWorkload(stdin)
+	}
+	f, err := os.Open(path)
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		return nil, pe.Err // the path is already in the message
+	} else if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	return plan.ReadWorkload(f)
+}

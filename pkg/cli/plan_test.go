@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type planJSON struct {
+	Groups   []string         `json:"groups"`
+	Sequence []int            `json:"sequence"`
+	Counts   map[string]int64 `json:"counts"`
+	Details  []struct {
+		Key   string  `json:"key"`
+		Ideal float64 `json:"ideal"`
+		Count int64   `json:"count"`
+	} `json:"details"`
+}
+
+func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Main(args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func planOK(t *testing.T, stdin string, args ...string) planJSON {
+	t.Helper()
+	code, out, errOut := run(t, stdin, append([]string{"plan", "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("plan %q: exit %d, stderr %q", args, code, errOut)
+	}
+	var p planJSON
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("plan %q: output is not JSON: %v\n%s", args, err, out)
+	}
+	return p
+}
+
+func TestPlanSeedExamples(t *testing.T) {
+	root := filepath.Join("..", "..", "examples")
+	p := planOK(t, "", "-f", filepath.Join(root, "seed-004-nginx.yaml"))
+	if p.Counts["karpenter.sh/capacity-type=on-demand"] != 4 || p.Counts["karpenter.sh/capacity-type=spot"] != 6 {
+		t.Errorf("seed 004: counts %v, want on-demand 4, spot 6", p.Counts)
+	}
+	p = planOK(t, "", "-f", filepath.Join(root, "seed-000-alpine.yaml"))
+	want := map[string]int64{"nodesize=od4vcpu16gb": 1, "nodesize=spot4vcpu16gb": 5, "nodesize=spot8vcpu32gb": 4}
+	for k, v := range want {
+		if p.Counts[k] != v {
+			t.Errorf("seed 000: counts %v, want %v", p.Counts, want)
+		}
+	}
+}
+
+// TestPlanJSONContract checks the documented JSON shape on several inputs:
+// groups in strategy order, a sequence of N valid indexes whose tally is
+// counts, and counts within floor/ceil of the ideal share.
+func TestPlanJSONContract(t *testing.T) {
+	for _, tc := range []struct {
+		spec     string
+		replicas string
+		groups   []string
+	}{
+		{"a=1,weight=1:b=2,weight=1:c=3,weight=1", "7", []string{"a=1", "b=2", "c=3"}},
+		{"x.io/z=q,kubernetes.io/arch=arm64,base=3,weight=2:x.io/z=q,weight=5", "41", []string{"x.io/z=q,kubernetes.io/arch=arm64", "x.io/z=q"}},
+		{"k=v,weight=3", "0", []string{"k=v"}},
+		{" k = v , base = 4 : k = w , weight = 1 ", "2", []string{"k=v", "k=w"}},
+	} {
+		p := planOK(t, "", "--strategy", tc.spec, "--replicas", tc.replicas)
+		if strings.Join(p.Groups, "|") != strings.Join(tc.groups, "|") {
+			t.Errorf("%s: groups %q, want %q", tc.spec, p.Groups, tc.groups)
+		}
+		tally := map[string]int64{}
+		for _, gi := range p.Sequence {
+			if gi < 0 || gi >= len(p.Groups) {
+				t.Fatalf("%s: sequence index %d out of range", tc.spec, gi)
+			}
+			tally[p.Groups[gi]]++
+		}
+		if n := len(p.Sequence); tc.replicas != "" && n != atoi(t, tc.replicas) {
+			t.Errorf("%s: %d sequence entries, want %s", tc.spec, n, tc.replicas)
+		}
+		for i, d := range p.Details {
+			if p.Counts[d.Key] != tally[d.Key] || d.Count != tally[d.Key] || d.Key != p.Groups[i] {
+				t.Errorf("%s: group %s: counts %d, details %d, tally %d", tc.spec, d.Key, p.Counts[d.Key], d.Count, tally[d.Key])
+			}
+			if float64(d.Count) < math.Floor(d.Ideal+1e-9) || float64(d.Count) > math.Ceil(d.Ideal-1e-9) {
+				t.Errorf("%s: group %s has %d pods, ideal %v", tc.spec, d.Key, d.Count, d.Ideal)
+			}
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n := 0
+	for _, r := range s {
+		n = n*10 + int(r-'0')
+	}
+	return n
+}
+
+func TestPlanFileFromStdinAndOverrides(t *testing.T) {
+	const doc = `---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: other}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata:
+  name: web
+  annotations:
+    apportion.dev/strategy: "kubernetes.io/arch=arm64,weight=1:kubernetes.io/arch=amd64,weight=1"
+spec:
+  replicas: 6
+  template: {metadata: {}}
+`
+	p := planOK(t, doc, "-f", "-")
+	if len(p.Sequence) != 6 || p.Counts["kubernetes.io/arch=arm64"] != 3 {
+		t.Errorf("rollout from stdin: %+v", p)
+	}
+	p = planOK(t, doc, "-f", "-", "--replicas", "3")
+	if len(p.Sequence) != 3 {
+		t.Errorf("--replicas did not override spec.replicas: %d pods", len(p.Sequence))
+	}
+	p = planOK(t, doc, "-f", "-", "--strategy", "a=b,weight=1")
+	if len(p.Groups) != 1 || len(p.Sequence) != 6 {
+		t.Errorf("--strategy did not override the file: %+v", p)
+	}
+	const noReplicas = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\nspec:\n  template:\n    metadata:\n      annotations:\n        custom-pod-schedule-strategy: a=b,weight=1\n"
+	if p = planOK(t, noReplicas, "-f", "-"); len(p.Sequence) != 1 {
+		t.Errorf("unset spec.replicas should mean 1, got %d pods", len(p.Sequence))
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noStrategy := write("plain.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 2}\n")
+	badStrategy := write("bad.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations: {apportion.dev/strategy: 'a=b,weight=x'}\n")
+	notYAML := write("junk.yaml", "{{{ not yaml")
+	two := write("two.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, annotations: {apportion.dev/strategy: 'a=b,weight=1'}}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b, annotations: {apportion.dev/strategy: 'a=b,weight=1'}}\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan"}, "--strategy or -f is required"},
+		{[]string{"plan", "--strategy", "a=b,weight=1"}, "--replicas is required"},
+		{[]string{"plan", "--strategy", "", "--replicas", "1"}, "strategy is empty"},
+		{[]string{"plan", "--strategy", "a=b:c=d", "--replicas", "1"}, "every group has weight 0"},
+		{[]string{"plan", "--strategy", "a=b,weight=1:c=d,weight=z", "--replicas", "1"}, `group 2, item 2 "weight=z"`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "-1"}, `invalid value "-1" for flag -replicas`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "two"}, `invalid value "two" for flag -replicas`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "99999999"}, "replicas must be between 0 and"},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "-o", "yaml"}, "-o must be table or json"},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "extra"}, `unexpected argument "extra"`},
+		{[]string{"plan", "--bogus"}, "flag provided but not defined"},
+		{[]string{"plan", "-f", filepath.Join(dir, "missing.yaml")}, "no such file"},
+		{[]string{"plan", "-f", noStrategy}, "no strategy annotation on Deployment default/web"},
+		{[]string{"plan", "-f", badStrategy}, `Deployment default/web metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2`},
+		{[]string{"plan", "-f", notYAML}, "reading document 1"},
+		{[]string{"plan", "-f", two}, "2 workloads carry a strategy"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		code, out, errOut := run(t, "", tc.args...)
+		if code != ExitUsage {
+			t.Errorf("%q: exit %d, want %d", tc.args, code, ExitUsage)
+		}
+		if out != "" {
+			t.Errorf("%q: wrote to stdout: %q", tc.args, out)
+		}
+		if !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%q: stderr %q, want one line containing %q", tc.args, errOut, tc.want)
+		}
+	}
+}
+
+func TestPlanTableAndVersion(t *testing.T) {
+	code, out, _ := run(t, "", "plan", "--strategy", "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3", "--replicas", "3")
+	if code != 0 || !strings.Contains(out, "karpenter.sh/capacity-type=spot") || !strings.Contains(out, "2.25") {
+		t.Errorf("table output (exit %d):\n%s", code, out)
+	}
+	if code, out, _ := run(t, "", "version"); code != 0 || !strings.HasPrefix(out, "apportion ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+	if code, out, _ := run(t, "", "plan", "-h"); code != 0 || !strings.Contains(out, "Usage: apportion plan") {
+		t.Errorf("plan -h: exit %d, %q", code, out)
+	}
+}

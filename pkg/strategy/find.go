@@ -1,0 +1,49 @@
+package strategy
+
+import (
+	"strings"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+// Source tells where a strategy annotation was found.
+type Source struct {
+	// Annotation is the annotation name the strategy was written under.
+	Annotation string
+	// Template is true when it came from the pod template rather than the
+	// workload's own metadata.
+	Template bool
+}
+
+func (s Source) String() string {
+	if s.Template {
+		return "spec.template.metadata.annotations[" + s.Annotation + "]"
+	}
+	return "metadata.annotations[" + s.Annotation + "]"
+}
+
+// Find returns the raw strategy written on a workload: the workload's own
+// annotations are looked at first, then its pod template's; at each level the
+// names of annotations.StrategyNames are tried in order. The legacy
+// CustomPodScheduleStrategy annotation is ignored when the same object says
+// UseCustomKubeScheduler is anything but "true".
+func Find(workload, template map[string]string) (value string, src Source, found bool) {
+	for _, level := range []struct {
+		annotations map[string]string
+		template    bool
+	}{{workload, false}, {template, true}} {
+		for _, name := range annotations.StrategyNames {
+			v, ok := level.annotations[name]
+			if !ok {
+				continue
+			}
+			if name == annotations.LegacyCamelStrategy {
+				if on, set := level.annotations[annotations.LegacyEnabled]; set && !strings.EqualFold(strings.TrimSpace(on), "true") {
+					continue
+				}
+			}
+			return v, Source{Annotation: name, Template: level.template}, true
+		}
+	}
+	return "", Source{}, false
+}

@@ -1,0 +1,237 @@
+// Package strategy parses, validates and formats the placement strategy a user
+// writes on a workload:
+//
+//	karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3
+//
+// Groups are separated by ':', items inside a group by ',', and every item is
+// key=value. The keys "base" and "weight" are non-negative integers (default
+// 0); every other key is a node label the group requires. The package is pure:
+// it imports no client and does no I/O.
+package strategy
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+const (
+	// KeyBase and KeyWeight are the two reserved item keys of a group.
+	KeyBase   = "base"
+	KeyWeight = "weight"
+
+	// MaxGroups bounds the number of groups so that group sets fit a 64-bit
+	// mask in the apportioning engine.
+	MaxGroups = 64
+	// MaxValue is the largest base or weight accepted: the replica count of a
+	// workload is an int32, and the engine's exact integer arithmetic relies
+	// on this bound.
+	MaxValue = 1<<31 - 1
+)
+
+// Label is one node label a group requires.
+type Label struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+func (l Label) String() string { return l.Key + "=" + l.Value }
+
+// Group is one share of the strategy: pods of the group must land on nodes
+// carrying all of Labels.
+type Group struct {
+	Labels []Label `json:"labels"`
+	Base   int32   `json:"base"`
+	Weight int32   `json:"weight"`
+}
+
+// Key identifies the group: its labels as key=value joined by ',', in the
+// order they were written. It is what `apportion plan` prints and what the
+// webhook writes into the apportion.dev/group annotation.
+func (g Group) Key() string {
+	parts := make([]string, len(g.Labels))
+	for i, l := range g.Labels {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Selector returns the group's labels as a map, for matching nodes.
+func (g Group) Selector() map[string]string {
+	m := make(map[string]string, len(g.Labels))
+	for _, l := range g.Labels {
+		m[l.Key] = l.Value
+	}
+	return m
+}
+
+// Strategy is a parsed, valid strategy.
+type Strategy struct {
+	Groups []Group `json:"groups"`
+}
+
+// Keys returns the key of every group, in strategy order.
+func (s *Strategy) Keys() []string {
+	keys := make([]string, len(s.Groups))
+	for i, g := range s.Groups {
+		keys[i] = g.Key()
+	}
+	return keys
+}
+
+// String formats the strategy in canonical form: labels in written order,
+// then base and weight when they are not zero. Parse(s.String()) yields a
+// strategy equal to s.
+func (s *Strategy) String() string {
+	groups := make([]string, len(s.Groups))
+	for i, g := range s.Groups {
+		items := make([]string, 0, len(g.Labels)+2)
+		for _, l := range g.Labels {
+			items = append(items, l.String())
+		}
+		if g.Base != 0 {
+			items = append(items, KeyBase+"="+strconv.Itoa(int(g.Base)))
+		}
+		if g.Weight != 0 {
+			items = append(items, KeyWeight+"="+strconv.Itoa(int(g.Weight)))
+		}
+		groups[i] = strings.Join(items, ",")
+	}
+	return strings.Join(groups, ":")
+}
+
+// Error is a fault in a strategy string. Group and Item are 1-based; zero
+// means the fault is not about one group (or one item).
+type Error struct {
+	Group  int
+	Item   int
+	Text   string // the offending item as written, when Item > 0
+	Reason string
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Group == 0:
+		return "invalid strategy: " + e.Reason
+	case e.Item == 0:
+		return fmt.Sprintf("invalid strategy: group %d: %s", e.Group, e.Reason)
+	default:
+		return fmt.Sprintf("invalid strategy: group %d, item %d %q: %s", e.Group, e.Item, e.Text, e.Reason)
+	}
+}
+
+// Parse parses and validates a strategy string. The error, when not nil, is an
+// *Error naming the group, the item and the reason.
+func Parse(s string) (*Strategy, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, &Error{Reason: "strategy is empty"}
+	}
+	rawGroups := strings.Split(s, ":")
+	if len(rawGroups) > MaxGroups {
+		return nil, &Error{Reason: fmt.Sprintf("%d groups, at most %d are allowed", len(rawGroups), MaxGroups)}
+	}
+	st := &Strategy{Groups: make([]Group, 0, len(rawGroups))}
+	seen := make(map[string]int, len(rawGroups)) // label-set identity -> group number
+	anyWeight := false
+	for gi, raw := range rawGroups {
+		g, err := parseGroup(gi+1, raw)
+		if err != nil {
+			return nil, err
+		}
+		id := labelSetID(g.Labels)
+		if prev, dup := seen[id]; dup {
+			return nil, &Error{Group: gi + 1, Reason: fmt.Sprintf("same node labels as group %d (%s)", prev, g.Key())}
+		}
+		seen[id] = gi + 1
+		anyWeight = anyWeight || g.Weight > 0
+		st.Groups = append(st.Groups, g)
+	}
+	if !anyWeight {
+		return nil, &Error{Reason: "every group has weight 0: at least one group needs a positive weight"}
+	}
+	return st, nil
+}
+
+func parseGroup(num int, raw string) (Group, error) {
+	var g Group
+	if strings.TrimSpace(raw) == "" {
+		return g, &Error{Group: num, Reason: "group is empty"}
+	}
+	keys := make(map[string]bool)
+	for ii, item := range strings.Split(raw, ",") {
+		fault := func(reason string) error {
+			return &Error{Group: num, Item: ii + 1, Text: strings.TrimSpace(item), Reason: reason}
+		}
+		text := strings.TrimSpace(item)
+		if text == "" {
+			return g, fault("item is empty")
+		}
+		k, v, ok := strings.Cut(text, "=")
+		if !ok {
+			return g, fault("item must be key=value")
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if k == "" {
+			return g, fault("key is empty")
+		}
+		if keys[k] {
+			return g, fault(fmt.Sprintf("key %q appears twice in the group", k))
+		}
+		keys[k] = true
+		switch k {
+		case KeyBase, KeyWeight:
+			n, err := parseCount(v)
+			if err != nil {
+				return g, fault(fmt.Sprintf("%s %s", k, err))
+			}
+			if k == KeyBase {
+				g.Base = n
+			} else {
+				g.Weight = n
+			}
+		default:
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				return g, fault("invalid node label key: " + strings.Join(errs, "; "))
+			}
+			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+				return g, fault("invalid node label value: " + strings.Join(errs, "; "))
+			}
+			g.Labels = append(g.Labels, Label{Key: k, Value: v})
+		}
+	}
+	if len(g.Labels) == 0 {
+		return g, &Error{Group: num, Reason: "group has no node label (only base/weight)"}
+	}
+	return g, nil
+}
+
+// parseCount accepts decimal digits only: no sign, no spaces inside, no
+// exponent, so that "1e3" or "-0" are reported rather than guessed at.
+func parseCount(v string) (int32, error) {
+	if v == "" {
+		return 0, fmt.Errorf("must be a non-negative integer, got an empty value")
+	}
+	for _, r := range v {
+		if r < '0' || r > '9' {
+			return 0, fmt.Errorf("must be a non-negative integer, got %q", v)
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n > MaxValue {
+		return 0, fmt.Errorf("must be at most %d, got %q", MaxValue, v)
+	}
+	return int32(n), nil
+}
+
+// labelSetID is order-insensitive: "a=1,b=2" and "b=2,a=1" are the same nodes.
+func labelSetID(labels []Label) string {
+	parts := make([]string, len(labels))
+	for i, l := range labels {
+		parts[i] = l.String()
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\x00")
+}

@@ -1,0 +1,180 @@
+package strategy
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+func TestParseSeeds(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Strategy
+	}{{
+		in: "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3",
+		want: Strategy{Groups: []Group{
+			{Labels: []Label{{"karpenter.sh/capacity-type", "on-demand"}}, Base: 2, Weight: 1},
+			{Labels: []Label{{"karpenter.sh/capacity-type", "spot"}}, Weight: 3},
+		}},
+	}, {
+		in: "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1",
+		want: Strategy{Groups: []Group{
+			{Labels: []Label{{"nodesize", "od4vcpu16gb"}}, Base: 1},
+			{Labels: []Label{{"nodesize", "spot4vcpu16gb"}}, Weight: 1},
+			{Labels: []Label{{"nodesize", "spot8vcpu32gb"}}, Weight: 1},
+		}},
+	}, {
+		in: "  karpenter.sh/capacity-type = spot , kubernetes.io/arch=arm64, weight = 1 : kubernetes.io/arch=amd64,weight=1 ",
+		want: Strategy{Groups: []Group{
+			{Labels: []Label{{"karpenter.sh/capacity-type", "spot"}, {"kubernetes.io/arch", "arm64"}}, Weight: 1},
+			{Labels: []Label{{"kubernetes.io/arch", "amd64"}}, Weight: 1},
+		}},
+	}} {
+		got, err := Parse(tc.in)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", tc.in, err)
+		}
+		if !reflect.DeepEqual(*got, tc.want) {
+			t.Errorf("Parse(%q) = %+v, want %+v", tc.in, *got, tc.want)
+		}
+	}
+}
+
+func TestKeysAndString(t *testing.T) {
+	s, err := Parse("karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64,weight=3:karpenter.sh/capacity-type=on-demand,base=2,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Keys(), []string{"karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64", "karpenter.sh/capacity-type=on-demand"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Keys() = %q, want %q", got, want)
+	}
+	if got, want := s.String(), "karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64,weight=3:karpenter.sh/capacity-type=on-demand,base=2,weight=1"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		in          string
+		group, item int
+		reason      string
+	}{
+		{"", 0, 0, "strategy is empty"},
+		{"   ", 0, 0, "strategy is empty"},
+		{"a=b,weight=1::c=d,weight=1", 2, 0, "group is empty"},
+		{"a=b,weight=1: ", 2, 0, "group is empty"},
+		{"base=1,weight=1", 1, 0, "no node label"},
+		{"a=b,weight=1:c=d,a=e,c=f", 2, 3, `key "c" appears twice`},
+		{"a=b,weight=1,weight=2", 1, 3, `key "weight" appears twice`},
+		{"a=b,base=x,weight=1", 1, 2, "base must be a non-negative integer"},
+		{"a=b,weight=-1", 1, 2, "weight must be a non-negative integer"},
+		{"a=b,weight=1.5", 1, 2, "weight must be a non-negative integer"},
+		{"a=b,weight=", 1, 2, "weight must be a non-negative integer"},
+		{"a=b,weight=99999999999", 1, 2, "weight must be at most"},
+		{"a=b,weight=1:c=d:a=b,weight=2", 3, 0, "same node labels as group 1"},
+		{"a=b,c=d,weight=1:c=d,a=b", 2, 0, "same node labels as group 1"},
+		{"a=b:c=d", 0, 0, "every group has weight 0"},
+		{"a=b,weight=1:nolabel", 2, 1, "item must be key=value"},
+		{"a=b,,weight=1", 1, 2, "item is empty"},
+		{"=b,weight=1", 1, 1, "key is empty"},
+		{"a=b,weight=1:bad key=x", 2, 1, "invalid node label key"},
+		{"a=b,weight=1:k=bad value!", 2, 1, "invalid node label value"},
+		{"a=b,weight=1:-x.io/y=z", 2, 1, "invalid node label key"},
+		{strings.Repeat("a=b,weight=1:", MaxGroups) + "a=b,weight=1", 0, 0, "at most 64"},
+	} {
+		_, err := Parse(tc.in)
+		var perr *Error
+		if !errors.As(err, &perr) {
+			t.Errorf("Parse(%q) error = %v, want *Error", tc.in, err)
+			continue
+		}
+		if perr.Group != tc.group || perr.Item != tc.item || !strings.Contains(perr.Reason, tc.reason) {
+			t.Errorf("Parse(%q) = group %d item %d %q, want group %d item %d reason containing %q",
+				tc.in, perr.Group, perr.Item, perr.Reason, tc.group, tc.item, tc.reason)
+		}
+		if tc.group > 0 && !strings.Contains(err.Error(), "group ") {
+			t.Errorf("message %q does not name the group", err)
+		}
+	}
+}
+
+func TestErrorMessageNamesGroupItemAndReason(t *testing.T) {
+	_, err := Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=three")
+	want := `invalid strategy: group 2, item 2 "weight=three": weight must be a non-negative integer, got "three"`
+	if err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %s", err, want)
+	}
+}
+
+func TestFind(t *testing.T) {
+	const s = "a=b,weight=1"
+	for _, tc := range []struct {
+		name               string
+		workload, template map[string]string
+		want               string
+		src                Source
+		found              bool
+	}{
+		{"none", nil, map[string]string{"x": "y"}, "", Source{}, false},
+		{"metadata", map[string]string{annotations.Strategy: s}, nil, s, Source{Annotation: annotations.Strategy}, true},
+		{"template", nil, map[string]string{annotations.LegacyStrategy: s}, s, Source{Annotation: annotations.LegacyStrategy, Template: true}, true},
+		{"metadata before template",
+			map[string]string{annotations.LegacyStrategy: "m=1,weight=1"}, map[string]string{annotations.Strategy: s},
+			"m=1,weight=1", Source{Annotation: annotations.LegacyStrategy}, true},
+		{"new name before legacy on one level",
+			map[string]string{annotations.LegacyCamelStrategy: "old=1,weight=1", annotations.Strategy: s}, nil,
+			s, Source{Annotation: annotations.Strategy}, true},
+		{"seed 000 switch on",
+			nil, map[string]string{annotations.LegacyEnabled: "true", annotations.LegacyCamelStrategy: s},
+			s, Source{Annotation: annotations.LegacyCamelStrategy, Template: true}, true},
+		{"seed 000 switch off",
+			nil, map[string]string{annotations.LegacyEnabled: "false", annotations.LegacyCamelStrategy: s},
+			"", Source{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, src, found := Find(tc.workload, tc.template)
+			if got != tc.want || src != tc.src || found != tc.found {
+				t.Errorf("Find = %q, %+v, %v; want %q, %+v, %v", got, src, found, tc.want, tc.src, tc.found)
+			}
+		})
+	}
+}
+
+// FuzzParse: nothing panics, and every strategy that parses survives a round
+// trip through its canonical form.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		"karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3",
+		"nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1",
+		" a = b , weight = 1 ",
+		"a=b,weight=1::",
+		"a=,weight=007",
+		"x.io/y=z,kubernetes.io/arch=arm64,base=2147483647,weight=2147483647",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := Parse(in)
+		if err != nil {
+			var perr *Error
+			if !errors.As(err, &perr) {
+				t.Fatalf("Parse(%q) returned %T, want *Error", in, err)
+			}
+			return
+		}
+		out := s.String()
+		again, err := Parse(out)
+		if err != nil {
+			t.Fatalf("Parse(%q) ok, but its format %q does not parse: %v", in, out, err)
+		}
+		if !reflect.DeepEqual(s, again) {
+			t.Fatalf("round trip of %q through %q: %+v != %+v", in, out, s, again)
+		}
+		if again.String() != out {
+			t.Fatalf("format is not stable: %q then %q", out, again.String())
+		}
+	})
+}
