@@ -21,7 +21,7 @@ const (
 const usage = `apportion: proportional, architecture-aware pod placement for Karpenter clusters
 
 Usage:
-  apportion plan --strategy SPEC --replicas N [-f workload.yaml] [-o table|json]
+  apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
   apportion version
   apportion help
 

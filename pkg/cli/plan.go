@@ -8,11 +8,14 @@ import (
 	"os"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
-const planUsage = `Usage: apportion plan --strategy SPEC --replicas N [-f workload.yaml] [-o table|json]
+const planUsage = `Usage: apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
 
 Previews where pods 1..N of a workload go under a strategy, with no cluster.
 
@@ -23,11 +26,15 @@ Previews where pods 1..N of a workload go under a strategy, with no cluster.
                     CustomPodScheduleStrategy, on the workload or its pod template) and spec.replicas
                     from a Deployment, StatefulSet, ReplicaSet or Argo Rollout manifest ("-" for stdin);
                     --strategy and --replicas, when given, take precedence over the file
+  --nodepools FILE  karpenter.sh/v1 NodePools (e.g. kubectl get nodepools -o yaml): each group is mapped
+                    to the first NodePool, in Karpenter's weight order, that provides its labels and the
+                    workload's own constraints; tainted pools only with apportion.dev/tolerate: "true";
+                    groups no NodePool serves are left out and the others share their part
   -o FORMAT         table (default) or json
 
 JSON output: "groups" (group keys in strategy order), "sequence" (0-based index into groups of
 the group of each pod 1..N), "counts" (group key -> pods), "details" (per group: base, weight,
-ideal share with its floor and ceiling, count).
+ideal share with its floor and ceiling, count, and with --nodepools the nodepool or why none).
 `
 
 // planFlags are the options of `apportion plan`.
@@ -37,6 +44,7 @@ type planFlags struct {
 	replicas    int
 	replicasSet bool
 	file        string
+	nodePools   string
 	output      string
 }
 
@@ -56,6 +64,7 @@ func (o *planFlags) bind(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.file, "f", "", "workload manifest")
 	fs.StringVar(&o.file, "filename", "", "workload manifest")
+	fs.StringVar(&o.nodePools, "nodepools", "", "NodePool manifests")
 	fs.StringVar(&o.output, "o", "table", "output format")
 	fs.StringVar(&o.output, "output", "table", "output format")
 }
@@ -84,12 +93,17 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail("-o must be table or json, got %q", o.output)
 	}
 
+	if o.file == "-" && o.nodePools == "-" {
+		return fail("-f and --nodepools cannot both read stdin")
+	}
+	var opts plan.Options
 	spec, replicas, source := o.strategy, o.replicas, ""
 	if o.file != "" {
 		w, err := readWorkload(o.file, stdin)
 		if err != nil {
 			return fail("%s: %v", o.file, err)
 		}
+		opts.Pod = &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}
 		if !o.strategySet {
 			spec, source = w.Strategy, w.String()+" "+w.Source.String()
 		}
@@ -116,7 +130,14 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return fail("%v", err)
 	}
-	res, err := plan.Compute(s, replicas)
+	if o.nodePools != "" {
+		nps, err := readInput(o.nodePools, stdin, catalog.ReadNodePools)
+		if err != nil {
+			return fail("%s: %v", o.nodePools, err)
+		}
+		opts.Catalog = catalog.New(nps)
+	}
+	res, err := plan.ComputeWith(s, replicas, opts)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -134,15 +155,21 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func readWorkload(path string, stdin io.Reader) (*plan.Workload, error) {
+	return readInput(path, stdin, plan.ReadWorkload)
+}
+
+// readInput opens path ("-" is stdin) and hands it to read.
+func readInput[T any](path string, stdin io.Reader, read func(io.Reader) (T, error)) (T, error) {
 	if path == "-" {
-		return plan.ReadWorkload(stdin)
+		return read(stdin)
 	}
+	var zero T
 	f, err := os.Open(path)
 	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
-		return nil, pe.Err // the path is already in the message
+		return zero, pe.Err // the path is already in the message
 	} else if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer func() { _ = f.Close() }()
-	return plan.ReadWorkload(f)
+	return read(f)
 }

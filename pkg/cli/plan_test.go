@@ -198,3 +198,58 @@ func TestPlanTableAndVersion(t *testing.T) {
 		t.Errorf("plan -h: exit %d, %q", code, out)
 	}
 }
+
+func TestPlanWithNodePools(t *testing.T) {
+	dir := t.TempDir()
+	pools := filepath.Join(dir, "pools.yaml")
+	const body = `apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-demand}
+spec:
+  template:
+    spec:
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: spot}
+spec:
+  weight: 10
+  template:
+    spec:
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]
+`
+	if err := os.WriteFile(pools, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "", "plan", "-o", "json", "--nodepools", pools, "--replicas", "8",
+		"--strategy", "karpenter.sh/capacity-type=on-demand,base=2,weight=1:nodesize=huge,weight=5:karpenter.sh/capacity-type=spot,weight=3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var p struct {
+		Counts  map[string]int64 `json:"counts"`
+		Details []struct {
+			NodePool    string `json:"nodepool"`
+			Unavailable string `json:"unavailable"`
+		} `json:"details"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	// nodesize=huge has no pool: left out, the others split 2 + 6*(1:3).
+	if p.Counts["nodesize=huge"] != 0 || p.Counts["karpenter.sh/capacity-type=on-demand"] != 3 || p.Counts["karpenter.sh/capacity-type=spot"] != 5 {
+		t.Errorf("counts %v, want on-demand 3, huge 0, spot 5", p.Counts)
+	}
+	if p.Details[0].NodePool != "on-demand" || p.Details[2].NodePool != "spot" || !strings.Contains(p.Details[1].Unavailable, `"nodesize"`) {
+		t.Errorf("details %+v", p.Details)
+	}
+	code, _, errOut = run(t, "", "plan", "--nodepools", pools, "--replicas", "1", "--strategy", "zone=x,weight=1")
+	if code != ExitUsage || !strings.Contains(errOut, "no NodePool serves any group") {
+		t.Errorf("no servable group: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = run(t, "", "plan", "--nodepools", filepath.Join(dir, "none.yaml"), "--replicas", "1", "--strategy", "a=b,weight=1")
+	if code != ExitUsage || !strings.Contains(errOut, "none.yaml: no such file") {
+		t.Errorf("missing pools file: exit %d, %q", code, errOut)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -28,6 +29,8 @@ type Workload struct {
 	Replicas *int32
 	Strategy string
 	Source   strategy.Source
+	// Template is the pod template, for NodePool selection.
+	Template corev1.PodTemplateSpec
 }
 
 func (w *Workload) String() string {
@@ -50,11 +53,7 @@ type manifest struct {
 	} `json:"metadata"`
 	Spec struct {
 		Replicas *int32 `json:"replicas"`
-		Template struct {
-			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"metadata"`
-		} `json:"template"`
+		Template corev1.PodTemplateSpec `json:"template"`
 	} `json:"spec"`
 }
 
@@ -78,8 +77,8 @@ func ReadWorkload(r io.Reader) (*Workload, error) {
 		if !ok || !strings.HasPrefix(m.APIVersion, group+"/") {
 			continue
 		}
-		w := &Workload{Kind: m.Kind, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name, Replicas: m.Spec.Replicas}
-		value, src, ok := strategy.Find(m.Metadata.Annotations, m.Spec.Template.Metadata.Annotations)
+		w := &Workload{Kind: m.Kind, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name, Replicas: m.Spec.Replicas, Template: m.Spec.Template}
+		value, src, ok := strategy.Find(m.Metadata.Annotations, m.Spec.Template.Annotations)
 		if !ok {
 			without = append(without, w.String())
 			continue

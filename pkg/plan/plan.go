@@ -11,7 +11,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -38,6 +41,16 @@ type Result struct {
 	Source string `json:"source,omitempty"`
 }
 
+// Options refine a preview.
+type Options struct {
+	// Catalog, when set, maps each group to the NodePool that serves it;
+	// groups no NodePool serves are left out of the split.
+	Catalog *catalog.Catalog
+	// Pod carries the workload's own constraints (nodeSelector, required
+	// affinity, tolerations) for NodePool selection; may be nil.
+	Pod *corev1.Pod
+}
+
 // Group is one group's line of the preview.
 type Group struct {
 	Key    string            `json:"key"`
@@ -50,6 +63,12 @@ type Group struct {
 	Lower int64   `json:"lower"`
 	Upper int64   `json:"upper"`
 	Count int64   `json:"count"`
+	// NodePool is the pool serving the group, with --nodepools.
+	NodePool    string              `json:"nodepool,omitempty"`
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Unavailable explains why no NodePool serves the group; such a group
+	// gets no pods and the others share its part.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // Method builds the apportioning engine for a parsed strategy.
@@ -61,8 +80,13 @@ func Method(s *strategy.Strategy) (*apportion.Method, error) {
 	return apportion.New(groups)
 }
 
-// Compute previews s at the given number of replicas.
+// Compute previews s at the given number of replicas, every group available.
 func Compute(s *strategy.Strategy, replicas int) (*Result, error) {
+	return ComputeWith(s, replicas, Options{})
+}
+
+// ComputeWith previews s at the given number of replicas.
+func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, error) {
 	if replicas < 0 || replicas > MaxReplicas {
 		return nil, fmt.Errorf("replicas must be between 0 and %d, got %d", MaxReplicas, replicas)
 	}
@@ -70,12 +94,31 @@ func Compute(s *strategy.Strategy, replicas int) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building apportioning method: %w", err)
 	}
-	seq := m.Sequence(replicas)
+	avail := apportion.All
+	choices := make([]catalog.Choice, len(s.Groups))
+	unavailable := make([]string, len(s.Groups))
+	if opts.Catalog != nil {
+		for i, g := range s.Groups {
+			c, err := opts.Catalog.Select(g.Selector(), opts.Pod)
+			if err != nil {
+				avail = avail.Without(i)
+				unavailable[i] = err.Error()
+				continue
+			}
+			choices[i] = c
+		}
+		if avail&(1<<uint(len(s.Groups))-1) == 0 {
+			return nil, fmt.Errorf("no NodePool serves any group of the strategy: %s", strings.Join(unavailable, "; "))
+		}
+	}
+	seq := make([]int, replicas)
 	counts := make([]int64, m.Len())
-	for _, gi := range seq {
+	for j := range seq {
+		gi := m.Next(counts, avail)
+		seq[j] = gi
 		counts[gi]++
 	}
-	shares := m.Shares(int64(replicas), apportion.All)
+	shares := m.Shares(int64(replicas), avail)
 	r := &Result{
 		Strategy: s.String(),
 		Replicas: replicas,
@@ -96,6 +139,11 @@ func Compute(s *strategy.Strategy, replicas int) (*Result, error) {
 			Upper:  shares[i].Upper(),
 			Count:  counts[i],
 		}
+		if choices[i].Pool != nil {
+			r.Details[i].NodePool = choices[i].Pool.Name
+			r.Details[i].Tolerations = choices[i].Tolerations
+		}
+		r.Details[i].Unavailable = unavailable[i]
 	}
 	return r, nil
 }
@@ -114,12 +162,33 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "source:\t%s\n", r.Source)
 	}
 	fmt.Fprintf(tw, "strategy:\t%s\nreplicas:\t%d\n\n", r.Strategy, r.Replicas)
-	fmt.Fprintln(tw, "#\tGROUP\tBASE\tWEIGHT\tIDEAL\tCOUNT")
+	pools := false
+	for _, g := range r.Details {
+		pools = pools || g.NodePool != "" || g.Unavailable != ""
+	}
+	if pools {
+		fmt.Fprintln(tw, "#\tGROUP\tBASE\tWEIGHT\tNODEPOOL\tIDEAL\tCOUNT")
+	} else {
+		fmt.Fprintln(tw, "#\tGROUP\tBASE\tWEIGHT\tIDEAL\tCOUNT")
+	}
 	for i, g := range r.Details {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\n", i, g.Key, g.Base, g.Weight, formatShare(g.Ideal), g.Count)
+		if !pools {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\n", i, g.Key, g.Base, g.Weight, formatShare(g.Ideal), g.Count)
+			continue
+		}
+		pool := g.NodePool
+		if g.Unavailable != "" {
+			pool = "(none: left out)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%d\n", i, g.Key, g.Base, g.Weight, pool, formatShare(g.Ideal), g.Count)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for i, g := range r.Details {
+		if g.Unavailable != "" {
+			fmt.Fprintf(w, "group %d left out: %s\n", i, g.Unavailable)
+		}
 	}
 	if len(r.Sequence) > 0 && len(r.Sequence) <= 100 {
 		parts := make([]string, len(r.Sequence))

@@ -1,0 +1,139 @@
+// Package catalog maps a strategy group to the Karpenter NodePool that will
+// serve it. It reads NodePools the way Karpenter does: requirements from the
+// template's requirements and labels plus the karpenter.sh/nodepool label,
+// compatibility through Karpenter's own pkg/scheduling, and Karpenter's order
+// (highest weight first, then name descending). It holds no client: the
+// webhook feeds it from an informer, `apportion plan` from a file.
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/scheduling"
+	nodepoolutils "sigs.k8s.io/karpenter/pkg/utils/nodepool"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+// Pool is a NodePool as placement sees it.
+type Pool struct {
+	Name         string
+	Requirements scheduling.Requirements
+	Taints       scheduling.Taints
+	// Tolerate is the operator's opt-in (annotation apportion.dev/tolerate:
+	// "true") to send pods that do not tolerate the pool's taints, adding
+	// the tolerations they lack.
+	Tolerate bool
+}
+
+// NewPool builds the placement view of a NodePool, as Karpenter builds its
+// NodeClaim template.
+func NewPool(np *karpv1.NodePool) *Pool {
+	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(np.Spec.Template.Spec.Requirements...)
+	labels := map[string]string{karpv1.NodePoolLabelKey: np.Name}
+	for k, v := range np.Spec.Template.Labels {
+		labels[k] = v
+	}
+	reqs.Add(scheduling.NewLabelRequirements(labels).Values()...)
+	return &Pool{
+		Name:         np.Name,
+		Requirements: reqs,
+		// Startup taints are removed once the node is initialised, so
+		// only the template's taints decide who may run there.
+		Taints:   scheduling.Taints(np.Spec.Template.Spec.Taints),
+		Tolerate: strings.EqualFold(np.Annotations[annotations.Tolerate], "true"),
+	}
+}
+
+// Catalog is an immutable, ordered set of pools.
+type Catalog struct {
+	pools []*Pool
+}
+
+// New orders the NodePools as Karpenter does and builds the catalog. Pools
+// being deleted are left out.
+func New(nodePools []*karpv1.NodePool) *Catalog {
+	nps := slices.Clone(nodePools)
+	nps = slices.DeleteFunc(nps, func(np *karpv1.NodePool) bool { return np.DeletionTimestamp != nil })
+	nodepoolutils.OrderByWeight(nps)
+	c := &Catalog{pools: make([]*Pool, len(nps))}
+	for i, np := range nps {
+		c.pools[i] = NewPool(np)
+	}
+	return c
+}
+
+// Len is the number of pools.
+func (c *Catalog) Len() int { return len(c.pools) }
+
+// Choice is the pool a group goes to, with the tolerations the pod must gain
+// to land there (empty when it already tolerates the pool's taints).
+type Choice struct {
+	Pool        *Pool
+	Tolerations []corev1.Toleration
+}
+
+// ErrNoPool is wrapped by Select when no pool can serve the group.
+var ErrNoPool = errors.New("no NodePool can serve the group")
+
+// Select returns the first pool, in Karpenter's order, that can provide the
+// group's labels and satisfy the pod's own constraints (nodeSelector, required
+// node affinity, tolerations). pod may be nil when only the group matters.
+// The error explains, per pool, why none fits.
+func (c *Catalog) Select(group map[string]string, pod *corev1.Pod) (Choice, error) {
+	groupReqs := scheduling.NewLabelRequirements(group)
+	var podReqs scheduling.Requirements
+	if pod != nil {
+		podReqs = scheduling.NewStrictPodRequirements(pod)
+	}
+	var reasons []string
+	for _, p := range c.pools {
+		if err := p.Requirements.Compatible(groupReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
+			reasons = append(reasons, fmt.Sprintf("%s: group: %v", p.Name, err))
+			continue
+		}
+		if podReqs != nil {
+			if err := p.Requirements.Compatible(podReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
+				reasons = append(reasons, fmt.Sprintf("%s: pod: %v", p.Name, err))
+				continue
+			}
+		}
+		var tolerations []corev1.Toleration
+		if pod != nil {
+			tolerations = missingTolerations(p.Taints, pod.Spec.Tolerations)
+		} else {
+			tolerations = missingTolerations(p.Taints, nil)
+		}
+		if len(tolerations) > 0 && !p.Tolerate {
+			reasons = append(reasons, fmt.Sprintf("%s: tainted and not opted in with %s: \"true\"", p.Name, annotations.Tolerate))
+			continue
+		}
+		return Choice{Pool: p, Tolerations: tolerations}, nil
+	}
+	if len(c.pools) == 0 {
+		return Choice{}, fmt.Errorf("%w: there are no NodePools", ErrNoPool)
+	}
+	return Choice{}, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(reasons, "; "))
+}
+
+// missingTolerations returns a toleration for each taint the given
+// tolerations do not already cover.
+func missingTolerations(taints scheduling.Taints, have []corev1.Toleration) []corev1.Toleration {
+	var out []corev1.Toleration
+	for i := range taints {
+		if (scheduling.Taints{taints[i]}).Tolerates(have) == nil {
+			continue
+		}
+		t := taints[i]
+		out = append(out, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
+		if t.Value == "" {
+			out[len(out)-1].Operator = corev1.TolerationOpExists
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package catalog
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+// pool builds a NodePool: requirement values per key, optional weight,
+// template labels, taints and the tolerate opt-in.
+type poolSpec struct {
+	name     string
+	weight   int32
+	reqs     map[string][]string
+	labels   map[string]string
+	taints   []corev1.Taint
+	tolerate bool
+}
+
+func nodePool(s poolSpec) *karpv1.NodePool {
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: s.name}}
+	if s.weight != 0 {
+		np.Spec.Weight = &s.weight
+	}
+	if s.tolerate {
+		np.Annotations = map[string]string{annotations.Tolerate: "true"}
+	}
+	np.Spec.Template.Labels = s.labels
+	np.Spec.Template.Spec.Taints = s.taints
+	for k, v := range s.reqs {
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, karpv1.NodeSelectorRequirementWithMinValues{
+			Key: k, Operator: corev1.NodeSelectorOpIn, Values: v,
+		})
+	}
+	return np
+}
+
+const ct, arch = karpv1.CapacityTypeLabelKey, corev1.LabelArchStable
+
+var gpuTaint = corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
+
+func TestSelect(t *testing.T) {
+	pools := []*karpv1.NodePool{
+		nodePool(poolSpec{name: "od-amd64", weight: 10, reqs: map[string][]string{ct: {"on-demand"}, arch: {"amd64"}}}),
+		nodePool(poolSpec{name: "od-arm64", weight: 20, reqs: map[string][]string{ct: {"on-demand"}, arch: {"arm64"}}}),
+		nodePool(poolSpec{name: "spot-any", reqs: map[string][]string{ct: {"spot"}, arch: {"amd64", "arm64"}}}),
+		nodePool(poolSpec{name: "spot-big", reqs: map[string][]string{ct: {"spot"}, arch: {"amd64"}}, labels: map[string]string{"nodesize": "big"}}),
+		nodePool(poolSpec{name: "gpu", weight: 90, reqs: map[string][]string{ct: {"on-demand"}}, labels: map[string]string{"dedicated": "gpu"}, taints: []corev1.Taint{gpuTaint}}),
+		nodePool(poolSpec{name: "gpu-optin", reqs: map[string][]string{ct: {"spot"}}, labels: map[string]string{"dedicated": "gpu"}, taints: []corev1.Taint{gpuTaint}, tolerate: true}),
+	}
+	deleting := nodePool(poolSpec{name: "zz-deleting", weight: 100, reqs: map[string][]string{ct: {"on-demand"}}})
+	deleting.DeletionTimestamp = &metav1.Time{}
+	c := New(append(pools, deleting))
+
+	podWith := func(mod func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{}
+		mod(p)
+		return p
+	}
+	for _, tc := range []struct {
+		name        string
+		group       map[string]string
+		pod         *corev1.Pod
+		want        string
+		tolerations int
+		errPart     string
+	}{
+		{name: "highest weight wins among compatible pools, tainted pool not opted in is skipped",
+			group: map[string]string{ct: "on-demand"}, want: "od-arm64"},
+		{name: "group with two labels", group: map[string]string{ct: "on-demand", arch: "amd64"}, want: "od-amd64"},
+		{name: "pool allowing several values serves each", group: map[string]string{ct: "spot", arch: "arm64"}, want: "spot-any"},
+		{name: "equal weights: name later in the alphabet first (Karpenter's order)", group: map[string]string{ct: "spot"}, want: "spot-big"},
+		{name: "custom label must be provided by the pool", group: map[string]string{"nodesize": "big"}, want: "spot-big"},
+		{name: "pod constraints are ANDed: nodeSelector arch",
+			group: map[string]string{ct: "on-demand"},
+			pod:   podWith(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{arch: "amd64"} }), want: "od-amd64"},
+		{name: "pod that tolerates the taint may use the tainted pool",
+			group: map[string]string{"dedicated": "gpu"},
+			pod: podWith(func(p *corev1.Pod) {
+				p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+			}), want: "gpu"},
+		{name: "opted-in tainted pool gets the tolerations added",
+			group: map[string]string{"dedicated": "gpu", ct: "spot"}, want: "gpu-optin", tolerations: 1},
+		{name: "tainted and not opted in: no pool",
+			group: map[string]string{"dedicated": "gpu", ct: "on-demand"}, errPart: "gpu: tainted and not opted in"},
+		{name: "label no pool has", group: map[string]string{"zone": "x"}, errPart: `label "zone" does not have known values`},
+		{name: "pod constraint no pool meets",
+			group: map[string]string{ct: "on-demand"},
+			pod:   podWith(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{arch: "s390x"} }), errPart: "pod:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			choice, err := c.Select(tc.group, tc.pod)
+			if tc.errPart != "" {
+				if err == nil || !errors.Is(err, ErrNoPool) || !strings.Contains(err.Error(), tc.errPart) {
+					t.Fatalf("Select = %v, %v; want ErrNoPool containing %q", choice.Pool, err, tc.errPart)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Select: %v", err)
+			}
+			if choice.Pool.Name != tc.want || len(choice.Tolerations) != tc.tolerations {
+				t.Fatalf("Select = %s with %d tolerations, want %s with %d", choice.Pool.Name, len(choice.Tolerations), tc.want, tc.tolerations)
+			}
+			for _, tol := range choice.Tolerations {
+				if !tol.ToleratesTaint(klog.Background(), &gpuTaint, true) {
+					t.Errorf("added toleration %+v does not tolerate %+v", tol, gpuTaint)
+				}
+			}
+		})
+	}
+	if empty, err := New(nil).Select(map[string]string{ct: "spot"}, nil); err == nil {
+		t.Errorf("empty catalog selected %v", empty.Pool)
+	}
+}
+
+func TestReadNodePools(t *testing.T) {
+	const in = `apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: a}
+spec:
+  weight: 3
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ignored}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {name: b}
+`
+	nps, err := ReadNodePools(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nps) != 2 || nps[0].Name != "a" || *nps[0].Spec.Weight != 3 || nps[1].Name != "b" ||
+		len(nps[0].Spec.Template.Spec.Requirements) != 1 {
+		t.Fatalf("ReadNodePools = %+v", nps)
+	}
+	for _, bad := range []string{"", "apiVersion: v1\nkind: ConfigMap\n", "{{{", "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {}\n"} {
+		if _, err := ReadNodePools(strings.NewReader(bad)); err == nil {
+			t.Errorf("ReadNodePools(%q) succeeded", bad)
+		}
+	}
+}
