@@ -137,3 +137,12 @@ func missingTolerations(taints scheduling.Taints, have []corev1.Toleration) []co
 	}
 	return out
 }
+
+// PoolName is the chosen pool's name, or "" when there is none (node-label
+// mode).
+func (c Choice) PoolName() string {
+	if c.Pool == nil {
+		return ""
+	}
+	return c.Pool.Name
+}

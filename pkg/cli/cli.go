@@ -22,6 +22,7 @@ const usage = `apportion: proportional, architecture-aware pod placement for Kar
 
 Usage:
   apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
+  apportion webhook [flags]   serve admission and run the placement controllers (-h for flags)
   apportion version
   apportion help
 
@@ -37,6 +38,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "plan":
 		return Plan(args[1:], stdin, stdout, stderr)
+	case "webhook":
+		return Webhook(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version.String())
 		return ExitOK
@@ -44,7 +47,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return ExitOK
 	default:
-		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, version, help)\n", args[0])
+		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, webhook, version, help)\n", args[0])
 		return ExitUsage
 	}
 }

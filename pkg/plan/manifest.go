@@ -52,7 +52,7 @@ type manifest struct {
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
-		Replicas *int32 `json:"replicas"`
+		Replicas *int32                 `json:"replicas"`
 		Template corev1.PodTemplateSpec `json:"template"`
 	} `json:"spec"`
 }

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/version"
+)
+
+// Webhook runs `apportion webhook` until SIGINT/SIGTERM.
+func Webhook(args []string, stdout, stderr io.Writer) int {
+	var o options.Options
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "apportion webhook: unexpected argument %q\n", fs.Arg(0))
+		return ExitUsage
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(stderr, "apportion webhook: %v\n", err)
+		return ExitUsage
+	}
+	level := map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel, "error": zapcore.ErrorLevel}[o.LogLevel]
+	logger := zap.New(zap.WriteTo(stdout), zap.Level(level))
+	ctrl.SetLogger(logger)
+	ctx := log.IntoContext(ctrl.SetupSignalHandler(), logger)
+	logger.Info("apportion webhook", "version", version.String())
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "apportion webhook: loading kubeconfig: %v\n", err)
+		return ExitUsage
+	}
+	if err := operator.Run(ctx, cfg, &o); err != nil {
+		logger.Error(err, "webhook stopped")
+		return ExitFailure
+	}
+	return ExitOK
+}

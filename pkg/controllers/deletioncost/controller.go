@@ -1,0 +1,177 @@
+// Package deletioncost keeps controller.kubernetes.io/pod-deletion-cost on the
+// decided pods of each revision so that, when a workload scales down, the
+// ReplicaSet controller removes pods in the order the apportioning engine's
+// Victim picks, and every intermediate size stays within quota.
+//
+// The costs come from simulating the removal of every pod, one Victim at a
+// time. The pod removed k-th of n gets cost -(n-k): the pods left after its
+// removal, negated. The first to go has the lowest cost; the last has 0.
+// Numbering from the bottom keeps the values of existing pods stable when a
+// pod is added and Victim would take that pod first, so a scale-up patches
+// only the new pod, not every pod of the revision. Worked example (seed 004,
+// pods p0..p5 placed od od spot spot od spot):
+//
+//	removal order (Victim): spot(p5) spot(p3) spot(p2) od(p4) od(p1) od(p0)
+//	cost:                   -5       -4       -3       -2     -1     0
+//	on-demand left:         3        3        3        2      1      0
+//	spot left:              2        1        0        0      0      0
+//
+// Within a group, the newest pod goes first. Pods whose group is not in the
+// strategy (placed under an older one) get the lowest cost of all.
+package deletioncost
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// Annotation is the Kubernetes pod deletion cost annotation.
+const Annotation = "controller.kubernetes.io/pod-deletion-cost"
+
+// unknownGroupCost is below every computed cost.
+const unknownGroupCost = -(1 << 30)
+
+// Controller maintains deletion costs per revision.
+type Controller struct {
+	kubeClient client.Client
+}
+
+// NewController builds the deletion-cost controller.
+func NewController(kubeClient client.Client) *Controller {
+	return &Controller{kubeClient: kubeClient}
+}
+
+// Name is the controller's name in logs and metrics.
+func (c *Controller) Name() string { return "deletioncost" }
+
+// Register adds the controller; requests are keyed by namespace and owner key
+// (one revision), not by pod.
+func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
+	if err := placement.IndexPods(ctx, m); err != nil {
+		return err
+	}
+	return controllerruntime.NewControllerManagedBy(m).
+		Named(c.Name()).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			pod := o.(*corev1.Pod)
+			if _, decided := pod.Annotations[annotations.Group]; !decided {
+				return nil
+			}
+			key := workload.OwnerKey(pod)
+			if key == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: key}}}
+		})).
+		Complete(c)
+}
+
+// Reconcile recomputes the costs of one revision and patches the pods whose
+// cost changed.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var list corev1.PodList
+	if err := c.kubeClient.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{placement.IndexOwnerKey: req.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
+	}
+	var pods []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if _, decided := p.Annotations[annotations.Group]; decided && p.DeletionTimestamp == nil &&
+			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			pods = append(pods, p)
+		}
+	}
+	if len(pods) == 0 {
+		return reconcile.Result{}, nil
+	}
+	info, err := workload.Resolve(ctx, c.kubeClient, req.Namespace, pods[0])
+	if err != nil || info == nil || !info.Found {
+		return reconcile.Result{}, nil // nothing to order by; the owner may be gone
+	}
+	s, err := strategy.Parse(info.Strategy)
+	if err != nil {
+		return reconcile.Result{}, nil
+	}
+	costs, err := Costs(s, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, p := range pods {
+		want := strconv.Itoa(costs[p.UID])
+		if p.Annotations[Annotation] == want {
+			continue
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Annotations[Annotation] = want
+		if err := c.kubeClient.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("patching pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		metrics.DeletionCostPatchesTotal.Inc()
+	}
+	log.FromContext(ctx).V(1).Info("deletion costs up to date", "pods", len(pods))
+	return reconcile.Result{}, nil
+}
+
+// Costs computes the deletion cost of every decided pod of one revision.
+func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
+	m, err := plan.Method(s)
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(s.Groups))
+	for i, k := range s.Keys() {
+		index[k] = i
+	}
+	byGroup := make([][]*corev1.Pod, len(s.Groups))
+	costs := make(map[types.UID]int, len(pods))
+	for _, p := range pods {
+		gi, ok := index[p.Annotations[annotations.Group]]
+		if !ok {
+			costs[p.UID] = unknownGroupCost
+			continue
+		}
+		byGroup[gi] = append(byGroup[gi], p)
+	}
+	counts := make([]int64, len(s.Groups))
+	var n int64
+	for gi, ps := range byGroup {
+		// Newest first: the next victim of a group is at the front.
+		slices.SortFunc(ps, func(a, b *corev1.Pod) int {
+			if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.Name, a.Name)
+		})
+		counts[gi] = int64(len(ps))
+		n += counts[gi]
+	}
+	for left := n; left > 0; left-- {
+		v := m.Victim(counts, apportion.All)
+		p := byGroup[v][0]
+		byGroup[v] = byGroup[v][1:]
+		counts[v]--
+		costs[p.UID] = -int(left - 1)
+	}
+	return costs, nil
+}

@@ -1,0 +1,84 @@
+// Package gatejanitor guarantees that apportion never blocks a pod: every
+// replica (leader or not) releases pods that have been held by the placement
+// gate longer than the gate timeout without a decision, with a Warning Event
+// on the pod and a metric. It is what keeps pods moving when the placement
+// leader is gone, slow, or cannot decide.
+package gatejanitor
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+)
+
+// Controller releases pods gated for longer than Timeout.
+type Controller struct {
+	kubeClient client.Client
+	clock      clock.Clock
+	recorder   events.EventRecorder
+	timeout    time.Duration
+}
+
+// NewController builds the janitor.
+func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, timeout time.Duration) *Controller {
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, timeout: timeout}
+}
+
+// Name is the controller's name in logs and metrics.
+func (c *Controller) Name() string { return "gatejanitor" }
+
+// Register adds the janitor to the manager; it runs on every replica.
+func (c *Controller) Register(_ context.Context, m manager.Manager) error {
+	return controllerruntime.NewControllerManagedBy(m).
+		Named(c.Name()).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			pod, ok := o.(*corev1.Pod)
+			return ok && decision.HasGate(pod)
+		}))).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 2}).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
+
+// Reconcile releases the pod once its gate is older than the timeout, and
+// otherwise comes back when it will be.
+func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	if !decision.HasGate(pod) || pod.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	age := c.clock.Since(pod.CreationTimestamp.Time)
+	if age < c.timeout {
+		return reconcile.Result{RequeueAfter: c.timeout - age}, nil
+	}
+	if err := placement.Release(ctx, c.kubeClient, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil // decided or released meanwhile; look again
+		}
+		return reconcile.Result{}, err
+	}
+	metrics.ReleasedTotal.WithLabelValues("timeout").Inc()
+	metrics.GateWaitSeconds.Observe(age.Seconds())
+	c.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "PlacementTimeout", "Release",
+		"no placement decision within %s; released to schedule without apportion", c.timeout)
+	log.FromContext(ctx).Info("released pod after gate timeout", "waited", age.Round(time.Millisecond).String())
+	return reconcile.Result{}, nil
+}

@@ -1,0 +1,285 @@
+// Package placement is the placement controller: the one writer of decisions.
+// It runs on the elected leader only, watches pods held by the placement
+// gate, chooses each pod's group with the apportioning engine from counts in
+// its informer cache plus its own ledger of decisions the cache has not shown
+// yet, and writes the decision and removes the gate in one patch. Decisions
+// within a revision are serialised, so a burst of pods from the ReplicaSet
+// controller is decided one pod at a time against exact counts.
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// IndexOwnerKey indexes pods by workload.OwnerKey: the pods counted together.
+const IndexOwnerKey = "apportion.ownerKey"
+
+// Release reasons (metric label values).
+const (
+	ReasonNoWorkload      = "no_workload"
+	ReasonNoStrategy      = "no_strategy"
+	ReasonSkipped         = "skipped"
+	ReasonInvalidStrategy = "invalid_strategy"
+	ReasonNoGroup         = "no_group"
+	ReasonError           = "error"
+)
+
+// Controller places gated pods.
+type Controller struct {
+	kubeClient client.Client
+	clock      clock.Clock
+	recorder   events.EventRecorder
+	capacity   Capacity
+	gateWait   time.Duration
+
+	ledger     *ledger
+	locks      keyedMutex
+	strategies sync.Map // raw strategy -> *parsed
+}
+
+type parsed struct {
+	strategy *strategy.Strategy
+	method   *apportion.Method
+	index    map[string]int // group key -> group index
+	hash     string
+	err      error
+}
+
+// NewController builds the placement controller. notCachedWait bounds how long
+// a pod whose owner the cache has not seen yet is retried before it is left
+// to the gate janitor.
+func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, notCachedWait time.Duration) *Controller {
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, gateWait: notCachedWait, ledger: newLedger()}
+}
+
+// Name is the controller's name in logs and metrics.
+func (c *Controller) Name() string { return "placement" }
+
+// Register adds the controller to the manager, with the pod owner index it
+// counts through.
+func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
+	if err := IndexPods(ctx, m); err != nil {
+		return err
+	}
+	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-c.clock.After(time.Minute):
+				c.ledger.expire(c.clock.Now())
+			}
+		}
+	})); err != nil {
+		return err
+	}
+	return controllerruntime.NewControllerManagedBy(m).
+		Named(c.Name()).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			pod, ok := o.(*corev1.Pod)
+			return ok && decision.HasGate(pod)
+		}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
+
+var indexOnce sync.Map
+
+// IndexPods registers the owner-key index once per manager.
+func IndexPods(ctx context.Context, m manager.Manager) error {
+	if _, done := indexOnce.LoadOrStore(m, true); done {
+		return nil
+	}
+	return m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
+		if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
+			return []string{k}
+		}
+		return nil
+	})
+}
+
+// Reconcile decides one gated pod.
+func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	if !decision.HasGate(pod) || pod.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	if _, done := c.ledger.get(pod.UID); done {
+		return reconcile.Result{}, nil // decided; the cache has not caught up
+	}
+	key := workload.OwnerKey(pod)
+	if key == "" {
+		return c.release(ctx, pod, ReasonNoWorkload, nil)
+	}
+	info, err := workload.Resolve(ctx, c.kubeClient, pod.Namespace, pod)
+	switch {
+	case errors.Is(err, workload.ErrNotCached):
+		if c.clock.Since(pod.CreationTimestamp.Time) < c.gateWait {
+			return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
+		}
+		return c.release(ctx, pod, ReasonError, err)
+	case err != nil:
+		return c.release(ctx, pod, ReasonError, err)
+	case info == nil:
+		return c.release(ctx, pod, ReasonNoWorkload, nil)
+	case !info.Found:
+		return c.release(ctx, pod, ReasonNoStrategy, nil)
+	case info.Skip:
+		return c.release(ctx, pod, ReasonSkipped, nil)
+	}
+	p := c.parse(info.Strategy)
+	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
+	if p.err != nil {
+		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InvalidStrategy", "Place", "%s: %v; pods are placed without apportion", info.Source, p.err)
+		return c.release(ctx, pod, ReasonInvalidStrategy, nil)
+	}
+
+	choices, groupErrs, err := c.capacity.Choose(ctx, p.strategy, pod)
+	if err != nil {
+		return c.release(ctx, pod, ReasonError, err)
+	}
+	avail := apportion.All
+	for i, gerr := range groupErrs {
+		if gerr != nil {
+			avail = avail.Without(i)
+			c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "GroupUnavailable", "Place",
+				"group %d (%s) is left out of the split: %v", i+1, p.strategy.Groups[i].Key(), gerr)
+		}
+	}
+
+	unlock := c.locks.lock(key)
+	defer unlock()
+	counts, err := c.count(ctx, pod.Namespace, key, p)
+	if err != nil {
+		return c.release(ctx, pod, ReasonError, err)
+	}
+	g := p.method.Next(counts, avail)
+	if g < 0 {
+		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "NoGroupAvailable", "Place", "no group of the strategy can be served; pods are placed without apportion")
+		return c.release(ctx, pod, ReasonNoGroup, nil)
+	}
+	d := decision.Decision{
+		Group:       p.strategy.Groups[g],
+		NodePool:    choices[g].PoolName(),
+		Tolerations: choices[g].Tolerations,
+		Preferred:   info.Preferred,
+		Record:      decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Reason: "quota"},
+	}
+	patched := pod.DeepCopy()
+	decision.Apply(patched, d)
+	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		if apierrors.IsConflict(err) {
+			// The cache is behind this pod (or the janitor released it):
+			// decide again from the fresh object.
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+		metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "error").Inc()
+		return reconcile.Result{}, fmt.Errorf("patching pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	c.ledger.record(pod.UID, d.Group.Key(), c.clock.Now())
+	metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "placed").Inc()
+	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
+	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
+	return reconcile.Result{}, nil
+}
+
+// count tallies the decided, live pods of one revision per group: from the
+// cache, plus the ledger for pods whose decision the cache has not shown.
+func (c *Controller) count(ctx context.Context, namespace, key string, p *parsed) ([]int64, error) {
+	var pods corev1.PodList
+	if err := c.kubeClient.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{IndexOwnerKey: key}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	counts := make([]int64, len(p.strategy.Groups))
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			c.ledger.forget(pod.UID)
+			continue
+		}
+		group, ok := pod.Annotations[annotations.Group]
+		if ok {
+			c.ledger.forget(pod.UID)
+		} else if group, ok = c.ledger.get(pod.UID); !ok {
+			continue
+		}
+		if gi, known := p.index[group]; known {
+			counts[gi]++
+		}
+	}
+	return counts, nil
+}
+
+func (c *Controller) parse(raw string) *parsed {
+	if v, ok := c.strategies.Load(raw); ok {
+		return v.(*parsed)
+	}
+	p := &parsed{}
+	if p.strategy, p.err = strategy.Parse(raw); p.err == nil {
+		p.method, p.err = plan.Method(p.strategy)
+		p.hash = decision.StrategyHash(p.strategy)
+		p.index = make(map[string]int, len(p.strategy.Groups))
+		for i, k := range p.strategy.Keys() {
+			p.index[k] = i
+		}
+	}
+	c.strategies.Store(raw, p)
+	return p
+}
+
+// release removes the gate without a decision: the pod schedules as if
+// apportion were not installed.
+func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string, cause error) (reconcile.Result, error) {
+	if cause != nil {
+		log.FromContext(ctx).Error(cause, "releasing pod without a decision", "reason", reason)
+	} else {
+		log.FromContext(ctx).V(1).Info("releasing pod without a decision", "reason", reason)
+	}
+	if err := Release(ctx, c.kubeClient, pod); err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	metrics.ReleasedTotal.WithLabelValues(reason).Inc()
+	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
+	return reconcile.Result{}, nil
+}
+
+// Release removes the placement gate from pod with an optimistic lock, so it
+// never races a concurrent decision.
+func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod) error {
+	patched := pod.DeepCopy()
+	decision.RemoveGate(patched)
+	return kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
+}

@@ -1,0 +1,181 @@
+package placement_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+
+var now = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	client   client.Client
+	recorder *events.FakeRecorder
+	ctrl     *placement.Controller
+	clock    *clocktesting.FakeClock
+	rs       *appsv1.ReplicaSet
+}
+
+func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...client.Object) *fixture {
+	t.Helper()
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid", Annotations: deployAnnotations}}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "deploy-uid", Controller: ptr.To(true)}}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(append(objs, deploy, rs)...).
+		WithIndex(&corev1.Pod{}, placement.IndexOwnerKey, func(o client.Object) []string {
+			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
+				return []string{k}
+			}
+			return nil
+		}).Build()
+	f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs}
+	f.ctrl = placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, 30*time.Second)
+	return f
+}
+
+func (f *fixture) gatedPod(t *testing.T, i int, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "web", Name: fmt.Sprintf("nginx-abc-%03d", i), UID: types.UID(fmt.Sprintf("pod-%d", i)),
+		CreationTimestamp: metav1.NewTime(now),
+		Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
+		OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs-uid", Controller: ptr.To(true)}},
+	}, Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	for _, m := range mutate {
+		m(pod)
+	}
+	if err := f.client.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func (f *fixture) reconcile(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	var fresh corev1.Pod
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ctrl.Reconcile(ctx, &fresh); err != nil {
+		t.Fatalf("reconcile %s: %v", pod.Name, err)
+	}
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
+		t.Fatal(err)
+	}
+	return &fresh
+}
+
+func nodePool(name string, weight int32, capacityType string) *karpv1.NodePool {
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	np.Spec.Weight = &weight
+	np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{
+		Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{capacityType}}}
+	return np
+}
+
+func TestSeed004PlacesExactly(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.LegacyStrategy: seed004},
+		nodePool("od", 10, "on-demand"), nodePool("od-low", 1, "on-demand"), nodePool("spot", 5, "spot"))
+	s, _ := strategy.Parse(seed004)
+	want, _ := plan.Compute(s, 10)
+	for i := 0; i < 10; i++ {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if len(pod.Spec.SchedulingGates) != 0 {
+			t.Fatalf("pod %d still gated", i)
+		}
+		wantGroup := want.Groups[want.Sequence[i]]
+		if got := pod.Annotations[annotations.Group]; got != wantGroup {
+			t.Fatalf("pod %d: group %q, want %q (sequence %v)", i, got, wantGroup, want.Sequence)
+		}
+		wantPool := map[string]string{"karpenter.sh/capacity-type=on-demand": "od", "karpenter.sh/capacity-type=spot": "spot"}[wantGroup]
+		if pod.Annotations[annotations.NodePool] != wantPool {
+			t.Errorf("pod %d: nodepool %q, want %q", i, pod.Annotations[annotations.NodePool], wantPool)
+		}
+		terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 || terms[0].MatchExpressions[1].Values[0] != wantPool {
+			t.Errorf("pod %d: terms %+v", i, terms)
+		}
+	}
+}
+
+func TestReleasesWithoutStrategyOrWhenInvalid(t *testing.T) {
+	for name, ann := range map[string]map[string]string{
+		"no strategy":      nil,
+		"invalid strategy": {annotations.Strategy: "a=b,weight=x"},
+		"opted out":        {annotations.Strategy: seed004, annotations.Skip: "true"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, ann, nodePool("od", 10, "on-demand"))
+			pod := f.reconcile(t, f.gatedPod(t, 0))
+			if len(pod.Spec.SchedulingGates) != 0 || pod.Annotations[annotations.Group] != "" || pod.Spec.Affinity != nil {
+				t.Errorf("pod not released unchanged: gates %v, annotations %v, affinity %v", pod.Spec.SchedulingGates, pod.Annotations, pod.Spec.Affinity)
+			}
+		})
+	}
+}
+
+func TestUnservedGroupIsLeftOutWithEvent(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("spot", 5, "spot"))
+	for i := 0; i < 4; i++ {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if pod.Annotations[annotations.Group] != "karpenter.sh/capacity-type=spot" {
+			t.Fatalf("pod %d went to %q; on-demand has no NodePool", i, pod.Annotations[annotations.Group])
+		}
+	}
+	select {
+	case e := <-f.recorder.Events:
+		if e == "" {
+			t.Error("empty event")
+		}
+	default:
+		t.Error("no Warning event for the unserved group")
+	}
+}
+
+func TestUserConstraintsAreKept(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	pod := f.reconcile(t, f.gatedPod(t, 0, func(p *corev1.Pod) {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "linux"}
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+			}}}}
+	}))
+	terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 2 || pod.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Fatalf("user constraints lost: %+v %v", terms, pod.Spec.NodeSelector)
+	}
+	for _, term := range terms {
+		if len(term.MatchExpressions) != 3 || term.MatchExpressions[0].Key != "topology.kubernetes.io/zone" {
+			t.Errorf("term %+v: want the user's expression ANDed with the decision", term)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+// Capacity answers, for each group of a strategy, whether it can be served
+// and how: by a NodePool (Karpenter mode) or by existing nodes carrying the
+// group's labels (node-label mode, for clusters without Karpenter).
+type Capacity interface {
+	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod) ([]catalog.Choice, []error, error)
+}
+
+// NodePoolCapacity serves groups from the cached NodePools. The catalog is
+// rebuilt only when a NodePool changed (their resourceVersions differ).
+type NodePoolCapacity struct {
+	Reader client.Reader
+
+	mu      sync.Mutex
+	version string
+	current *catalog.Catalog
+}
+
+func (n *NodePoolCapacity) snapshot(ctx context.Context) (*catalog.Catalog, error) {
+	var list karpv1.NodePoolList
+	if err := n.Reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing nodepools: %w", err)
+	}
+	var b strings.Builder
+	for i := range list.Items {
+		b.WriteString(list.Items[i].Name)
+		b.WriteByte('@')
+		b.WriteString(list.Items[i].ResourceVersion)
+		b.WriteByte(',')
+	}
+	version := b.String()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.current == nil || version != n.version {
+		pools := make([]*karpv1.NodePool, len(list.Items))
+		for i := range list.Items {
+			pools[i] = list.Items[i].DeepCopy()
+		}
+		n.current, n.version = catalog.New(pools), version
+	}
+	return n.current, nil
+}
+
+// Choose implements Capacity: errs[i] says why group i cannot be served.
+func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod) ([]catalog.Choice, []error, error) {
+	cat, err := n.snapshot(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	choices := make([]catalog.Choice, len(s.Groups))
+	errs := make([]error, len(s.Groups))
+	for i, g := range s.Groups {
+		choices[i], errs[i] = cat.Select(g.Selector(), pod)
+	}
+	return choices, errs, nil
+}
+
+// NodeLabelCapacity serves a group when some node carries all its labels.
+// It is the mode for clusters without the NodePool CRD (managed node groups,
+// as in seed 000). It reads node metadata from the cache.
+type NodeLabelCapacity struct {
+	Reader client.Reader
+}
+
+// Choose implements Capacity; choices carry no pool.
+func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ *corev1.Pod) ([]catalog.Choice, []error, error) {
+	var nodes metav1.PartialObjectMetadataList
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := n.Reader.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	choices := make([]catalog.Choice, len(s.Groups))
+	errs := make([]error, len(s.Groups))
+	for i, g := range s.Groups {
+		sel := labels.SelectorFromSet(g.Selector())
+		found := false
+		for j := range nodes.Items {
+			if sel.Matches(labels.Set(nodes.Items[j].Labels)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			errs[i] = fmt.Errorf("no node has the labels %s", g.Key())
+		}
+	}
+	return choices, errs, nil
+}

@@ -1,0 +1,145 @@
+// Package decision writes a placement decision into a pod: the node affinity
+// for the group's labels, the NodePool and the architectures, ANDed into every
+// required term the user wrote (or as a preferred term in preferred mode),
+// the tolerations an opted-in NodePool needs, the decision annotations, and
+// the removal of the placement gate. It is pure: it edits a pod object, and
+// the caller sends the change. Every edit is one the API server allows on a
+// pod held by a scheduling gate (additions to nodeSelectorTerms, tolerations
+// and preferred terms; removal of a gate).
+package decision
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+// PreferredWeight is the weight of the preferred term written in preferred
+// mode: the highest, so it outranks the user's own preferences.
+const PreferredWeight = 100
+
+// Decision is what the placement controller decided for one pod.
+type Decision struct {
+	// Group is the chosen strategy group.
+	Group strategy.Group
+	// NodePool is the pool serving the group; empty in node-label mode.
+	NodePool string
+	// Architectures the pod's images can run on; empty when unknown.
+	Architectures []string
+	// Tolerations the pod must gain for NodePool.
+	Tolerations []corev1.Toleration
+	// Preferred writes a preferred term instead of required ones.
+	Preferred bool
+	// Record is written as the apportion.dev/decision annotation.
+	Record Record
+}
+
+// Record is the small JSON kept on the pod to explain the decision.
+type Record struct {
+	// Strategy is a short hash of the canonical strategy the decision used.
+	Strategy string `json:"strategy"`
+	// Revision is the workload revision (pod-template-hash or
+	// controller-revision-hash) the pod was counted in.
+	Revision string `json:"revision,omitempty"`
+	// Counts are the pods per group (strategy order) seen before this one.
+	Counts []int64 `json:"counts"`
+	// Reason says how the group was chosen.
+	Reason string `json:"reason"`
+}
+
+// StrategyHash is the short, stable identity of a strategy used in records.
+func StrategyHash(s *strategy.Strategy) string {
+	sum := sha256.Sum256([]byte(s.String()))
+	return hex.EncodeToString(sum[:6])
+}
+
+// Requirements are the node selector requirements that express d.
+func (d Decision) Requirements() []corev1.NodeSelectorRequirement {
+	reqs := make([]corev1.NodeSelectorRequirement, 0, len(d.Group.Labels)+2)
+	for _, l := range d.Group.Labels {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: l.Key, Operator: corev1.NodeSelectorOpIn, Values: []string{l.Value}})
+	}
+	if len(d.Architectures) > 0 {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: slices.Clone(d.Architectures)})
+	}
+	if d.NodePool != "" {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: karpv1.NodePoolLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{d.NodePool}})
+	}
+	return reqs
+}
+
+// Apply writes d into pod and removes the placement gate. pod is modified in
+// place; callers pass a copy of the cached object.
+func Apply(pod *corev1.Pod, d Decision) {
+	reqs := d.Requirements()
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if d.Preferred {
+		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
+			corev1.PreferredSchedulingTerm{Weight: PreferredWeight, Preference: corev1.NodeSelectorTerm{MatchExpressions: reqs}})
+	} else {
+		if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+			na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+		}
+		// Terms are ORed: adding the decision to every term keeps the
+		// user's alternatives and makes each of them honour the decision.
+		terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		for i := range terms {
+			terms[i].MatchExpressions = append(terms[i].MatchExpressions, slices.Clone(reqs)...)
+		}
+	}
+	for _, t := range d.Tolerations {
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+		}
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[annotations.Group] = d.Group.Key()
+	if d.NodePool != "" {
+		pod.Annotations[annotations.NodePool] = d.NodePool
+	}
+	if len(d.Architectures) > 0 {
+		pod.Annotations[annotations.Architectures] = strings.Join(d.Architectures, ",")
+	}
+	rec, _ := json.Marshal(d.Record) // a struct of strings and ints cannot fail to marshal
+	pod.Annotations[annotations.Decision] = string(rec)
+	RemoveGate(pod)
+}
+
+// RemoveGate drops the placement gate, leaving any other gates.
+func RemoveGate(pod *corev1.Pod) {
+	pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == annotations.PlacementGate
+	})
+	if len(pod.Spec.SchedulingGates) == 0 {
+		pod.Spec.SchedulingGates = nil
+	}
+}
+
+// HasGate reports whether the pod is held by the placement gate.
+func HasGate(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == annotations.PlacementGate
+	})
+}
+
+// Decided reports whether the pod already carries a decision.
+func Decided(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[annotations.Group]
+	return ok
+}

@@ -1,0 +1,70 @@
+// Package metrics defines apportion's Prometheus collectors. They live on
+// controller-runtime's registry, served by the manager's metrics endpoint next
+// to the built-in controller and webhook metrics (which are not duplicated
+// here). Register adds them; nothing is registered at import time.
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+const (
+	namespace = "apportion"
+
+	// Label names.
+	LabelResult   = "result"
+	LabelGroup    = "group"
+	LabelNodePool = "nodepool"
+	LabelReason   = "reason"
+)
+
+var (
+	// AdmissionTotal counts pod admissions by result: gated, skipped,
+	// invalid (bad strategy, admitted unchanged), no_leader, error.
+	AdmissionTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "admission", Name: "pods_total",
+		Help: "Pod admissions by result. Labels: result.",
+	}, []string{LabelResult})
+	// AdmissionSeconds is the server-side time of the pod mutator.
+	AdmissionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "admission", Name: "duration_seconds",
+		Help:    "Time spent deciding a pod admission, server side.",
+		Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05},
+	})
+	// DecisionsTotal counts placement decisions by group, NodePool and result
+	// (placed, released, error).
+	DecisionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "placement", Name: "decisions_total",
+		Help: "Placement decisions. Labels: group, nodepool, result.",
+	}, []string{LabelGroup, LabelNodePool, LabelResult})
+	// GateWaitSeconds is the time from pod creation to the gate's removal.
+	GateWaitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "placement", Name: "gate_wait_seconds",
+		Help:    "Time a pod spent held by the placement gate.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+	})
+	// ReleasedTotal counts pods released without a decision, by reason
+	// (timeout, no_strategy, invalid_strategy, no_group, error, ...).
+	ReleasedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "placement", Name: "released_total",
+		Help: "Pods whose gate was removed without a decision. Labels: reason.",
+	}, []string{LabelReason})
+	// DeletionCostPatchesTotal counts pod-deletion-cost updates.
+	DeletionCostPatchesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "deletioncost", Name: "patches_total",
+		Help: "Pod deletion cost annotations written.",
+	})
+)
+
+var once sync.Once
+
+// Register adds the collectors to controller-runtime's registry; safe to call
+// more than once.
+func Register() {
+	once.Do(func() {
+		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, DeletionCostPatchesTotal)
+	})
+}

@@ -1,0 +1,174 @@
+// Package operator assembles `apportion webhook`: one controller-runtime
+// manager with the admission webhooks, the placement controller (leader
+// only), the gate janitor (every replica) and the deletion-cost controller
+// (leader only), informer caches trimmed to what they need, metrics and
+// health endpoints.
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
+	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/options"
+	apwebhook "github.com/apportion-dev/apportion/pkg/webhook"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// NodePoolGVK is Karpenter's NodePool.
+var NodePoolGVK = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}
+
+// Scheme holds the built-in kinds and Karpenter's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	gv := NodePoolGVK.GroupVersion()
+	s.AddKnownTypes(gv, &karpv1.NodePool{}, &karpv1.NodePoolList{})
+	metav1.AddToGroupVersion(s, gv)
+	return s, nil
+}
+
+// Run starts the manager and blocks until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
+	scheme, err := Scheme()
+	if err != nil {
+		return fmt.Errorf("building scheme: %w", err)
+	}
+	hostname, _ := os.Hostname()
+	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
+	tlsMin := func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.SystemNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+			TLSOpts: []func(*tls.Config){tlsMin},
+		}),
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Transform: StripPod},
+				// Only the placement Lease: nodes' Leases are many.
+				&coordinationv1.Lease{}: {
+					Namespaces: map[string]cache.Config{o.SystemNamespace: {}},
+					Field:      fields.OneTermEqualSelector("metadata.name", o.LeaderElectionID),
+				},
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	metrics.Register()
+	logger := log.FromContext(ctx)
+	clk := clock.RealClock{}
+	recorder := mgr.GetEventRecorder("apportion")
+
+	var capacity placement.Capacity = &placement.NodePoolCapacity{Reader: mgr.GetClient()}
+	if _, err := mgr.GetRESTMapper().RESTMapping(NodePoolGVK.GroupKind(), NodePoolGVK.Version); meta.IsNoMatchError(err) {
+		logger.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
+		capacity = &placement.NodeLabelCapacity{Reader: mgr.GetClient()}
+	} else if err != nil {
+		return fmt.Errorf("discovering the NodePool API: %w", err)
+	}
+	// Start the metadata informers now, so the first admission does not
+	// wait for them.
+	for _, gvk := range []schema.GroupVersionKind{workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK} {
+		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			logger.Info("workload kind not served, not followed", "kind", gvk.Kind)
+			continue
+		}
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(gvk)
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("starting %s informer: %w", gvk.Kind, err)
+		}
+	}
+
+	for _, c := range []interface {
+		Register(context.Context, ctrl.Manager) error
+	}{
+		placement.NewController(clk, mgr.GetClient(), recorder, capacity, o.GateTimeout),
+		gatejanitor.NewController(clk, mgr.GetClient(), recorder, o.GateTimeout),
+		deletioncost.NewController(mgr.GetClient()),
+	} {
+		if err := c.Register(ctx, mgr); err != nil {
+			return fmt.Errorf("registering controller: %w", err)
+		}
+	}
+
+	hooks := mgr.GetWebhookServer()
+	hooks.Register(apwebhook.PodMutatorPath, &webhook.Admission{Handler: &apwebhook.PodMutator{
+		Reader:   mgr.GetClient(),
+		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Disabled: !o.LeaderElect},
+		Recorder: recorder,
+		Excluded: sets.New(o.Excluded()...),
+		Decoder:  admission.NewDecoder(scheme),
+	}})
+	hooks.Register(apwebhook.WorkloadValidatorPath, &webhook.Admission{Handler: apwebhook.WorkloadValidator{}})
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", hooks.StartedChecker()); err != nil {
+		return err
+	}
+	logger.Info("starting", "identity", hostname, "leaderElection", o.LeaderElect, "gateTimeout", o.GateTimeout.String())
+	return mgr.Start(ctx)
+}
+
+// StripPod keeps only what placement and counting read from a pod: metadata,
+// the scheduling fields a decision edits, and the phase. Containers, volumes
+// and status details are dropped, which is most of a pod's size.
+func StripPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	pod.ManagedFields = nil
+	pod.Spec = corev1.PodSpec{
+		NodeName:        pod.Spec.NodeName,
+		NodeSelector:    pod.Spec.NodeSelector,
+		Affinity:        pod.Spec.Affinity,
+		Tolerations:     pod.Spec.Tolerations,
+		SchedulingGates: pod.Spec.SchedulingGates,
+	}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
+	return pod, nil
+}

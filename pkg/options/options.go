@@ -1,0 +1,125 @@
+// Package options holds the flags of `apportion webhook`: one struct, kebab-case
+// flags, each with an UPPER_SNAKE environment variable as its default, all
+// validated at start-up.
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configure the webhook process.
+type Options struct {
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	WebhookHost            string
+	WebhookPort            int
+	CertDir                string
+	LeaderElect            bool
+	LeaderElectionID       string
+	SystemNamespace        string
+	LeaseDuration          time.Duration
+	RenewDeadline          time.Duration
+	RetryPeriod            time.Duration
+	GateTimeout            time.Duration
+	ExcludedNamespaces     []string
+	LogLevel               string
+
+	envErrs []error
+}
+
+// AddFlags registers the flags; defaults come from the environment.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", env("METRICS_BIND_ADDRESS", ":8080"), "address of the Prometheus metrics endpoint; \"0\" disables it")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", env("HEALTH_PROBE_BIND_ADDRESS", ":8081"), "address of /healthz and /readyz")
+	fs.StringVar(&o.WebhookHost, "webhook-host", env("WEBHOOK_HOST", ""), "address the webhook server listens on (empty: all)")
+	fs.IntVar(&o.WebhookPort, "webhook-port", o.envInt("WEBHOOK_PORT", 9443), "port of the webhook server")
+	fs.StringVar(&o.CertDir, "cert-dir", env("CERT_DIR", "/tmp/k8s-webhook-server/serving-certs"), "directory with tls.crt and tls.key, reloaded when they change")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.envBool("LEADER_ELECT", true), "elect one placement leader among replicas")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", env("LEADER_ELECTION_ID", "apportion-placement"), "name of the leader election Lease")
+	fs.StringVar(&o.SystemNamespace, "system-namespace", env("SYSTEM_NAMESPACE", "kube-system"), "namespace of the Lease and of apportion itself (never mutated)")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.envDuration("LEASE_DURATION", 15*time.Second), "leader lease duration: how long a dead leader blocks a takeover")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.envDuration("RENEW_DEADLINE", 10*time.Second), "how long the leader retries renewing before it steps down")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.envDuration("RETRY_PERIOD", 2*time.Second), "interval between leader election attempts")
+	fs.DurationVar(&o.GateTimeout, "gate-timeout", o.envDuration("GATE_TIMEOUT", 30*time.Second), "release a pod held this long without a decision")
+	fs.Func("excluded-namespaces", "comma-separated namespaces whose pods are never touched (default kube-system; the system namespace is always excluded)", func(v string) error {
+		o.ExcludedNamespaces = splitList(v)
+		return nil
+	})
+	o.ExcludedNamespaces = splitList(env("EXCLUDED_NAMESPACES", "kube-system"))
+	fs.StringVar(&o.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info or error")
+}
+
+// Validate checks the options after parsing.
+func (o *Options) Validate() error {
+	errs := append([]error(nil), o.envErrs...)
+	if o.WebhookPort <= 0 || o.WebhookPort > 65535 {
+		errs = append(errs, fmt.Errorf("--webhook-port must be in 1..65535, got %d", o.WebhookPort))
+	}
+	if o.GateTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--gate-timeout must be positive, got %s", o.GateTimeout))
+	}
+	if o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("need --lease-duration (%s) > --renew-deadline (%s) > --retry-period (%s) > 0", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+	}
+	if o.SystemNamespace == "" || o.LeaderElectionID == "" {
+		errs = append(errs, errors.New("--system-namespace and --leader-election-id must not be empty"))
+	}
+	switch o.LogLevel {
+	case "debug", "info", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level must be debug, info or error, got %q", o.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// Excluded is the set of namespaces never mutated, the system namespace
+// included.
+func (o *Options) Excluded() []string {
+	return append(append([]string(nil), o.ExcludedNamespaces...), o.SystemNamespace)
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+// envParse reads key with parse, or returns def when unset; a value that
+// does not parse is kept as an error for Validate.
+func envParse[T any](o *Options, key string, def T, parse func(string) (T, error)) T {
+	raw, ok := os.LookupEnv(key)
+	if !ok {
+		return def
+	}
+	v, err := parse(raw)
+	if err != nil {
+		o.envErrs = append(o.envErrs, fmt.Errorf("environment variable %s=%q: %w", key, raw, err))
+		return def
+	}
+	return v
+}
+
+func (o *Options) envInt(key string, def int) int { return envParse(o, key, def, strconv.Atoi) }
+
+func (o *Options) envBool(key string, def bool) bool { return envParse(o, key, def, strconv.ParseBool) }
+
+func (o *Options) envDuration(key string, def time.Duration) time.Duration {
+	return envParse(o, key, def, time.ParseDuration)
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,40 @@
+package webhook
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LeaseLiveness tells whether a placement leader is alive: its Lease was
+// renewed within the lease duration. Pods are gated only while it is, so a
+// cluster without a working placement controller never holds pods.
+type LeaseLiveness struct {
+	Reader    client.Reader
+	Clock     clock.PassiveClock
+	Namespace string
+	Name      string
+	// Disabled means there is no election: this process places pods itself
+	// and is alive as long as it serves.
+	Disabled bool
+}
+
+// Alive reads the Lease from the cache: no API call.
+func (l *LeaseLiveness) Alive(ctx context.Context) bool {
+	if l.Disabled {
+		return true
+	}
+	var lease coordinationv1.Lease
+	if err := l.Reader.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, &lease); err != nil {
+		return false
+	}
+	s := lease.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return false
+	}
+	expiry := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
+	return l.Clock.Now().Before(expiry)
+}

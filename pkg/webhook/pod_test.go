@@ -1,0 +1,190 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+type alive bool
+
+func (a alive) Alive(context.Context) bool { return bool(a) }
+
+const good = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+
+func newMutator(t testing.TB, leader bool, deployAnnotations map[string]string) *PodMutator {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := appsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: deployAnnotations}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "s1", Annotations: map[string]string{annotations.Strategy: good}}},
+	}
+	return &PodMutator{
+		Reader:   fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(),
+		Leader:   alive(leader),
+		Recorder: events.NewFakeRecorder(10),
+		Excluded: sets.New("kube-system"),
+		Decoder:  admission.NewDecoder(scheme),
+	}
+}
+
+func rsPod(mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "nginx-abc-", Labels: map[string]string{"pod-template-hash": "abc"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs1", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func request(t testing.TB, namespace string, pod *corev1.Pod) admission.Request {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "u", Operation: admissionv1.Create, Namespace: namespace,
+		Kind:   metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Object: runtime.RawExtension{Raw: raw},
+	}}
+}
+
+func TestPodMutator(t *testing.T) {
+	gatePatch := `[{"op":"add","path":"/spec/schedulingGates","value":[{"name":"apportion.dev/placement"}]}]`
+	for _, tc := range []struct {
+		name       string
+		leader     bool
+		deployAnn  map[string]string
+		namespace  string
+		pod        *corev1.Pod
+		wantPatch  string // "" means admitted unchanged
+		wantWarned bool
+	}{
+		{name: "strategy on the Deployment: gated", leader: true, deployAnn: map[string]string{annotations.LegacyStrategy: good}, pod: rsPod(), wantPatch: gatePatch},
+		{name: "strategy on the pod template: gated", leader: true, pod: rsPod(func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Strategy: good} }), wantPatch: gatePatch},
+		{name: "StatefulSet pod: gated", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "StatefulSet", "db", "s1"
+		}), wantPatch: gatePatch},
+		{name: "ReplicaSet not cached yet: gated, the controller decides", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "nginx-new", "rs2"
+		}), wantPatch: gatePatch},
+		{name: "no strategy", leader: true, pod: rsPod()},
+		{name: "no leader alive", leader: false, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod()},
+		{name: "invalid strategy: warning, unchanged", leader: true, deployAnn: map[string]string{annotations.Strategy: "a=b,weight=x"}, pod: rsPod(), wantWarned: true},
+		{name: "excluded namespace", leader: true, namespace: "kube-system", deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod()},
+		{name: "opted out pod", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Skip: "true"} })},
+		{name: "opted out workload", leader: true, deployAnn: map[string]string{annotations.Strategy: good, annotations.Skip: "true"}, pod: rsPod()},
+		{name: "DaemonSet pod", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Strategy: good}
+			p.OwnerReferences[0].Kind = "DaemonSet"
+		})},
+		{name: "mirror pod", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Strategy: good, MirrorPodAnnotation: "x"}
+		})},
+		{name: "pod with nodeName", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) { p.Spec.NodeName = "n1" })},
+		{name: "already decided (reinvocation)", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Group: "karpenter.sh/capacity-type=spot"}
+		})},
+		{name: "already gated (reinvocation)", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+		})},
+		{name: "bare pod", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.OwnerReferences = nil
+			p.Annotations = map[string]string{annotations.Strategy: good}
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMutator(t, tc.leader, tc.deployAnn)
+			ns := tc.namespace
+			if ns == "" {
+				ns = "web"
+			}
+			resp := m.Handle(context.Background(), request(t, ns, tc.pod))
+			if !resp.Allowed {
+				t.Fatalf("pod denied: %+v", resp.Result)
+			}
+			patch, _ := json.Marshal(resp.Patches)
+			if len(resp.Patches) == 0 {
+				patch = nil
+			}
+			if string(patch) != tc.wantPatch {
+				t.Errorf("patch = %s, want %q", patch, tc.wantPatch)
+			}
+			if warned := len(resp.Warnings) > 0; warned != tc.wantWarned {
+				t.Errorf("warnings = %q, want warned=%v", resp.Warnings, tc.wantWarned)
+			}
+			if tc.wantWarned && !strings.Contains(resp.Warnings[0], `group 1, item 2 "weight=x"`) {
+				t.Errorf("warning %q does not carry the parser's message", resp.Warnings[0])
+			}
+		})
+	}
+}
+
+func TestPodMutatorUndecodableAdmits(t *testing.T) {
+	m := newMutator(t, true, nil)
+	req := request(t, "web", rsPod())
+	req.Object.Raw = []byte("{not json")
+	if resp := m.Handle(context.Background(), req); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("undecodable pod: %+v", resp)
+	}
+}
+
+func TestWorkloadValidator(t *testing.T) {
+	for _, tc := range []struct {
+		obj     string
+		allowed bool
+		msg     string
+	}{
+		{`{"metadata":{"annotations":{"apportion.dev/strategy":"` + good + `"}}}`, true, ""},
+		{`{"metadata":{}}`, true, ""},
+		{`{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"custom-pod-schedule-strategy":"a=b:c=d"}}}}}`, false,
+			"spec.template.metadata.annotations[custom-pod-schedule-strategy]: invalid strategy: every group has weight 0"},
+		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1::"}}}`, false, "invalid strategy: group 2: group is empty"},
+	} {
+		req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(tc.obj)}}}
+		resp := WorkloadValidator{}.Handle(context.Background(), req)
+		if resp.Allowed != tc.allowed || (tc.msg != "" && !strings.Contains(resp.Result.Message, tc.msg)) {
+			t.Errorf("%s: allowed=%v %+v, want allowed=%v message containing %q", tc.obj, resp.Allowed, resp.Result, tc.allowed, tc.msg)
+		}
+	}
+}
+
+func BenchmarkPodMutator(b *testing.B) {
+	m := newMutator(b, true, map[string]string{annotations.Strategy: good})
+	req := request(b, "web", rsPod())
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := m.Handle(ctx, req); len(resp.Patches) != 1 {
+			b.Fatal("not gated")
+		}
+	}
+}

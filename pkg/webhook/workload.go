@@ -1,0 +1,57 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+// WorkloadValidatorPath is where the workload validator is served.
+const WorkloadValidatorPath = "/validate-apportion-workloads"
+
+// WorkloadValidator rejects Deployments, StatefulSets, ReplicaSets and Argo
+// Rollouts whose strategy does not parse, with the parser's message, so that
+// `kubectl apply` fails where the mistake is made. It reads only the
+// annotations of the object and of its pod template, which these four kinds
+// keep at the same paths.
+type WorkloadValidator struct{}
+
+var _ admission.Handler = WorkloadValidator{}
+
+type workloadAnnotations struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		Template struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		} `json:"template"`
+	} `json:"spec"`
+}
+
+// Handle implements admission.Handler.
+func (WorkloadValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	var w workloadAnnotations
+	if err := json.Unmarshal(req.Object.Raw, &w); err != nil {
+		log.FromContext(ctx).Error(err, "decoding workload, admitting it", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name)
+		return admission.Allowed("")
+	}
+	raw, src, ok := strategy.Find(w.Metadata.Annotations, w.Spec.Template.Metadata.Annotations)
+	if !ok {
+		return admission.Allowed("")
+	}
+	if _, err := strategy.Parse(raw); err != nil {
+		return admission.Denied(src.String() + ": " + err.Error())
+	}
+	return admission.Allowed("")
+}

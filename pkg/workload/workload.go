@@ -1,0 +1,169 @@
+// Package workload resolves the workload a pod belongs to (Pod -> ReplicaSet
+// -> Deployment or Argo Rollout; Pod -> StatefulSet; a bare ReplicaSet), the
+// revision it is counted in, and the strategy written on it. It reads only
+// object metadata from the informer caches: everything it needs (owner
+// references, annotations, the revision labels) is metadata, so the caches
+// hold no specs.
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+// Kinds apportion follows, by GroupVersionKind.
+var (
+	ReplicaSetGVK  = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
+	DeploymentGVK  = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	StatefulSetGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
+	DaemonSetGVK   = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}
+	RolloutGVK     = schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Rollout"}
+)
+
+// Revision labels set by the ReplicaSet and StatefulSet controllers.
+const (
+	PodTemplateHashLabel      = "pod-template-hash"
+	ControllerRevisionHashKey = "controller-revision-hash"
+)
+
+// Ref names a workload object.
+type Ref struct {
+	Kind      string
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+func (r Ref) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
+
+// Info is what placement needs to know about a pod's workload.
+type Info struct {
+	// Workload is the object the user wrote the strategy on (the top of
+	// the owner chain apportion follows).
+	Workload Ref
+	// Revision is the pod-template-hash or controller-revision-hash.
+	Revision string
+	// Strategy is the raw strategy text and where it was found; Found is
+	// false when the workload has none.
+	Strategy string
+	Source   strategy.Source
+	Found    bool
+	// Skip is the apportion.dev/skip opt-out, on the pod or the workload.
+	Skip bool
+	// Preferred is apportion.dev/mode: preferred.
+	Preferred bool
+}
+
+// ErrNotCached is returned when an owner is not (yet) in the cache: the
+// caller decides whether to wait or to let the pod go.
+var ErrNotCached = errors.New("owner not in cache")
+
+// OwnerKey is the identity pods are counted under: the controller owner's UID
+// and, for StatefulSets (one owner for every revision), the revision. For
+// Deployments and Rollouts each revision is its own ReplicaSet, so the
+// ReplicaSet's UID is already per revision. Empty for pods apportion does not
+// follow.
+func OwnerKey(pod *corev1.Pod) string {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return ""
+	}
+	switch owner.Kind {
+	case ReplicaSetGVK.Kind:
+		return string(owner.UID)
+	case StatefulSetGVK.Kind:
+		return string(owner.UID) + "/" + pod.Labels[ControllerRevisionHashKey]
+	}
+	return ""
+}
+
+// IsDaemonSetPod reports whether a DaemonSet controls the pod.
+func IsDaemonSetPod(pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOf(pod)
+	return owner != nil && owner.Kind == DaemonSetGVK.Kind
+}
+
+// Resolve follows the pod's owners through the metadata caches. namespace is
+// the pod's namespace as the admission request gives it (a pod being created
+// with generateName may not carry it yet). It returns ErrNotCached when an
+// owner is missing from the cache, and (nil, nil) for pods without a
+// workload apportion follows.
+func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod) (*Info, error) {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return nil, nil
+	}
+	var top *metav1.PartialObjectMetadata
+	info := &Info{}
+	switch owner.Kind {
+	case ReplicaSetGVK.Kind:
+		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
+		if err != nil {
+			return nil, err
+		}
+		info.Revision = pod.Labels[PodTemplateHashLabel]
+		top = rs
+		if up := metav1.GetControllerOfNoCopy(rs); up != nil {
+			switch {
+			case up.Kind == DeploymentGVK.Kind && strings.HasPrefix(up.APIVersion, "apps/"):
+				if top, err = get(ctx, r, DeploymentGVK, namespace, up.Name, up.UID); err != nil {
+					return nil, err
+				}
+			case up.Kind == RolloutGVK.Kind && strings.HasPrefix(up.APIVersion, "argoproj.io/"):
+				if top, err = get(ctx, r, RolloutGVK, namespace, up.Name, up.UID); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case StatefulSetGVK.Kind:
+		sts, err := get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
+		if err != nil {
+			return nil, err
+		}
+		info.Revision = pod.Labels[ControllerRevisionHashKey]
+		top = sts
+	default:
+		return nil, nil
+	}
+	info.Workload = Ref{Kind: top.Kind, Namespace: namespace, Name: top.Name, UID: top.UID}
+	// The pod's own annotations are its template's: the template level.
+	info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
+	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip])
+	mode := top.Annotations[annotations.Mode]
+	if m, ok := pod.Annotations[annotations.Mode]; ok {
+		mode = m
+	}
+	info.Preferred = strings.EqualFold(strings.TrimSpace(mode), annotations.ModePreferred)
+	return info, nil
+}
+
+func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s %s/%s", ErrNotCached, gvk.Kind, namespace, name)
+		}
+		return nil, fmt.Errorf("getting %s %s/%s: %w", gvk.Kind, namespace, name, err)
+	}
+	if uid != "" && obj.UID != uid {
+		// A newer object with the same name: the pod's owner is gone.
+		return nil, fmt.Errorf("%w: %s %s/%s has uid %s, the pod's owner %s", ErrNotCached, gvk.Kind, namespace, name, obj.UID, uid)
+	}
+	obj.SetGroupVersionKind(gvk)
+	return obj, nil
+}
+
+func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
