@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -100,12 +101,36 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	clk := clock.RealClock{}
 	recorder := mgr.GetEventRecorder("apportion")
 
-	var capacity placement.Capacity = &placement.NodePoolCapacity{Reader: mgr.GetClient()}
+	var capacity placement.Capacity
 	if _, err := mgr.GetRESTMapper().RESTMapping(NodePoolGVK.GroupKind(), NodePoolGVK.Version); meta.IsNoMatchError(err) {
 		logger.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
 		capacity = &placement.NodeLabelCapacity{Reader: mgr.GetClient()}
 	} else if err != nil {
 		return fmt.Errorf("discovering the NodePool API: %w", err)
+	} else {
+		pools := &placement.NodePoolCapacity{Reader: mgr.GetClient()}
+		inf, err := mgr.GetCache().GetInformer(ctx, &karpv1.NodePool{})
+		if err != nil {
+			return fmt.Errorf("starting the NodePool informer: %w", err)
+		}
+		invalidate := func(any) { pools.Invalidate() }
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: invalidate, DeleteFunc: invalidate, UpdateFunc: func(any, any) { pools.Invalidate() },
+		}); err != nil {
+			return fmt.Errorf("watching NodePools: %w", err)
+		}
+		capacity = pools
+	}
+	podInformer, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("starting the pod informer: %w", err)
+	}
+	if err := placement.AddOwnerIndex(podInformer); err != nil {
+		return fmt.Errorf("indexing pods: %w", err)
+	}
+	indexed, ok := podInformer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return fmt.Errorf("pod informer %T exposes no indexer", podInformer)
 	}
 	// Start the metadata informers now, so the first admission does not
 	// wait for them.
@@ -124,7 +149,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	for _, c := range []interface {
 		Register(context.Context, ctrl.Manager) error
 	}{
-		placement.NewController(clk, mgr.GetClient(), recorder, capacity, o.GateTimeout),
+		placement.NewController(clk, mgr.GetClient(), recorder, capacity, placement.IndexerPods{Indexer: indexed.GetIndexer()}, o.GateTimeout),
 		gatejanitor.NewController(clk, mgr.GetClient(), recorder, o.GateTimeout),
 		deletioncost.NewController(mgr.GetClient()),
 	} {

@@ -55,6 +55,7 @@ type Controller struct {
 	clock      clock.Clock
 	recorder   events.EventRecorder
 	capacity   Capacity
+	pods       PodLister
 	gateWait   time.Duration
 
 	ledger     *ledger
@@ -73,8 +74,8 @@ type parsed struct {
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
-func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, gateWait: notCachedWait, ledger: newLedger()}
+func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, pods PodLister, notCachedWait time.Duration) *Controller {
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, pods: pods, gateWait: notCachedWait, ledger: newLedger()}
 }
 
 // Name is the controller's name in logs and metrics.
@@ -213,21 +214,26 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 // count tallies the decided, live pods of one revision per group: from the
 // cache, plus the ledger for pods whose decision the cache has not shown.
 func (c *Controller) count(ctx context.Context, namespace, key string, p *parsed) ([]int64, error) {
-	var pods corev1.PodList
-	if err := c.kubeClient.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{IndexOwnerKey: key}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+	pods, err := c.pods.OwnerPods(ctx, namespace, key)
+	if err != nil {
+		return nil, err
 	}
 	counts := make([]int64, len(p.strategy.Groups))
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	c.ledger.mu.Lock()
+	defer c.ledger.mu.Unlock()
+	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			c.ledger.forget(pod.UID)
+			delete(c.ledger.entries, pod.UID)
 			continue
 		}
 		group, ok := pod.Annotations[annotations.Group]
 		if ok {
-			c.ledger.forget(pod.UID)
-		} else if group, ok = c.ledger.get(pod.UID); !ok {
+			if len(c.ledger.entries) > 0 {
+				delete(c.ledger.entries, pod.UID)
+			}
+		} else if e, recorded := c.ledger.entries[pod.UID]; recorded {
+			group = e.group
+		} else {
 			continue
 		}
 		if gi, known := p.index[group]; known {

@@ -55,7 +55,7 @@ func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...clien
 			return nil
 		}).Build()
 	f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs}
-	f.ctrl = placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, 30*time.Second)
+	f.ctrl = placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, placement.ClientPods{Client: c}, 30*time.Second)
 	return f
 }
 

@@ -3,7 +3,6 @@ package placement
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,37 +23,38 @@ type Capacity interface {
 }
 
 // NodePoolCapacity serves groups from the cached NodePools. The catalog is
-// rebuilt only when a NodePool changed (their resourceVersions differ).
+// built once and rebuilt only after Invalidate (the operator calls it from
+// the NodePool informer's events), so a decision lists no NodePools.
 type NodePoolCapacity struct {
 	Reader client.Reader
 
 	mu      sync.Mutex
-	version string
+	stale   bool
 	current *catalog.Catalog
 }
 
+// Invalidate marks the catalog for a rebuild at the next decision.
+func (n *NodePoolCapacity) Invalidate() {
+	n.mu.Lock()
+	n.stale = true
+	n.mu.Unlock()
+}
+
 func (n *NodePoolCapacity) snapshot(ctx context.Context) (*catalog.Catalog, error) {
-	var list karpv1.NodePoolList
-	if err := n.Reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing nodepools: %w", err)
-	}
-	var b strings.Builder
-	for i := range list.Items {
-		b.WriteString(list.Items[i].Name)
-		b.WriteByte('@')
-		b.WriteString(list.Items[i].ResourceVersion)
-		b.WriteByte(',')
-	}
-	version := b.String()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.current == nil || version != n.version {
-		pools := make([]*karpv1.NodePool, len(list.Items))
-		for i := range list.Items {
-			pools[i] = list.Items[i].DeepCopy()
-		}
-		n.current, n.version = catalog.New(pools), version
+	if n.current != nil && !n.stale {
+		return n.current, nil
 	}
+	var list karpv1.NodePoolList
+	if err := n.Reader.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing nodepools: %w", err)
+	}
+	pools := make([]*karpv1.NodePool, len(list.Items))
+	for i := range list.Items {
+		pools[i] = &list.Items[i]
+	}
+	n.current, n.stale = catalog.New(pools), false
 	return n.current, nil
 }
 

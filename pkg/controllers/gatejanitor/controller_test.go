@@ -1,0 +1,61 @@
+package gatejanitor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+func TestReleasesAfterTimeoutOnly(t *testing.T) {
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)},
+		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "other"}, {Name: annotations.PlacementGate}}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build()
+	clk := clocktesting.NewFakeClock(start.Add(10 * time.Second))
+	rec := events.NewFakeRecorder(5)
+	j := NewController(clk, c, rec, 30*time.Second)
+	ctx := context.Background()
+	get := func() *corev1.Pod {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+
+	res, err := j.Reconcile(ctx, get())
+	if err != nil || res.RequeueAfter != 20*time.Second {
+		t.Fatalf("before the timeout: %+v, %v; want a requeue after 20s", res, err)
+	}
+	if len(get().Spec.SchedulingGates) != 2 {
+		t.Fatal("released before the timeout")
+	}
+	clk.Step(21 * time.Second)
+	if _, err := j.Reconcile(ctx, get()); err != nil {
+		t.Fatal(err)
+	}
+	if gates := get().Spec.SchedulingGates; len(gates) != 1 || gates[0].Name != "other" {
+		t.Fatalf("gates after timeout: %+v, want only the other gate", gates)
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, "Warning PlacementTimeout") {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Error("no Warning event")
+	}
+}

@@ -1,0 +1,202 @@
+package placement_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/internal/memcache"
+	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// readOnly serves reads from the in-memory cache and accepts writes without
+// doing anything: the benchmark measures the decision, not the API server.
+type readOnly struct {
+	client.Client
+	*memcache.Reader
+}
+
+func (r readOnly) Get(ctx context.Context, k client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+	return r.Reader.Get(ctx, k, o, opts...)
+}
+
+func (r readOnly) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	return r.Reader.List(ctx, l, opts...)
+}
+
+func (readOnly) Patch(context.Context, client.Object, client.Patch, ...client.PatchOption) error {
+	return nil
+}
+
+// cachedCluster builds a cache with `workloads` Deployments of `perWorkload`
+// decided pods each (pods stripped as the operator's transform does), and
+// `pools` NodePools.
+func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.Reader, toolscache.Indexer, *corev1.Pod) {
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	if err := placement.AddOwnerIndex(indexer); err != nil {
+		b.Fatal(err)
+	}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := memcache.New(scheme)
+	groups := []string{"karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"}
+	for w := 0; w < workloads; w++ {
+		name := fmt.Sprintf("app-%d", w)
+		dUID, rsUID := types.UID("d-"+name), types.UID("rs-"+name)
+		objs := []client.Object{
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: dUID, Annotations: map[string]string{annotations.Strategy: seed004}}},
+			&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name + "-abc", UID: rsUID,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: dUID, Controller: ptr.To(true)}}}},
+		}
+		for i := 0; i < perWorkload; i++ {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-abc-%d", name, i), UID: types.UID(fmt.Sprintf("%s-%d", name, i)),
+				Labels:          map[string]string{workload.PodTemplateHashLabel: "abc", "app": name},
+				Annotations:     map[string]string{annotations.Group: groups[i%2], annotations.NodePool: "pool-1"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-abc", UID: rsUID, Controller: ptr.To(true)}}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			objs = append(objs, pod)
+		}
+		if err := r.Add(objs...); err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range objs {
+			if err := indexer.Add(o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for p := 0; p < pools; p++ {
+		ct := []string{"on-demand", "spot"}[p%2]
+		np := nodePool(fmt.Sprintf("pool-%d", p), int32(p), ct)
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, karpv1.NodeSelectorRequirementWithMinValues{
+			Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{[]string{"amd64", "arm64"}[p%4/2]}})
+		if err := r.Add(np); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gated := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "app-0-abc-new", UID: "new",
+		Labels:          map[string]string{workload.PodTemplateHashLabel: "abc"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "app-0-abc", UID: "rs-app-0", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	return r, indexer, gated
+}
+
+func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
+	r, indexer, gated := cachedCluster(b, workloads, perWorkload, 50)
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, placement.IndexerPods{Indexer: indexer}, time.Minute)
+	ctx := context.Background()
+	pods := make([]*corev1.Pod, 1024)
+	for i := range pods {
+		pods[i] = gated.DeepCopy()
+		pods[i].UID = types.UID(fmt.Sprintf("new-%d", i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		// A fresh UID each time: the ledger would skip a pod decided before.
+		pod := pods[i%len(pods)]
+		pod.UID = types.UID(fmt.Sprintf("new-%d", i))
+		i++
+		if _, err := c.Reconcile(ctx, pod); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecision10kPods50Pools: 100 Deployments of 100 pods (10,000 pods)
+// and 50 NodePools cached; one decision for a pod of one of them.
+func BenchmarkDecision10kPods50Pools(b *testing.B) { benchmarkDecision(b, 100, 100) }
+
+// BenchmarkDecision10kPodsOneRevision: the worst case, all 10,000 pods in the
+// revision being decided.
+func BenchmarkDecision10kPodsOneRevision(b *testing.B) { benchmarkDecision(b, 1, 10000) }
+
+// BenchmarkMemoryPerCachedPod reports the heap an informer store holds per
+// pod, for a typical Deployment pod as the API server returns it, with and
+// without the operator's transform.
+func BenchmarkMemoryPerCachedPod(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		strip bool
+	}{{"stripped", true}, {"full", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+				if err := placement.AddOwnerIndex(store); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < 10000; i++ {
+					var obj any = typicalPod(i)
+					if tc.strip {
+						obj, _ = operator.StripPod(obj)
+					}
+					if err := store.Add(obj); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/10000, "bytes/pod")
+				runtime.KeepAlive(store)
+			}
+		})
+	}
+}
+
+// typicalPod is a decided Deployment pod with one container, a service
+// account volume, probes and a running status, as a cache would receive it.
+func typicalPod(i int) *corev1.Pod {
+	name := fmt.Sprintf("web-7d9f8c6b5-%05d", i)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(fmt.Sprintf("0b8e2f3a-1c2d-4e5f-8a9b-%012d", i)),
+			ResourceVersion: "123456", CreationTimestamp: metav1.Now(),
+			Labels:          map[string]string{"app": "web", workload.PodTemplateHashLabel: "7d9f8c6b5"},
+			Annotations:     map[string]string{annotations.Group: "karpenter.sh/capacity-type=spot", annotations.NodePool: "spot", annotations.Decision: `{"strategy":"2c1f0e9a8b7d","revision":"7d9f8c6b5","counts":[2,3],"reason":"quota"}`},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9f8c6b5", UID: "rs-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+		},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "web", Image: "public.ecr.aws/nginx/nginx:1.27",
+				Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolTCP}},
+				Env:            []corev1.EnvVar{{Name: "MODE", Value: "production"}, {Name: "LOG_LEVEL", Value: "info"}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstrFromInt(80)}}},
+				VolumeMounts:   []corev1.VolumeMount{{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}},
+			}},
+			Volumes:            []corev1.Volume{{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}}}}}}},
+			NodeName:           "ip-10-0-1-23.ec2.internal",
+			ServiceAccountName: "default",
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "karpenter.sh/capacity-type", Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}}, {Key: "karpenter.sh/nodepool", Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}}}}}}}},
+			Tolerations: []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.1.45", HostIP: "10.0.1.23",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}, {Type: corev1.PodInitialized, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "web", Ready: true, Image: "public.ecr.aws/nginx/nginx:1.27", ImageID: "public.ecr.aws/nginx/nginx@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", ContainerID: "containerd://0123456789abcdef"}},
+		},
+	}
+}
+
+func intstrFromInt(i int) intstr.IntOrString { return intstr.FromInt32(int32(i)) }
