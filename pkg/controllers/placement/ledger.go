@@ -39,12 +39,6 @@ func (l *ledger) get(uid types.UID) (string, bool) {
 	return e.group, ok
 }
 
-func (l *ledger) forget(uid types.UID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.entries, uid)
-}
-
 // expire drops entries older than maxAge.
 func (l *ledger) expire(now time.Time) {
 	l.mu.Lock()
