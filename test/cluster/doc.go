@@ -1,0 +1,56 @@
+// Package cluster runs a real, throw-away Kubernetes control plane for the
+// e2e tests and the demo: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and, on request, Karpenter's kwok provider with the kwok
+// controller, all built by test/tools/build.sh.
+//
+// # One private network namespace
+//
+// Karpenter binds its metrics and health ports on every interface and has no
+// option to change that, and only loopback traffic is allowed on the machines
+// this runs on. So every component runs inside one private network namespace
+// whose only interface is lo: nothing in it can reach, or be reached from, any
+// other address, and two clusters never collide on a port.
+//
+// The namespace is created by the launching process itself (unshare on a
+// locked OS thread, which then returns to the host namespace) and is pinned by
+// an open file descriptor, so no bind mount or named namespace is ever left
+// behind: it disappears with the last process or descriptor that refers to it.
+// Components are started through nsenter(1) on that descriptor; nsenter execs
+// in place, so the pid we hold is the component's own.
+//
+// Reaching the API server:
+//   - from the test process: RESTConfig and Client dial from inside the
+//     namespace (a short setns on a locked thread per connection; the socket
+//     keeps its namespace afterwards), so no port is exposed for them;
+//   - from a process the test starts: Command and StartProcess run it inside
+//     the namespace, where Kubeconfig works as is;
+//   - from the host (kubectl while debugging, the demo): the API server port
+//     is chosen free on the host too, and a forwarder that listens on host
+//     127.0.0.1 and dials into the namespace makes the same Kubeconfig work
+//     there. It runs as a goroutine of the launching process, or, in detached
+//     mode, as a small process that holds both ends.
+//
+// A webhook the API server must call has to listen inside the namespace:
+// start it with Command or StartProcess, or, for a server in the test process,
+// take its listener from Listen. IssueServingCert and CABundle give it a
+// certificate the API server trusts for https://127.0.0.1:PORT.
+//
+// # Shutdown
+//
+// Stop stops processes in the reverse order of their start: extra processes,
+// kwok, Karpenter, scheduler, controller-manager, then the API server (waiting
+// for it to exit: with etcd gone first it ignores SIGTERM), then etcd; each
+// gets SIGTERM, then SIGKILL on its process group after a grace period. Then
+// the run folder goes. The same happens on SIGINT/SIGTERM, and StartForTest
+// does it shortly before the test binary's -timeout. If the launching process
+// dies without a chance to clean up, every component gets SIGKILL from the
+// kernel (parent-death signal) and a tiny watchdog shell removes the run folder.
+//
+// # Detached mode
+//
+// Options.Detached starts a cluster that outlives the launching process (for
+// `make demo`): the components get their own session and no parent-death
+// signal, a forwarder process serves the host port, and a state file in
+// Options.StateDir records the pids and folders so that StopDetached can stop
+// everything in the same order later, from another process.
+package cluster

@@ -1,0 +1,100 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+const pollInterval = 100 * time.Millisecond
+
+// waitFor polls check until it succeeds, the process p (if any) exits, or
+// Options.WaitTimeout passes. The error names what was awaited, the last
+// failure and where the log is.
+func (c *Cluster) waitFor(ctx context.Context, what string, p *process, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.WaitTimeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		checkCtx, cancelCheck := context.WithTimeout(ctx, 5*time.Second)
+		last = check(checkCtx)
+		cancelCheck()
+		if last == nil {
+			return nil
+		}
+		var exited <-chan struct{}
+		if p != nil {
+			exited = p.done
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("waiting for %s: %s exited (%v); %s", what, p.name, p.err, c.logHint(p))
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("waiting for %s: not ready after %s: %w", what, c.opts.WaitTimeout, last)
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// waitHTTP waits until url answers 200 OK.
+func (c *Cluster) waitHTTP(ctx context.Context, p *process, url string, clientCert bool) error {
+	hc := c.httpClient(clientCert)
+	return c.waitFor(ctx, p.name+" at "+url, p, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		return nil
+	})
+}
+
+// httpClient dials from inside the namespace and trusts the cluster's CA;
+// with clientCert it presents the admin certificate (the API server's
+// /readyz needs an authenticated user).
+func (c *Cluster) httpClient(clientCert bool) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.pki.certPEM)
+	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if clientCert {
+		if cert, err := tls.X509KeyPair(c.admin.certPEM, c.admin.keyPEM); err == nil {
+			tlsConfig.Certificates = []tls.Certificate{cert}
+		}
+	}
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DialContext:       c.ns.dial,
+			TLSClientConfig:   tlsConfig,
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+// logHint says where to read a failed component's log: the default log
+// folder is removed with the run folder, so then Start's printed tail is
+// all there is.
+func (c *Cluster) logHint(p *process) string {
+	if c.opts.LogDir == "" {
+		return "see the log tails Start printed (set Options.LogDir to keep the logs)"
+	}
+	return "log: " + p.logPath
+}

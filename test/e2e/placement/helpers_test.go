@@ -1,0 +1,254 @@
+//go:build e2e
+
+package placement_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+const (
+	seed004  = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	onDemand = "karpenter.sh/capacity-type=on-demand"
+	spot     = "karpenter.sh/capacity-type=spot"
+)
+
+var nsSeq int
+
+func newNamespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	nsSeq++
+	name := fmt.Sprintf("e2e-%d-%s", nsSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	name = strings.TrimRight(name, "-")
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := env.kube.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), ns) })
+	return name
+}
+
+func deployment(ns, name string, replicas int32, ann map[string]string, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "public.ecr.aws/nginx/nginx:latest",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+					}},
+				}}},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(d)
+	}
+	return d
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.kube.Create(t.Context(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
+		var cur appsv1.Deployment
+		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Replicas = ptr.To(replicas)
+		return env.kube.Update(t.Context(), &cur)
+	})
+}
+
+// livePods are the pods matching app=name that are not terminating.
+func livePods(t *testing.T, ns, name string) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitDecided waits until n live pods exist and every one carries a decision.
+func waitDecided(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	waitFor(t, timeout, fmt.Sprintf("%d decided pods of %s", n, name), func() error {
+		pods = livePods(t, ns, name)
+		decided := 0
+		for i := range pods {
+			if decision.Decided(&pods[i]) && !decision.HasGate(&pods[i]) {
+				decided++
+			}
+		}
+		if len(pods) != n || decided != n {
+			return fmt.Errorf("%d live pods, %d decided", len(pods), decided)
+		}
+		return nil
+	})
+	return pods
+}
+
+// waitRunning waits until n live pods are Running.
+func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	waitFor(t, timeout, fmt.Sprintf("%d running pods of %s", n, name), func() error {
+		pods = livePods(t, ns, name)
+		running := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if len(pods) != n || running != n {
+			return fmt.Errorf("%d live pods, %d running", len(pods), running)
+		}
+		return nil
+	})
+	return pods
+}
+
+func groupCounts(pods []corev1.Pod) map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range pods {
+		out[p.Annotations[annotations.Group]]++
+	}
+	return out
+}
+
+// checkQuota asserts the counts are within floor/ceil of the ideal shares of
+// spec at their total, every group available.
+func checkQuota(t *testing.T, spec string, counts map[string]int64, what string) {
+	t.Helper()
+	s, err := strategy.Parse(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := plan.Method(s)
+	ordered := make([]int64, len(s.Groups))
+	var n int64
+	for i, k := range s.Keys() {
+		ordered[i] = counts[k]
+		n += counts[k]
+	}
+	var extra int64
+	for k, c := range counts {
+		if !strings.Contains(strings.Join(s.Keys(), "|"), k) {
+			extra += c
+		}
+	}
+	if extra > 0 || !m.WithinQuota(ordered, apportion.All) {
+		shares := m.Shares(n, apportion.All)
+		t.Errorf("%s: counts %v (n=%d, %d pods outside the groups) are off quota; ideal %v", what, counts, n, extra, shares)
+	} else {
+		t.Logf("%s: n=%d counts %v within quota", what, n, counts)
+	}
+}
+
+// checkDecisionOrder replays the decisions in the order the controller made
+// them (each record holds the counts it saw): the counts seen must be exactly
+// the decisions before it, and every prefix must be within quota.
+func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
+	t.Helper()
+	s, _ := strategy.Parse(spec)
+	keys := s.Keys()
+	type rec struct {
+		seen  []int64
+		total int64
+		group string
+	}
+	var recs []rec
+	for _, p := range pods {
+		var r decision.Record
+		if err := json.Unmarshal([]byte(p.Annotations[annotations.Decision]), &r); err != nil {
+			t.Fatalf("pod %s: decision record %q: %v", p.Name, p.Annotations[annotations.Decision], err)
+		}
+		var total int64
+		for _, c := range r.Counts {
+			total += c
+		}
+		recs = append(recs, rec{seen: r.Counts, total: total, group: p.Annotations[annotations.Group]})
+	}
+	sort.Slice(recs, func(a, b int) bool { return recs[a].total < recs[b].total })
+	running := map[string]int64{}
+	for i, r := range recs {
+		if r.total != int64(i) {
+			t.Fatalf("decision %d saw %d pods: decisions were not made one at a time against exact counts (%v)", i+1, r.total, r.seen)
+		}
+		for gi, k := range keys {
+			if r.seen[gi] != running[k] {
+				t.Fatalf("decision %d saw %v, but the decisions before it were %v", i+1, r.seen, running)
+			}
+		}
+		running[r.group]++
+		checkQuota(t, spec, running, fmt.Sprintf("after decision %d", i+1))
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// eventsFor returns the messages of events.k8s.io Events about an object.
+func eventsFor(t *testing.T, ns, name, reason string) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == name && (reason == "" || e.Reason == reason) {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+func nodeOf(t *testing.T, p corev1.Pod) *corev1.Node {
+	t.Helper()
+	var n corev1.Node
+	if err := env.kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
+		t.Fatalf("node of %s: %v", p.Name, err)
+	}
+	return &n
+}

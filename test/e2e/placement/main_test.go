@@ -1,0 +1,175 @@
+//go:build e2e
+
+// Package placement_test runs `apportion webhook` against a real control
+// plane with Karpenter's kwok provider (test/cluster) and checks the
+// placement contract end to end: exact splits under the ReplicaSet
+// controller's bursts, scale-down by deletion cost, rolling updates, two
+// replicas with a leader killed mid-burst, user constraints, taints, and the
+// fail-open paths.
+package placement_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/test/cluster"
+	"github.com/apportion-dev/apportion/test/framework"
+)
+
+const gateTimeout = 30 * time.Second
+
+var env struct {
+	c       *cluster.Cluster
+	kube    client.Client
+	bin     string
+	certDir string
+	lb      *framework.Balancer
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
+		if env.c != nil {
+			env.c.DumpLogs(os.Stderr, 60)
+		}
+		code = 1
+	}
+	if env.c != nil {
+		if code != 0 {
+			env.c.DumpLogs(os.Stderr, 60)
+		}
+		if err := env.c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tmp, err := os.MkdirTemp("", "apportion-e2e-")
+	if err != nil {
+		return 1, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
+		return 1, err
+	}
+	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr})
+	if err != nil {
+		return 1, err
+	}
+	env.kube = env.c.Client()
+	if err := framework.Apply(ctx, env.kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "karpenter")); err != nil {
+		return 1, err
+	}
+	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
+		return 1, err
+	}
+	env.certDir = filepath.Join(tmp, "certs")
+	if err := os.MkdirAll(env.certDir, 0o700); err != nil {
+		return 1, err
+	}
+	if _, _, err := env.c.IssueServingCert(env.certDir); err != nil {
+		return 1, err
+	}
+	if env.lb, err = framework.NewBalancer(env.c); err != nil {
+		return 1, err
+	}
+	defer env.lb.Close()
+	if err := framework.Register(ctx, env.kube, env.c.CABundle(), env.lb.Port); err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+var replicaSeq atomic.Int32
+
+// startReplicas starts n webhook processes behind the balancer and waits
+// until they serve and a leader holds the Lease. Cleanup stops them.
+func startReplicas(t *testing.T, n int, extraArgs ...string) []*framework.Replica {
+	t.Helper()
+	var rs []*framework.Replica
+	ports := make([]int, n)
+	for i := range n {
+		r, err := framework.StartReplica(env.c, env.bin, env.certDir, fmt.Sprintf("apportion-%d", replicaSeq.Add(1)), gateTimeout, extraArgs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+		ports[i] = r.Port
+	}
+	t.Cleanup(func() {
+		env.lb.Set()
+		for _, r := range rs {
+			r.Stop()
+		}
+		if t.Failed() {
+			for _, r := range rs {
+				t.Logf("--- %s log tail\n%s", r.Name, tailLog(r.Name, 40))
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, r := range rs {
+		if err := r.WaitReady(ctx); err != nil {
+			t.Fatalf("%v: %s", err, tailLog(r.Name, 20))
+		}
+	}
+	env.lb.Set(ports...)
+	waitFor(t, time.Minute, "a placement leader", func() error {
+		if !framework.LeaderAlive(t.Context(), env.kube) {
+			return fmt.Errorf("no fresh Lease %s/%s", framework.SystemNamespace, framework.LeaseName)
+		}
+		return nil
+	})
+	return rs
+}
+
+func tailLog(name string, lines int) string {
+	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = f.Close() }()
+	var all []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		all = append(all, s.Text())
+	}
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// waitFor polls check every 250ms until it returns nil or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
+}
