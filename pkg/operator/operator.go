@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	hooks := mgr.GetWebhookServer()
 	hooks.Register(apwebhook.PodMutatorPath, &webhook.Admission{Handler: &apwebhook.PodMutator{
 		Reader:   mgr.GetClient(),
-		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Disabled: !o.LeaderElect},
+		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
 		Recorder: recorder,
 		Excluded: sets.New(o.Excluded()...),
 		Decoder:  admission.NewDecoder(scheme),

@@ -17,6 +17,11 @@ type LeaseLiveness struct {
 	Clock     clock.PassiveClock
 	Namespace string
 	Name      string
+	// Grace extends the Lease's validity: after a leader dies, its Lease
+	// expires before another replica acquires it (up to a retry period
+	// later). Pods admitted in between are gated too; the new leader places
+	// them, and the gate janitor releases them if none comes.
+	Grace time.Duration
 	// Disabled means there is no election: this process places pods itself
 	// and is alive as long as it serves.
 	Disabled bool
@@ -35,6 +40,6 @@ func (l *LeaseLiveness) Alive(ctx context.Context) bool {
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
 		return false
 	}
-	expiry := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
+	expiry := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds)*time.Second + l.Grace)
 	return l.Clock.Now().Before(expiry)
 }
