@@ -38,13 +38,23 @@ verify: $(STATICCHECK) ## gofmt, go vet, staticcheck, go.mod tidiness; fails if 
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./...
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags e2e ./...
 	$(GO) mod tidy -diff
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(BIN)/staticcheck $@
+
+.PHONY: tools
+tools: ## Build the local control-plane programs once into ~/.cache/apportion/tools (the first time takes ~10 min on 2 cores)
+	@test/tools/build.sh >/dev/null
+
+.PHONY: e2e
+e2e: tools ## Run the end-to-end suites on local clusters (kube-apiserver, Karpenter kwok provider, kwok; needs root)
+	$(GO) test -tags e2e -count=1 -timeout 60m ./test/...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)

@@ -157,8 +157,18 @@ func groupCounts(pods []corev1.Pod) map[string]int64 {
 }
 
 // checkQuota asserts the counts are within floor/ceil of the ideal shares of
-// spec at their total, every group available.
+// spec at their total, every group available, and logs them.
 func checkQuota(t *testing.T, spec string, counts map[string]int64, what string) {
+	t.Helper()
+	if msg, ok := quota(t, spec, counts); !ok {
+		t.Errorf("%s: %s", what, msg)
+	} else {
+		t.Logf("%s: %s", what, msg)
+	}
+}
+
+// quota checks counts against spec and describes the result.
+func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
 	t.Helper()
 	s, err := strategy.Parse(spec)
 	if err != nil {
@@ -178,11 +188,9 @@ func checkQuota(t *testing.T, spec string, counts map[string]int64, what string)
 		}
 	}
 	if extra > 0 || !m.WithinQuota(ordered, apportion.All) {
-		shares := m.Shares(n, apportion.All)
-		t.Errorf("%s: counts %v (n=%d, %d pods outside the groups) are off quota; ideal %v", what, counts, n, extra, shares)
-	} else {
-		t.Logf("%s: n=%d counts %v within quota", what, n, counts)
+		return fmt.Sprintf("counts %v (n=%d, %d pods outside the groups) are off quota; ideal %v", counts, n, extra, m.Shares(n, apportion.All)), false
 	}
+	return fmt.Sprintf("n=%d counts %v within quota", n, counts), true
 }
 
 // checkDecisionOrder replays the decisions in the order the controller made
@@ -221,11 +229,11 @@ func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
 			}
 		}
 		running[r.group]++
-		checkQuota(t, spec, running, fmt.Sprintf("after decision %d", i+1))
-		if t.Failed() {
-			return
+		if msg, ok := quota(t, spec, running); !ok {
+			t.Fatalf("after decision %d: %s", i+1, msg)
 		}
 	}
+	t.Logf("decision order: %d decisions, each against exact counts, every prefix within quota", len(recs))
 }
 
 // eventsFor returns the messages of events.k8s.io Events about an object.

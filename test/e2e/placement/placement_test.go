@@ -3,6 +3,7 @@
 package placement_test
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -155,9 +156,8 @@ func TestTaintedPoolOnlyWhenOptedIn(t *testing.T) {
 		t.Error("no GroupUnavailable event for the tainted pool's group")
 	}
 
-	setTolerate(t, "gpu", true)
-	t.Cleanup(func() { setTolerate(t, "gpu", false) })
-	waitFor(t, 30*time.Second, "the catalog to see the opt-in", func() error { return nil })
+	setTolerate(t, t.Context(), "gpu", true)
+	t.Cleanup(func() { setTolerate(t, context.Background(), "gpu", false) })
 	time.Sleep(2 * time.Second) // informer event -> catalog rebuild
 	create(t, deployment(ns, "after", 4, map[string]string{annotations.Strategy: gpuSpec}))
 	pods = waitRunning(t, ns, "after", 4, 3*time.Minute)
@@ -178,11 +178,11 @@ func TestTaintedPoolOnlyWhenOptedIn(t *testing.T) {
 	}
 }
 
-func setTolerate(t *testing.T, pool string, on bool) {
+func setTolerate(t *testing.T, ctx context.Context, pool string, on bool) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "annotating NodePool "+pool, func() error {
 		var np karpv1.NodePool
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: pool}, &np); err != nil {
 			return err
 		}
 		if np.Annotations == nil {
@@ -193,7 +193,7 @@ func setTolerate(t *testing.T, pool string, on bool) {
 		} else {
 			delete(np.Annotations, annotations.Tolerate)
 		}
-		return env.kube.Update(t.Context(), &np)
+		return env.kube.Update(ctx, &np)
 	})
 }
 

@@ -1,0 +1,187 @@
+//go:build e2e
+
+package placement_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/test/cluster"
+	"github.com/apportion-dev/apportion/test/framework"
+)
+
+// TestNodeLabelModeWithoutKarpenter: on a cluster without the NodePool CRD
+// (managed node groups, seed 000), groups are served by nodes that carry
+// their labels.
+func TestNodeLabelModeWithoutKarpenter(t *testing.T) {
+	c := cluster.StartForTest(t, cluster.Options{})
+	kube := c.Client()
+	ctx := t.Context()
+	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(t.TempDir(), "certs")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.IssueServingCert(certs); err != nil {
+		t.Fatal(err)
+	}
+	// Nodes of three managed node groups, labelled as in seed 000, made
+	// Ready by hand (no kubelet: the scheduler binds to them all the same
+	// until the node controller's grace period ends).
+	for _, size := range []string{"od4vcpu16gb", "spot4vcpu16gb", "spot8vcpu32gb"} {
+		for i := range 2 {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", size, i),
+				Labels: map[string]string{"nodesize": size, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}}
+			if err := kube.Create(ctx, node); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 30*time.Second, "node "+node.Name+" Ready", func() error {
+				if err := kube.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+					return err
+				}
+				node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+				node.Status.Allocatable = node.Status.Capacity
+				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+				return kube.Status().Update(ctx, node)
+			})
+		}
+	}
+	r, err := framework.StartReplica(c, env.bin, certs, "apportion-nodelabel", gateTimeout, "--leader-elect=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Register(ctx, kube, c.CABundle(), r.Port); err != nil {
+		t.Fatal(err)
+	}
+	const seed000 = "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1"
+	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "seed000"}}); err != nil {
+		t.Fatal(err)
+	}
+	d := deployment("seed000", "alpine", 10, nil, func(d *appsv1.Deployment) {
+		d.Spec.Template.Annotations = map[string]string{annotations.LegacyEnabled: "true", annotations.LegacyCamelStrategy: seed000}
+	})
+	if err := kube.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	waitFor(t, 90*time.Second, "10 decided, bound pods", func() error {
+		if err := kube.List(ctx, &pods, client.InNamespace("seed000")); err != nil {
+			return err
+		}
+		bound := 0
+		for i := range pods.Items {
+			if decision.Decided(&pods.Items[i]) && pods.Items[i].Spec.NodeName != "" {
+				bound++
+			}
+		}
+		if bound != 10 {
+			return fmt.Errorf("%d of %d pods decided and bound", bound, len(pods.Items))
+		}
+		return nil
+	})
+	counts := groupCounts(pods.Items)
+	if counts["nodesize=od4vcpu16gb"] != 1 || counts["nodesize=spot4vcpu16gb"] != 5 || counts["nodesize=spot8vcpu32gb"] != 4 {
+		t.Errorf("counts %v, want 1 / 5 / 4", counts)
+	}
+	for _, p := range pods.Items {
+		if want := "nodesize=" + p.Spec.NodeName[:len(p.Spec.NodeName)-2]; want != p.Annotations[annotations.Group] {
+			t.Errorf("pod %s of group %s bound to %s", p.Name, p.Annotations[annotations.Group], p.Spec.NodeName)
+		}
+		if p.Annotations[annotations.NodePool] != "" {
+			t.Errorf("pod %s names a NodePool in node-label mode", p.Name)
+		}
+	}
+}
+
+// TestBurst1000Ratio measures a 0 -> 1,000 scale: the time until every pod
+// is scheduled, without apportion and with it, from no spare capacity each
+// time. It reports; it does not assert on time.
+func TestBurst1000Ratio(t *testing.T) {
+	startReplicas(t, 1)
+	run := func(label string, ignore bool) time.Duration {
+		labels := map[string]string{}
+		if ignore {
+			labels[framework.IgnoreLabel] = "true"
+		}
+		ns := newNamespace(t, labels)
+		d := deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004}, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
+		})
+		create(t, d)
+		start := time.Now()
+		scale(t, d, 1000)
+		var decidedAt time.Duration
+		waitFor(t, 10*time.Minute, label+": 1000 scheduled pods", func() error {
+			pods := livePods(t, ns, "burst")
+			scheduled, decided := 0, 0
+			for i := range pods {
+				if pods[i].Spec.NodeName != "" {
+					scheduled++
+				}
+				if decision.Decided(&pods[i]) {
+					decided++
+				}
+			}
+			if decided == 1000 && decidedAt == 0 {
+				decidedAt = time.Since(start)
+			}
+			if len(pods) != 1000 || scheduled != 1000 {
+				return fmt.Errorf("%d pods, %d scheduled, %d decided", len(pods), scheduled, decided)
+			}
+			return nil
+		})
+		took := time.Since(start)
+		if !ignore {
+			checkQuota(t, seed004, groupCounts(livePods(t, ns, "burst")), label)
+			t.Logf("%s: every pod decided after %.1fs", label, decidedAt.Seconds())
+		}
+		t.Logf("%s: 0 -> 1000, every pod scheduled after %.1fs", label, took.Seconds())
+		// Free the capacity for the next run.
+		scale(t, d, 0)
+		waitFor(t, 5*time.Minute, "pods gone", func() error {
+			if n := len(livePods(t, ns, "burst")); n != 0 {
+				return fmt.Errorf("%d pods left", n)
+			}
+			return nil
+		})
+		if err := env.kube.DeleteAllOf(t.Context(), &karpv1.NodeClaim{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Minute, "nodes gone", func() error {
+			var nodes corev1.NodeList
+			if err := env.kube.List(t.Context(), &nodes); err != nil {
+				return err
+			}
+			if len(nodes.Items) != 0 {
+				return fmt.Errorf("%d nodes left", len(nodes.Items))
+			}
+			return nil
+		})
+		return took
+	}
+	without := run("without apportion", true)
+	with := run("with apportion", false)
+	t.Logf("0 -> 1000 burst: with/without apportion = %.2f (%.1fs / %.1fs)", with.Seconds()/without.Seconds(), with.Seconds(), without.Seconds())
+}
