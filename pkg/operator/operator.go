@@ -30,9 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
@@ -164,7 +164,6 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
 		Recorder: recorder,
 		Excluded: sets.New(o.Excluded()...),
-		Decoder:  admission.NewDecoder(scheme),
 	}})
 	hooks.Register(apwebhook.WorkloadValidatorPath, &webhook.Admission{Handler: apwebhook.WorkloadValidator{}})
 
@@ -178,15 +177,35 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	return mgr.Start(ctx)
 }
 
-// StripPod keeps only what placement and counting read from a pod: metadata,
-// the scheduling fields a decision edits, and the phase. Containers, volumes
-// and status details are dropped, which is most of a pod's size.
+// keptAnnotations are the pod annotations apportion reads; the others (a
+// decision record, kubectl's last-applied configuration, ...) are dropped.
+// Patches are computed between two copies of the cached pod, so a key absent
+// from both is never touched.
+var keptAnnotations = append([]string{
+	annotations.Group, annotations.NodePool, annotations.Skip, annotations.Mode, annotations.LegacyEnabled,
+	apwebhook.MirrorPodAnnotation, deletioncost.Annotation,
+}, annotations.StrategyNames...)
+
+// StripPod keeps only what placement and counting read from a pod: metadata
+// (with only the annotations above), the scheduling fields a decision edits,
+// and the phase. Containers, volumes and status details are dropped, which
+// is most of a pod's size.
 func StripPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	pod.ManagedFields = nil
+	var kept map[string]string
+	for _, k := range keptAnnotations {
+		if v, ok := pod.Annotations[k]; ok {
+			if kept == nil {
+				kept = make(map[string]string, 4)
+			}
+			kept[k] = v
+		}
+	}
+	pod.Annotations = kept
 	pod.Spec = corev1.PodSpec{
 		NodeName:        pod.Spec.NodeName,
 		NodeSelector:    pod.Spec.NodeSelector,

@@ -8,12 +8,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/jellydator/ttlcache/v3"
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,10 +59,41 @@ type PodMutator struct {
 	Recorder events.EventRecorder
 	// Excluded namespaces are never touched.
 	Excluded sets.Set[string]
-	Decoder  admission.Decoder
+
+	once   sync.Once
+	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
+}
+
+// parseCacheSize bounds the remembered strategies: one per distinct
+// strategy text in the cluster, far fewer than pods.
+const parseCacheSize = 4096
+
+// parse validates a strategy, remembering the verdict: the same text arrives
+// with every pod of a workload.
+func (m *PodMutator) parse(raw string) error {
+	m.once.Do(func() {
+		m.parsed = ttlcache.New(ttlcache.WithCapacity[string, error](parseCacheSize), ttlcache.WithTTL[string, error](time.Hour))
+	})
+	if item := m.parsed.Get(raw); item != nil {
+		return item.Value()
+	}
+	_, err := strategy.Parse(raw)
+	m.parsed.Set(raw, err, ttlcache.DefaultTTL)
+	return err
 }
 
 var _ admission.Handler = &PodMutator{}
+
+// admissionPod is the part of a pod the mutator reads. Decoding only this
+// keeps admission in the microseconds: containers, volumes and status are
+// skipped.
+type admissionPod struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Spec     struct {
+		NodeName        string                     `json:"nodeName,omitempty"`
+		SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates,omitempty"`
+	} `json:"spec"`
+}
 
 // Handle implements admission.Handler.
 func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
@@ -68,28 +102,25 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}
-	pod := &corev1.Pod{}
-	if err := m.Decoder.Decode(req, pod); err != nil {
+	var in admissionPod
+	if err := json.Unmarshal(req.Object.Raw, &in); err != nil {
 		metrics.AdmissionTotal.WithLabelValues(ResultError).Inc()
 		log.FromContext(ctx).Error(err, "decoding pod, admitting it unchanged", "namespace", req.Namespace)
 		return admission.Allowed("")
 	}
+	pod := &corev1.Pod{ObjectMeta: in.Metadata, Spec: corev1.PodSpec{NodeName: in.Spec.NodeName, SchedulingGates: in.Spec.SchedulingGates}}
+	hadGates := len(pod.Spec.SchedulingGates) > 0
 	result, warnings := m.Mutate(ctx, req.Namespace, pod)
 	metrics.AdmissionTotal.WithLabelValues(result).Inc()
 	if result != ResultGated {
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		metrics.AdmissionTotal.WithLabelValues(ResultError).Inc()
-		log.FromContext(ctx).Error(err, "encoding pod, admitting it unchanged", "namespace", req.Namespace)
-		return admission.Allowed("")
+	gate := corev1.PodSchedulingGate{Name: annotations.PlacementGate}
+	op := jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates", Value: []corev1.PodSchedulingGate{gate}}
+	if hadGates {
+		op = jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates/-", Value: gate}
 	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
-	if resp.Result != nil && resp.Result.Code == http.StatusInternalServerError {
-		return admission.Allowed("")
-	}
-	return resp.WithWarnings(warnings...)
+	return admission.Patched("", op).WithWarnings(warnings...)
 }
 
 // Mutate decides whether the pod is held for placement and, if so, adds the
@@ -114,7 +145,7 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		// and let the placement controller, which waits for its cache,
 		// decide or release it.
 		if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
-			if _, perr := strategy.Parse(raw); perr != nil {
+			if perr := m.parse(raw); perr != nil {
 				return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
 			}
 		}
@@ -124,7 +155,7 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 	case info == nil || !info.Found || info.Skip:
 		return ResultSkipped, nil
 	default:
-		if _, perr := strategy.Parse(info.Strategy); perr != nil {
+		if perr := m.parse(info.Strategy); perr != nil {
 			ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 			if m.Recorder != nil {
 				m.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", info.Source, perr)

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/internal/memcache"
 )
 
 type alive bool
@@ -47,7 +48,6 @@ func newMutator(t testing.TB, leader bool, deployAnnotations map[string]string) 
 		Leader:   alive(leader),
 		Recorder: events.NewFakeRecorder(10),
 		Excluded: sets.New("kube-system"),
-		Decoder:  admission.NewDecoder(scheme),
 	}
 }
 
@@ -177,8 +177,23 @@ func TestWorkloadValidator(t *testing.T) {
 	}
 }
 
+// BenchmarkPodMutator measures one admission of a Deployment pod whose
+// strategy is on the Deployment, reading owners from an in-memory cache that
+// behaves like the informer cache.
 func BenchmarkPodMutator(b *testing.B) {
-	m := newMutator(b, true, map[string]string{annotations.Strategy: good})
+	m := newMutator(b, true, nil)
+	scheme := runtime.NewScheme()
+	_ = corev1.AddToScheme(scheme)
+	_ = appsv1.AddToScheme(scheme)
+	cache := memcache.New(scheme)
+	if err := cache.Add(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: map[string]string{annotations.Strategy: good}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}},
+	); err != nil {
+		b.Fatal(err)
+	}
+	m.Reader = cache
 	req := request(b, "web", rsPod())
 	ctx := context.Background()
 	b.ReportAllocs()
