@@ -5,8 +5,11 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,7 +121,7 @@ func TestNodeLabelModeWithoutKarpenter(t *testing.T) {
 // is scheduled, without apportion and with it, from no spare capacity each
 // time. It reports; it does not assert on time.
 func TestBurst1000Ratio(t *testing.T) {
-	startReplicas(t, 1)
+	replicas := startReplicas(t, 1)
 	run := func(label string, ignore bool) time.Duration {
 		labels := map[string]string{}
 		if ignore {
@@ -184,4 +187,44 @@ func TestBurst1000Ratio(t *testing.T) {
 	without := run("without apportion", true)
 	with := run("with apportion", false)
 	t.Logf("0 -> 1000 burst: with/without apportion = %.2f (%.1fs / %.1fs)", with.Seconds()/without.Seconds(), with.Seconds(), without.Seconds())
+	text, err := replicas[0].Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p99, count := histogramQuantile(text, "apportion_admission_duration_seconds", 0.99)
+	t.Logf("admission, server side, over %d pod admissions: p99 <= %gs (histogram bucket bound)", count, p99)
+}
+
+// histogramQuantile returns the upper bound of the bucket that holds the q
+// quantile of a Prometheus histogram, and the observation count.
+func histogramQuantile(text, name string, q float64) (float64, int) {
+	type bucket struct {
+		le    float64
+		count int
+	}
+	var buckets []bucket
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{") {
+			continue
+		}
+		le := line[strings.Index(line, `le="`)+4:]
+		le = le[:strings.Index(le, `"`)]
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			bound = math.Inf(1)
+		}
+		fields := strings.Fields(line)
+		n, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		buckets = append(buckets, bucket{bound, int(n)})
+	}
+	if len(buckets) == 0 {
+		return math.NaN(), 0
+	}
+	total := buckets[len(buckets)-1].count
+	for _, b := range buckets {
+		if float64(b.count) >= q*float64(total) {
+			return b.le, total
+		}
+	}
+	return math.Inf(1), total
 }

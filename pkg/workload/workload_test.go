@@ -1,0 +1,94 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/internal/memcache"
+)
+
+func owner(kind, apiVersion, name string, uid types.UID) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}
+}
+
+func TestResolve(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = corev1.AddToScheme(scheme)
+	_ = appsv1.AddToScheme(scheme)
+	rollout := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "canary", UID: "ro1",
+		Annotations: map[string]string{annotations.Strategy: "a=b,weight=1", annotations.Mode: "preferred"}}}
+	rollout.SetGroupVersionKind(RolloutGVK)
+	cache := memcache.New(scheme)
+	if err := cache.Add(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1",
+			Annotations: map[string]string{annotations.LegacyStrategy: "x=y,weight=1", annotations.Skip: "true"}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1", OwnerReferences: owner("Deployment", "apps/v1", "nginx", "d1")}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "canary-123", UID: "rs2", OwnerReferences: owner("Rollout", "argoproj.io/v1alpha1", "canary", "ro1")}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "rs3"}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "s1"}},
+		rollout,
+	); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(ownerRefs []metav1.OwnerReference, labels, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: ownerRefs, Labels: labels, Annotations: ann}}
+	}
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		workload  string
+		revision  string
+		found     bool
+		skip      bool
+		preferred bool
+		ownerKey  string
+		err       error
+	}{
+		{name: "Deployment", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "rs1"), map[string]string{PodTemplateHashLabel: "abc"}, nil),
+			workload: "Deployment web/nginx", revision: "abc", found: true, skip: true, ownerKey: "rs1"},
+		{name: "Argo Rollout", pod: pod(owner("ReplicaSet", "apps/v1", "canary-123", "rs2"), map[string]string{PodTemplateHashLabel: "123"}, nil),
+			workload: "Rollout web/canary", revision: "123", found: true, preferred: true, ownerKey: "rs2"},
+		{name: "bare ReplicaSet, strategy on the template", pod: pod(owner("ReplicaSet", "apps/v1", "bare", "rs3"), nil, map[string]string{annotations.Strategy: "a=b,weight=1"}),
+			workload: "ReplicaSet web/bare", found: true, ownerKey: "rs3"},
+		{name: "StatefulSet revision", pod: pod(owner("StatefulSet", "apps/v1", "db", "s1"), map[string]string{ControllerRevisionHashKey: "db-7f"}, nil),
+			workload: "StatefulSet web/db", revision: "db-7f", ownerKey: "s1/db-7f"},
+		{name: "ReplicaSet not cached", pod: pod(owner("ReplicaSet", "apps/v1", "new", "rs9"), nil, nil), ownerKey: "rs9", err: ErrNotCached},
+		{name: "owner replaced (other uid)", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "old"), nil, nil), ownerKey: "old", err: ErrNotCached},
+		{name: "Job pod: not followed", pod: pod(owner("Job", "batch/v1", "j", "j1"), nil, nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info, err := Resolve(context.Background(), client.Reader(cache), "web", tc.pod)
+			if got := OwnerKey(tc.pod); got != tc.ownerKey {
+				t.Errorf("OwnerKey = %q, want %q", got, tc.ownerKey)
+			}
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err = %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.workload == "" {
+				if info != nil {
+					t.Fatalf("info = %+v, want nil", info)
+				}
+				return
+			}
+			if info.Workload.String() != tc.workload || info.Revision != tc.revision || info.Found != tc.found || info.Skip != tc.skip || info.Preferred != tc.preferred {
+				t.Errorf("info = %+v (%s)", info, info.Workload)
+			}
+		})
+	}
+}
