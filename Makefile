@@ -71,7 +71,19 @@ bench: ## Run the benchmarks (ns/op, allocs/op)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 .PHONY: demo
-demo: build ## The main job for now: preview both seed examples with `apportion plan`
+demo: tools ## The main job: a local cluster with Karpenter (kwok) and apportion, the seed examples deployed, their split printed; stays running
+	$(GO) run ./test/demo up
+
+.PHONY: demo-status
+demo-status: ## Print the split of the running demo again (e.g. after kubectl scale)
+	$(GO) run ./test/demo status
+
+.PHONY: demo-down
+demo-down: ## Stop the demo cluster and remove everything it left
+	$(GO) run ./test/demo down
+
+.PHONY: plan-examples
+plan-examples: build ## Preview both seed examples offline with `apportion plan` (no cluster)
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
 .PHONY: clean

@@ -78,6 +78,9 @@ func run(m *testing.M) (int, error) {
 	if err := framework.Apply(ctx, env.kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "karpenter")); err != nil {
 		return 1, err
 	}
+	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
+		return 1, err
+	}
 	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
 		return 1, err
 	}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/apportion-dev/apportion/test/cluster"
+)
+
+// down stops the demo cluster (apportion included: it was started through
+// the cluster, so its state file lists it) and removes the state folder.
+func down(l layout) error {
+	_, err := cluster.KubeconfigDetached(l.state)
+	running := err == nil
+	if err := teardown(l); err != nil {
+		return err
+	}
+	if running {
+		fmt.Printf("demo: stopped; removed %s\n", l.state)
+	} else {
+		fmt.Println("demo: no demo cluster was running")
+	}
+	return nil
+}
+
+// teardown stops a detached cluster in the state folder, if any, removes the
+// demo's own files and, when nothing else is left in it, the folder.
+func teardown(l layout) error {
+	if err := cluster.StopDetached(l.state); err != nil {
+		return fmt.Errorf("stopping the demo cluster: %w", err)
+	}
+	if err := os.RemoveAll(l.own); err != nil {
+		return fmt.Errorf("removing the demo's files: %w", err)
+	}
+	if err := os.Remove(l.state); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", l.state, err)
+	}
+	return nil
+}
