@@ -243,10 +243,16 @@ func TestUntouchedPods(t *testing.T) {
 		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(p), &got); err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got.Annotations, p.Annotations) || !reflect.DeepEqual(got.Labels, p.Labels) ||
-			!reflect.DeepEqual(got.Spec.Affinity, p.Spec.Affinity) || len(got.Spec.SchedulingGates) != 0 ||
-			!reflect.DeepEqual(got.Spec.NodeSelector, p.Spec.NodeSelector) {
-			t.Errorf("pod %s/%s changed: annotations %v affinity %v gates %v", p.Namespace, p.Name, got.Annotations, got.Spec.Affinity, got.Spec.SchedulingGates)
+		for what, pair := range map[string][2]any{
+			"annotations":  {got.Annotations, p.Annotations},
+			"labels":       {got.Labels, p.Labels},
+			"affinity":     {got.Spec.Affinity, p.Spec.Affinity},
+			"nodeSelector": {got.Spec.NodeSelector, p.Spec.NodeSelector},
+			"gates":        {len(got.Spec.SchedulingGates), 0},
+		} {
+			if !reflect.DeepEqual(pair[0], pair[1]) {
+				t.Errorf("pod %s/%s: %s changed: %v, submitted %v", p.Namespace, p.Name, what, pair[0], pair[1])
+			}
 		}
 	}
 	// Excluded namespace (the system namespace is excluded by the webhook
@@ -256,8 +262,9 @@ func TestUntouchedPods(t *testing.T) {
 		submitted(plain, "opted-out", map[string]string{annotations.Strategy: seed004, annotations.Skip: "true"}),
 		submitted(plain, "bare", map[string]string{annotations.Strategy: seed004}),
 	} {
+		sent := p.DeepCopy()
 		create(t, p)
-		check(p)
+		check(sent)
 	}
 	// Opted-out Deployment and DaemonSet pods.
 	create(t, deployment(plain, "skipped", 3, map[string]string{annotations.Strategy: seed004, annotations.Skip: "true"}))
