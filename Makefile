@@ -54,7 +54,7 @@ tools: ## Build the local control-plane programs once into ~/.cache/apportion/to
 
 .PHONY: e2e
 e2e: tools ## Run the end-to-end suites on local clusters (kube-apiserver, Karpenter kwok provider, kwok; needs root)
-	$(GO) test -tags e2e -count=1 -timeout 60m ./test/...
+	$(GO) test -tags e2e -count=1 -v -timeout 60m ./test/...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)

@@ -243,6 +243,13 @@ func TestUntouchedPods(t *testing.T) {
 		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(p), &got); err != nil {
 			t.Fatal(err)
 		}
+		// The API server copies the node's topology labels onto a pod when
+		// it is bound (PodTopologyLabels admission): not apportion's doing.
+		for k := range got.Labels {
+			if strings.HasPrefix(k, "topology.kubernetes.io/") {
+				delete(got.Labels, k)
+			}
+		}
 		for what, pair := range map[string][2]any{
 			"annotations":  {got.Annotations, p.Annotations},
 			"labels":       {got.Labels, p.Labels},
