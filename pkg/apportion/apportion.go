@@ -235,13 +235,7 @@ func (s split) quota(base int64, g Group) quota {
 // WithinQuota reports whether counts are within quota over the available
 // groups (counts of unavailable groups are ignored).
 func (m *Method) WithinQuota(counts []int64, avail Set) bool {
-	m.checkLen(counts)
-	var n int64
-	for i := range m.groups {
-		if avail.Has(i) {
-			n += counts[i]
-		}
-	}
+	n := m.total(counts, avail)
 	sp := m.splitAt(n, avail)
 	left := n
 	for i, g := range m.groups {
@@ -263,13 +257,7 @@ func (m *Method) WithinQuota(counts []int64, avail Set) bool {
 // available groups only. It returns -1 when no group is available. It is
 // O(groups) and does not allocate.
 func (m *Method) Next(counts []int64, avail Set) int {
-	m.checkLen(counts)
-	n := int64(1)
-	for i := range m.groups {
-		if avail.Has(i) {
-			n += counts[i]
-		}
-	}
+	n := m.total(counts, avail) + 1
 	sp := m.splitAt(n, avail)
 	left := n
 	best, bestBelow := -1, false
@@ -306,13 +294,7 @@ func (m *Method) Next(counts []int64, avail Set) int {
 // -1 when the available groups hold no pod. It is O(groups) and does not
 // allocate.
 func (m *Method) Victim(counts []int64, avail Set) int {
-	m.checkLen(counts)
-	var n int64
-	for i := range m.groups {
-		if avail.Has(i) {
-			n += counts[i]
-		}
-	}
+	n := m.total(counts, avail)
 	if n == 0 {
 		return -1
 	}
@@ -371,6 +353,18 @@ func (m *Method) Counts(n int) []int64 {
 		counts[m.Next(counts, All)]++
 	}
 	return counts
+}
+
+// total is the number of pods the available groups hold.
+func (m *Method) total(counts []int64, avail Set) int64 {
+	m.checkLen(counts)
+	var n int64
+	for i := range m.groups {
+		if avail.Has(i) {
+			n += counts[i]
+		}
+	}
+	return n
 }
 
 func (m *Method) checkLen(counts []int64) {
