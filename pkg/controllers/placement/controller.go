@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -39,6 +40,9 @@ import (
 // IndexOwnerKey indexes pods by workload.OwnerKey: the pods counted together.
 const IndexOwnerKey = "apportion.ownerKey"
 
+// warnInterval spaces identical Warning Events on one workload.
+const warnInterval = time.Minute
+
 // Release reasons (metric label values).
 const (
 	ReasonNoWorkload      = "no_workload"
@@ -60,6 +64,7 @@ type Controller struct {
 
 	ledger     *ledger
 	locks      keyedMutex
+	warned     *ttlcache.Cache[string, struct{}]
 	strategies sync.Map // raw strategy -> *parsed
 }
 
@@ -75,7 +80,8 @@ type parsed struct {
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, pods PodLister, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, pods: pods, gateWait: notCachedWait, ledger: newLedger()}
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, pods: pods, gateWait: notCachedWait, ledger: newLedger(),
+		warned: ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096))}
 }
 
 // Name is the controller's name in logs and metrics.
@@ -155,7 +161,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	p := c.parse(info.Strategy)
 	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 	if p.err != nil {
-		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InvalidStrategy", "Place", "%s: %v; pods are placed without apportion", info.Source, p.err)
+		c.warnOnce(ref, "InvalidStrategy", "%s: %v; pods are placed without apportion", info.Source, p.err)
 		return c.release(ctx, pod, ReasonInvalidStrategy, nil)
 	}
 
@@ -167,8 +173,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	for i, gerr := range groupErrs {
 		if gerr != nil {
 			avail = avail.Without(i)
-			c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "GroupUnavailable", "Place",
-				"group %d (%s) is left out of the split: %v", i+1, p.strategy.Groups[i].Key(), gerr)
+			c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: %v", i+1, p.strategy.Groups[i].Key(), gerr)
 		}
 	}
 
@@ -180,7 +185,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	g := p.method.Next(counts, avail)
 	if g < 0 {
-		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "NoGroupAvailable", "Place", "no group of the strategy can be served; pods are placed without apportion")
+		c.warnOnce(ref, "NoGroupAvailable", "no group of the strategy can be served; pods are placed without apportion")
 		return c.release(ctx, pod, ReasonNoGroup, nil)
 	}
 	d := decision.Decision{
@@ -258,6 +263,19 @@ func (c *Controller) parse(raw string) *parsed {
 	}
 	c.strategies.Store(raw, p)
 	return p
+}
+
+// warnOnce records a Warning Event on the workload, at most once per
+// warnInterval for the same workload and message: a burst of 1,000 pods
+// would otherwise repeat it 1,000 times.
+func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	key := string(ref.UID) + "/" + reason + "/" + msg
+	if c.warned.Has(key) {
+		return
+	}
+	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
 }
 
 // release removes the gate without a decision: the pod schedules as if
