@@ -40,25 +40,38 @@ type row struct {
 	kinds map[string]bool // capacity-type/arch of those nodes
 	nodes map[string]bool
 	pods  int
-	want  int64
+	// lo and hi are the floor and ceiling of the group's ideal share: the
+	// quota property allows either (a scale-down may end on the other one
+	// than a scale-up from zero).
+	lo, hi int64
 	// planPool is the NodePool the plan expects for the group, when known.
 	planPool string
 	// leftOut: no NodePool serves the group, so the plan gives it nothing.
 	leftOut bool
 }
 
-func newRow(group string, want int64, planPool string) *row {
-	return &row{group: group, want: want, planPool: planPool,
+func newRow(group string, planPool string) *row {
+	return &row{group: group, planPool: planPool,
 		pools: map[string]bool{}, kinds: map[string]bool{}, nodes: map[string]bool{}}
 }
 
-// ok: the group has the pods the plan wants, on the NodePool the plan names
-// (when it names one: without Karpenter there is none).
+// ok: the group is within quota (floor or ceiling of its ideal share), on
+// the NodePool the plan names (when it names one: without Karpenter there is
+// none).
 func (r row) ok() bool {
-	if int64(r.pods) != r.want {
+	if int64(r.pods) < r.lo || int64(r.pods) > r.hi {
 		return false
 	}
 	return r.planPool == "" || r.pods == 0 || (len(r.pools) == 1 && r.pools[r.planPool])
+}
+
+// wantText is the allowed count: "4", or "3-4" when the ideal share is
+// fractional.
+func (r row) wantText() string {
+	if r.lo == r.hi {
+		return fmt.Sprint(r.lo)
+	}
+	return fmt.Sprintf("%d-%d", r.lo, r.hi)
 }
 
 // buildSection sorts the pods of one Deployment into the groups of s by the
@@ -77,10 +90,10 @@ func buildSection(name string, replicas int, s *strategy.Strategy, want *plan.Re
 	}
 	if s != nil {
 		for i, g := range s.Groups {
-			r := newRow(g.Key(), 0, "")
+			r := newRow(g.Key(), "")
 			if want != nil {
 				d := want.Details[i]
-				r.want, r.planPool, r.leftOut = d.Count, d.NodePool, d.Unavailable != ""
+				r.lo, r.hi, r.planPool, r.leftOut = d.Lower, d.Upper, d.NodePool, d.Unavailable != ""
 			}
 			add(r)
 		}
@@ -100,7 +113,7 @@ func buildSection(name string, replicas int, s *strategy.Strategy, want *plan.Re
 		}
 		r := byGroup[key]
 		if r == nil {
-			r = newRow(key, 0, "")
+			r = newRow(key, "")
 			add(r)
 		}
 		r.pods++
@@ -171,7 +184,7 @@ func render(w io.Writer, sections []section) (off int, err error) {
 			case r.planPool != "" && r.pods > 0 && pools != r.planPool:
 				pools += " (plan: " + r.planPool + ")"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d %s\n", r.group, pools, join(r.kinds), len(r.nodes), r.pods, r.want, mark)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%s %s\n", r.group, pools, join(r.kinds), len(r.nodes), r.pods, r.wantText(), mark)
 		}
 		if bad || sec.note != "" {
 			off++

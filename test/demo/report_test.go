@@ -90,6 +90,21 @@ func TestBuildSection(t *testing.T) {
 			off:      1,
 		},
 		{
+			name:     "after a scale-down: the other side of a fractional share is within quota",
+			strategy: od + ",base=2,weight=1:" + spot + ",weight=3",
+			// 7 pods: on-demand 3.25, spot 3.75; scaling up gives 3/4, a
+			// scale-down may end on 4/3, both within floor..ceil.
+			pods: cat(pods(4, "od-1", od), pods(3, "spot-1", spot)),
+			want: []string{od + " 4 3-4 ✓", spot + " 3 3-4 ✓"},
+		},
+		{
+			name:     "off quota",
+			strategy: od + ",base=2,weight=1:" + spot + ",weight=3",
+			pods:     cat(pods(5, "od-1", od), pods(2, "spot-1", spot)),
+			want:     []string{od + " 5 3-4 ✗", spot + " 2 3-4 ✗"},
+			off:      1,
+		},
+		{
 			name:     "a node in two groups counts for the decided one",
 			strategy: spot + ",weight=1:" + arm + ",weight=1",
 			pods:     cat(pods(1, "arm-1", arm), pods(1, "spot-1", spot)),
@@ -117,7 +132,7 @@ func TestBuildSection(t *testing.T) {
 				if !r.ok() {
 					mark = "✗"
 				}
-				got = append(got, fmt.Sprintf("%s %d %d %s", r.group, r.pods, r.want, mark))
+				got = append(got, fmt.Sprintf("%s %d %s %s", r.group, r.pods, r.wantText(), mark))
 			}
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
