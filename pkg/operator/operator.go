@@ -125,13 +125,12 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	if err != nil {
 		return fmt.Errorf("starting the pod informer: %w", err)
 	}
-	if err := placement.AddOwnerIndex(podInformer); err != nil {
-		return fmt.Errorf("indexing pods: %w", err)
+	tally := placement.NewTally()
+	registration, err := podInformer.AddEventHandler(tally.EventHandler())
+	if err != nil {
+		return fmt.Errorf("counting pods: %w", err)
 	}
-	indexed, ok := podInformer.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
-		return fmt.Errorf("pod informer %T exposes no indexer", podInformer)
-	}
+	tally.SetSynced(registration.HasSynced)
 	// Start the metadata informers now, so the first admission does not
 	// wait for them.
 	for _, gvk := range []schema.GroupVersionKind{workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK} {
@@ -149,7 +148,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	for _, c := range []interface {
 		Register(context.Context, ctrl.Manager) error
 	}{
-		placement.NewController(clk, mgr.GetClient(), recorder, capacity, placement.IndexerPods{Indexer: indexed.GetIndexer()}, o.GateTimeout),
+		placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout),
 		gatejanitor.NewController(clk, mgr.GetClient(), recorder, o.GateTimeout),
 		deletioncost.NewController(mgr.GetClient()),
 	} {

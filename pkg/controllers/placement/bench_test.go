@@ -48,11 +48,8 @@ func (readOnly) Patch(context.Context, client.Object, client.Patch, ...client.Pa
 // cachedCluster builds a cache with `workloads` Deployments of `perWorkload`
 // decided pods each (pods stripped as the operator's transform does), and
 // `pools` NodePools.
-func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.Reader, toolscache.Indexer, *corev1.Pod) {
-	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-	if err := placement.AddOwnerIndex(indexer); err != nil {
-		b.Fatal(err)
-	}
+func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.Reader, *placement.Tally, *corev1.Pod) {
+	tally := placement.NewTally()
 	scheme, err := operator.Scheme()
 	if err != nil {
 		b.Fatal(err)
@@ -79,8 +76,8 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 			b.Fatal(err)
 		}
 		for _, o := range objs {
-			if err := indexer.Add(o); err != nil {
-				b.Fatal(err)
+			if pod, ok := o.(*corev1.Pod); ok {
+				tally.Observe(pod)
 			}
 		}
 	}
@@ -97,13 +94,13 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 		Labels:          map[string]string{workload.PodTemplateHashLabel: "abc"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "app-0-abc", UID: "rs-app-0", Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
-	return r, indexer, gated
+	return r, tally, gated
 }
 
 func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
-	r, indexer, gated := cachedCluster(b, workloads, perWorkload, 50)
+	r, tally, gated := cachedCluster(b, workloads, perWorkload, 50)
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, placement.IndexerPods{Indexer: indexer}, time.Minute)
+	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, tally, time.Minute)
 	ctx := context.Background()
 	pods := make([]*corev1.Pod, 1024)
 	for i := range pods {
@@ -121,6 +118,8 @@ func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
 		if _, err := c.Reconcile(ctx, pod); err != nil {
 			b.Fatal(err)
 		}
+		// The pod goes away again, so every decision sees the same counts.
+		tally.Forget(pod)
 	}
 }
 
@@ -132,9 +131,9 @@ func BenchmarkDecision10kPods50Pools(b *testing.B) { benchmarkDecision(b, 100, 1
 // revision being decided.
 func BenchmarkDecision10kPodsOneRevision(b *testing.B) { benchmarkDecision(b, 1, 10000) }
 
-// BenchmarkMemoryPerCachedPod reports the heap an informer store holds per
-// pod, for a typical Deployment pod as the API server returns it, with and
-// without the operator's transform.
+// BenchmarkMemoryPerCachedPod reports the heap held per pod by an informer
+// store and the tally, for a typical Deployment pod as the API server
+// returns it, with and without the operator's transform.
 func BenchmarkMemoryPerCachedPod(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
@@ -146,9 +145,7 @@ func BenchmarkMemoryPerCachedPod(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-				if err := placement.AddOwnerIndex(store); err != nil {
-					b.Fatal(err)
-				}
+				tally := placement.NewTally()
 				for i := 0; i < 10000; i++ {
 					var obj any = typicalPod(i)
 					if tc.strip {
@@ -157,11 +154,13 @@ func BenchmarkMemoryPerCachedPod(b *testing.B) {
 					if err := store.Add(obj); err != nil {
 						b.Fatal(err)
 					}
+					tally.Observe(obj.(*corev1.Pod))
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/10000, "bytes/pod")
 				runtime.KeepAlive(store)
+				runtime.KeepAlive(tally)
 			}
 		})
 	}

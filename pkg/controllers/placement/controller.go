@@ -1,8 +1,9 @@
 // Package placement is the placement controller: the one writer of decisions.
 // It runs on the elected leader only, watches pods held by the placement
-// gate, chooses each pod's group with the apportioning engine from counts in
-// its informer cache plus its own ledger of decisions the cache has not shown
-// yet, and writes the decision and removes the gate in one patch. Decisions
+// gate, chooses each pod's group with the apportioning engine from the
+// revision's counts (a Tally fed by the pod informer, plus the decisions this
+// process made that the informer has not shown yet), and writes the decision
+// and removes the gate in one patch. Decisions
 // within a revision are serialised, so a burst of pods from the ReplicaSet
 // controller is decided one pod at a time against exact counts.
 package placement
@@ -28,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -59,10 +59,9 @@ type Controller struct {
 	clock      clock.Clock
 	recorder   events.EventRecorder
 	capacity   Capacity
-	pods       PodLister
+	tally      *Tally
 	gateWait   time.Duration
 
-	ledger     *ledger
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
 	strategies sync.Map // raw strategy -> *parsed
@@ -79,8 +78,8 @@ type parsed struct {
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
-func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, pods PodLister, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, pods: pods, gateWait: notCachedWait, ledger: newLedger(),
+func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
 		warned: ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096))}
 }
 
@@ -99,7 +98,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 			case <-ctx.Done():
 				return nil
 			case <-c.clock.After(time.Minute):
-				c.ledger.expire(c.clock.Now())
+				c.tally.Expire(c.clock.Now())
 			}
 		}
 	})); err != nil {
@@ -135,7 +134,10 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if !decision.HasGate(pod) || pod.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
-	if _, done := c.ledger.get(pod.UID); done {
+	if !c.tally.Synced() {
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if c.tally.Decided(pod.UID) {
 		return reconcile.Result{}, nil // decided; the cache has not caught up
 	}
 	key := workload.OwnerKey(pod)
@@ -179,10 +181,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 
 	unlock := c.locks.lock(key)
 	defer unlock()
-	counts, err := c.count(ctx, pod.Namespace, key, p)
-	if err != nil {
-		return c.release(ctx, pod, ReasonError, err)
-	}
+	rev := Revision(pod.Namespace, key)
+	counts := make([]int64, len(p.strategy.Groups))
+	c.tally.Counts(rev, p.index, counts)
 	g := p.method.Next(counts, avail)
 	if g < 0 {
 		c.warnOnce(ref, "NoGroupAvailable", "no group of the strategy can be served; pods are placed without apportion")
@@ -209,43 +210,11 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "error").Inc()
 		return reconcile.Result{}, fmt.Errorf("patching pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	c.ledger.record(pod.UID, d.Group.Key(), c.clock.Now())
+	c.tally.Record(pod.UID, rev, d.Group.Key(), c.clock.Now())
 	metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "placed").Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
 	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
 	return reconcile.Result{}, nil
-}
-
-// count tallies the decided, live pods of one revision per group: from the
-// cache, plus the ledger for pods whose decision the cache has not shown.
-func (c *Controller) count(ctx context.Context, namespace, key string, p *parsed) ([]int64, error) {
-	pods, err := c.pods.OwnerPods(ctx, namespace, key)
-	if err != nil {
-		return nil, err
-	}
-	counts := make([]int64, len(p.strategy.Groups))
-	c.ledger.mu.Lock()
-	defer c.ledger.mu.Unlock()
-	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			delete(c.ledger.entries, pod.UID)
-			continue
-		}
-		group, ok := pod.Annotations[annotations.Group]
-		if ok {
-			if len(c.ledger.entries) > 0 {
-				delete(c.ledger.entries, pod.UID)
-			}
-		} else if e, recorded := c.ledger.entries[pod.UID]; recorded {
-			group = e.group
-		} else {
-			continue
-		}
-		if gi, known := p.index[group]; known {
-			counts[gi]++
-		}
-	}
-	return counts, nil
 }
 
 func (c *Controller) parse(raw string) *parsed {
