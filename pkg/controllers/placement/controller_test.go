@@ -100,7 +100,6 @@ func (f *fixture) reconcile(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	return &fresh
 }
 
-
 func nodePool(name string, weight int32, capacityType string) *karpv1.NodePool {
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	np.Spec.Weight = &weight
