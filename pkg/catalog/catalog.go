@@ -88,8 +88,10 @@ var ErrNoPool = errors.New("no NodePool can serve the group")
 func (c *Catalog) Select(group map[string]string, pod *corev1.Pod) (Choice, error) {
 	groupReqs := scheduling.NewLabelRequirements(group)
 	var podReqs scheduling.Requirements
+	var have []corev1.Toleration
 	if pod != nil {
 		podReqs = scheduling.NewStrictPodRequirements(pod)
+		have = pod.Spec.Tolerations
 	}
 	var reasons []string
 	for _, p := range c.pools {
@@ -103,12 +105,7 @@ func (c *Catalog) Select(group map[string]string, pod *corev1.Pod) (Choice, erro
 				continue
 			}
 		}
-		var tolerations []corev1.Toleration
-		if pod != nil {
-			tolerations = missingTolerations(p.Taints, pod.Spec.Tolerations)
-		} else {
-			tolerations = missingTolerations(p.Taints, nil)
-		}
+		tolerations := missingTolerations(p.Taints, have)
 		if len(tolerations) > 0 && !p.Tolerate {
 			reasons = append(reasons, fmt.Sprintf("%s: tainted and not opted in with %s: \"true\"", p.Name, annotations.Tolerate))
 			continue

@@ -39,7 +39,6 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -48,6 +47,9 @@ import (
 
 // Annotation is the Kubernetes pod deletion cost annotation.
 const Annotation = "controller.kubernetes.io/pod-deletion-cost"
+
+// IndexOwnerKey indexes pods by workload.OwnerKey: the pods of one revision.
+const IndexOwnerKey = "apportion.ownerKey"
 
 // unknownGroupCost is below every computed cost.
 const unknownGroupCost = -(1 << 30)
@@ -68,7 +70,13 @@ func (c *Controller) Name() string { return "deletioncost" }
 // Register adds the controller; requests are keyed by namespace and owner key
 // (one revision), not by pod.
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := placement.IndexPods(ctx, m); err != nil {
+	// The pods of one revision, listed per reconcile through this index.
+	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
+		if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
+			return []string{k}
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	return controllerruntime.NewControllerManagedBy(m).
@@ -91,7 +99,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 // cost changed.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var list corev1.PodList
-	if err := c.kubeClient.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{placement.IndexOwnerKey: req.Name}); err != nil {
+	if err := c.kubeClient.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexOwnerKey: req.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
 	var pods []*corev1.Pod

@@ -37,9 +37,6 @@ import (
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
-// IndexOwnerKey indexes pods by workload.OwnerKey: the pods counted together.
-const IndexOwnerKey = "apportion.ownerKey"
-
 // warnInterval spaces identical Warning Events on one workload.
 const warnInterval = time.Minute
 
@@ -89,9 +86,6 @@ func (c *Controller) Name() string { return "placement" }
 // Register adds the controller to the manager, with the pod owner index it
 // counts through.
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := IndexPods(ctx, m); err != nil {
-		return err
-	}
 	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		for {
 			select {
@@ -112,21 +106,6 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
-}
-
-var indexOnce sync.Map
-
-// IndexPods registers the owner-key index once per manager.
-func IndexPods(ctx context.Context, m manager.Manager) error {
-	if _, done := indexOnce.LoadOrStore(m, true); done {
-		return nil
-	}
-	return m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
-		if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
-			return []string{k}
-		}
-		return nil
-	})
 }
 
 // Reconcile decides one gated pod.

@@ -50,13 +50,7 @@ func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...clien
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "deploy-uid", Controller: ptr.To(true)}}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(append(objs, deploy, rs)...).
-		WithIndex(&corev1.Pod{}, placement.IndexOwnerKey, func(o client.Object) []string {
-			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
-				return []string{k}
-			}
-			return nil
-		}).Build()
+		WithObjects(append(objs, deploy, rs)...).Build()
 	f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs, tally: placement.NewTally()}
 	f.ctrl = placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	return f

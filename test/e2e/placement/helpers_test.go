@@ -82,12 +82,19 @@ func create(t *testing.T, obj client.Object) {
 
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
+	updateDeployment(t, d, "scaling", func(cur *appsv1.Deployment) { cur.Spec.Replicas = ptr.To(replicas) })
+}
+
+// updateDeployment applies change to the current Deployment, retrying on
+// conflicts with the controllers that write it too.
+func updateDeployment(t *testing.T, d *appsv1.Deployment, what string, change func(*appsv1.Deployment)) {
+	t.Helper()
+	waitFor(t, 30*time.Second, what+" "+d.Name, func() error {
 		var cur appsv1.Deployment
 		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
 			return err
 		}
-		cur.Spec.Replicas = ptr.To(replicas)
+		change(&cur)
 		return env.kube.Update(t.Context(), &cur)
 	})
 }
@@ -108,44 +115,41 @@ func livePods(t *testing.T, ns, name string) []corev1.Pod {
 	return out
 }
 
-// waitDecided waits until n live pods exist and every one carries a decision.
-func waitDecided(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
+// waitPods waits until the Deployment has n live pods, every one of which
+// satisfies ready (described by what).
+func waitPods(t *testing.T, ns, name string, n int, timeout time.Duration, what string, ready func(*corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	waitFor(t, timeout, fmt.Sprintf("%d decided pods of %s", n, name), func() error {
+	waitFor(t, timeout, fmt.Sprintf("%d %s pods of %s", n, what, name), func() error {
 		pods = livePods(t, ns, name)
-		decided := 0
+		ok := 0
 		for i := range pods {
-			if decision.Decided(&pods[i]) && !decision.HasGate(&pods[i]) {
-				decided++
+			if ready(&pods[i]) {
+				ok++
 			}
 		}
-		if len(pods) != n || decided != n {
-			return fmt.Errorf("%d live pods, %d decided", len(pods), decided)
+		if len(pods) != n || ok != n {
+			return fmt.Errorf("%d live pods, %d %s", len(pods), ok, what)
 		}
 		return nil
 	})
 	return pods
 }
 
+// waitDecided waits until n live pods exist and every one carries a decision.
+func waitDecided(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
+	t.Helper()
+	return waitPods(t, ns, name, n, timeout, "decided", func(p *corev1.Pod) bool {
+		return decision.Decided(p) && !decision.HasGate(p)
+	})
+}
+
 // waitRunning waits until n live pods are Running.
 func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
 	t.Helper()
-	var pods []corev1.Pod
-	waitFor(t, timeout, fmt.Sprintf("%d running pods of %s", n, name), func() error {
-		pods = livePods(t, ns, name)
-		running := 0
-		for _, p := range pods {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		if len(pods) != n || running != n {
-			return fmt.Errorf("%d live pods, %d running", len(pods), running)
-		}
-		return nil
+	return waitPods(t, ns, name, n, timeout, "running", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning
 	})
-	return pods
 }
 
 func groupCounts(pods []corev1.Pod) map[string]int64 {

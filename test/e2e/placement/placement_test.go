@@ -85,13 +85,8 @@ func TestRollingUpdateEndsExact(t *testing.T) {
 	d := deployment(ns, "roll", 12, map[string]string{annotations.Strategy: seed004})
 	create(t, d)
 	waitRunning(t, ns, "roll", 12, 3*time.Minute)
-	waitFor(t, 30*time.Second, "template change", func() error {
-		var cur appsv1.Deployment
-		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
-			return err
-		}
+	updateDeployment(t, d, "changing the template of", func(cur *appsv1.Deployment) {
 		cur.Spec.Template.Annotations = map[string]string{"e2e/revision": "2"}
-		return env.kube.Update(t.Context(), &cur)
 	})
 	var pods []corev1.Pod
 	waitFor(t, 4*time.Minute, "rollout to finish", func() error {
