@@ -9,6 +9,7 @@
 package harness_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -63,36 +64,42 @@ func TestNodePoolSelection(t *testing.T) {
 			e.create(t, deployment(name, 3, spec))
 			pods := e.waitRunning(t, name, 3, 3*time.Minute)
 
-			claims := map[string]karpv1.NodeClaim{} // by node name
-			for _, nc := range e.nodeClaims(t) {
-				claims[nc.Status.NodeName] = nc
-			}
+			// Pods can run before Karpenter has linked the NodeClaim to its
+			// node and marked it Ready, so the NodeClaim side is polled.
 			nodes := map[string]bool{}
-			for _, p := range pods {
-				n := e.node(t, p.Spec.NodeName)
-				nodes[n.Name] = true
-				if !nodeReady(n) {
-					t.Errorf("pod %s runs on node %s, which is not Ready", p.Name, n.Name)
+			waitFor(t, time.Minute, "the nodes and NodeClaims of "+name, func() error {
+				claims := map[string]karpv1.NodeClaim{} // by node name
+				for _, nc := range e.nodeClaims(t) {
+					claims[nc.Status.NodeName] = nc
 				}
-				for key, want := range map[string]string{
-					karpv1.NodePoolLabelKey:     tc.pool,
-					karpv1.CapacityTypeLabelKey: tc.capacity,
-					corev1.LabelArchStable:      tc.arch,
-				} {
-					if got := n.Labels[key]; got != want {
-						t.Errorf("pod %s: node %s has %s=%q, want %q", p.Name, n.Name, key, got, want)
+				var problems []error
+				for _, p := range pods {
+					n := e.node(t, p.Spec.NodeName)
+					nodes[n.Name] = true
+					if !nodeReady(n) {
+						problems = append(problems, fmt.Errorf("pod %s runs on node %s, which is not Ready", p.Name, n.Name))
+					}
+					for key, want := range map[string]string{
+						karpv1.NodePoolLabelKey:     tc.pool,
+						karpv1.CapacityTypeLabelKey: tc.capacity,
+						corev1.LabelArchStable:      tc.arch,
+					} {
+						if got := n.Labels[key]; got != want {
+							problems = append(problems, fmt.Errorf("pod %s: node %s has %s=%q, want %q", p.Name, n.Name, key, got, want))
+						}
+					}
+					nc, ok := claims[n.Name]
+					switch {
+					case !ok:
+						problems = append(problems, fmt.Errorf("node %s has no NodeClaim", n.Name))
+					case nc.Labels[karpv1.NodePoolLabelKey] != tc.pool:
+						problems = append(problems, fmt.Errorf("NodeClaim %s comes from NodePool %q, want %q", nc.Name, nc.Labels[karpv1.NodePoolLabelKey], tc.pool))
+					case !nc.StatusConditions().Root().IsTrue():
+						problems = append(problems, fmt.Errorf("NodeClaim %s is not Ready: %v", nc.Name, nc.Status.Conditions))
 					}
 				}
-				nc, ok := claims[n.Name]
-				switch {
-				case !ok:
-					t.Errorf("node %s has no NodeClaim", n.Name)
-				case nc.Labels[karpv1.NodePoolLabelKey] != tc.pool:
-					t.Errorf("NodeClaim %s comes from NodePool %q, want %q", nc.Name, nc.Labels[karpv1.NodePoolLabelKey], tc.pool)
-				case !nc.StatusConditions().Root().IsTrue():
-					t.Errorf("NodeClaim %s is not Ready: %v", nc.Name, nc.Status.Conditions)
-				}
-			}
+				return errors.Join(problems...)
+			})
 			t.Logf("%d pods Running on %d node(s) of NodePool %s (%s/%s)", len(pods), len(nodes), tc.pool, tc.capacity, tc.arch)
 		})
 	}

@@ -66,11 +66,15 @@ func TestUnfitPodStaysPending(t *testing.T) {
 					t.Errorf("Karpenter's reason does not say %q", r)
 				}
 			}
-			if line := karpenterLogLine(t, e, p.Name); line != "" {
-				t.Logf("Karpenter's log: %s", line)
-			} else {
-				t.Errorf("Karpenter's log has no line about pod %s", p.Name)
-			}
+			// The log reaches its file through a pipe, so it may trail the event.
+			var line string
+			waitFor(t, 30*time.Second, "a line about pod "+p.Name+" in Karpenter's log", func() error {
+				if line = karpenterLogLine(t, e, p.Name); line == "" {
+					return fmt.Errorf("none yet")
+				}
+				return nil
+			})
+			t.Logf("Karpenter's log: %s", line)
 			if err := e.kube.Get(t.Context(), client.ObjectKeyFromObject(p), p); err != nil {
 				t.Fatal(err)
 			}

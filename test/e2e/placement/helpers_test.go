@@ -241,19 +241,28 @@ func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
 }
 
 // eventsFor returns the messages of events.k8s.io Events about an object.
-func eventsFor(t *testing.T, ns, name, reason string) []string {
+// eventsFor returns the messages of the Events with reason on object name
+// in ns. Events are sent asynchronously by the recorder, so it waits up to
+// wait for at least one before returning what it found (possibly nothing).
+func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []string {
 	t.Helper()
-	var list corev1.EventList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.InvolvedObject.Name == name && (reason == "" || e.Reason == reason) {
-			out = append(out, e.Message)
+	deadline := time.Now().Add(wait)
+	for {
+		var list corev1.EventList
+		if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
 		}
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.Name == name && (reason == "" || e.Reason == reason) {
+				out = append(out, e.Message)
+			}
+		}
+		if len(out) > 0 || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	return out
 }
 
 func nodeOf(t *testing.T, p corev1.Pod) *corev1.Node {

@@ -147,13 +147,13 @@ func TestTaintedPoolOnlyWhenOptedIn(t *testing.T) {
 	if c := groupCounts(pods); c["dedicated=gpu"] != 0 || c[spot] != 4 {
 		t.Errorf("without opt-in: counts %v, want every pod on spot", c)
 	}
-	if len(eventsFor(t, ns, "before", "GroupUnavailable")) == 0 {
+	if len(eventsFor(t, ns, "before", "GroupUnavailable", 30*time.Second)) == 0 {
 		t.Error("no GroupUnavailable event for the tainted pool's group")
 	}
 
 	setTolerate(t, t.Context(), "gpu", true)
 	t.Cleanup(func() { setTolerate(t, context.Background(), "gpu", false) })
-	time.Sleep(2 * time.Second) // informer event -> catalog rebuild
+	time.Sleep(5 * time.Second) // informer event -> catalog rebuild
 	create(t, deployment(ns, "after", 4, map[string]string{annotations.Strategy: gpuSpec}))
 	pods = waitRunning(t, ns, "after", 4, 3*time.Minute)
 	if c := groupCounts(pods); c["dedicated=gpu"] != 2 || c[spot] != 2 {
@@ -201,7 +201,7 @@ func TestUnservedGroupLeftOut(t *testing.T) {
 	if c := groupCounts(pods); c["karpenter.sh/capacity-type=reserved"] != 0 || c[onDemand] != 3 || c[spot] != 3 {
 		t.Errorf("counts %v, want reserved left out and 3/3", c)
 	}
-	msgs := eventsFor(t, ns, "unserved", "GroupUnavailable")
+	msgs := eventsFor(t, ns, "unserved", "GroupUnavailable", 30*time.Second)
 	if len(msgs) == 0 || !strings.Contains(msgs[0], "karpenter.sh/capacity-type=reserved") {
 		t.Errorf("GroupUnavailable events: %q", msgs)
 	}
@@ -350,11 +350,12 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 	})
 	placed, released, ungated := 0, 0, 0
 	var maxWait time.Duration
+	eventsDeadline := time.Now().Add(10 * time.Second) // one wait for the janitor's Events, not one per pod
 	for _, p := range all {
 		switch {
 		case decision.Decided(&p):
 			placed++
-		case len(eventsFor(t, ns, p.Name, "PlacementTimeout")) > 0:
+		case len(eventsFor(t, ns, p.Name, "PlacementTimeout", time.Until(eventsDeadline))) > 0:
 			released++
 		default:
 			ungated++
