@@ -15,10 +15,11 @@ const (
 	namespace = "apportion"
 
 	// Label names.
-	LabelResult   = "result"
-	LabelGroup    = "group"
-	LabelNodePool = "nodepool"
-	LabelReason   = "reason"
+	LabelResult    = "result"
+	LabelGroup     = "group"
+	LabelNodePool  = "nodepool"
+	LabelReason    = "reason"
+	LabelOperation = "operation"
 )
 
 var (
@@ -52,6 +53,12 @@ var (
 		Namespace: namespace, Subsystem: "placement", Name: "released_total",
 		Help: "Pods whose gate was removed without a decision. Labels: reason.",
 	}, []string{LabelReason})
+	// APIErrorsTotal counts failed API calls on the placement path by
+	// operation (decide, release); each is retried until the gate timeout.
+	APIErrorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "placement", Name: "api_errors_total",
+		Help: "Failed API calls on the placement path, retried. Labels: operation.",
+	}, []string{LabelOperation})
 	// DeletionCostPatchesTotal counts pod-deletion-cost updates.
 	DeletionCostPatchesTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "deletioncost", Name: "patches_total",
@@ -65,6 +72,6 @@ var once sync.Once
 // more than once.
 func Register() {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, DeletionCostPatchesTotal)
+		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal)
 	})
 }

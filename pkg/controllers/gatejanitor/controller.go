@@ -34,11 +34,12 @@ type Controller struct {
 	clock      clock.Clock
 	recorder   events.EventRecorder
 	timeout    time.Duration
+	retrier    *placement.Retrier
 }
 
 // NewController builds the janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, timeout time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, timeout: timeout}
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, timeout: timeout, retrier: placement.NewRetrier()}
 }
 
 // Name is the controller's name in logs and metrics.
@@ -73,7 +74,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil // decided or released meanwhile; look again
 		}
-		return reconcile.Result{}, err
+		return c.retrier.Retry(ctx, pod, placement.OperationRelease, err), nil
 	}
 	metrics.ReleasedTotal.WithLabelValues("timeout").Inc()
 	metrics.GateWaitSeconds.Observe(age.Seconds())

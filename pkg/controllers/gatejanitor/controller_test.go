@@ -7,14 +7,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 )
 
 func TestReleasesAfterTimeoutOnly(t *testing.T) {
@@ -57,5 +60,48 @@ func TestReleasesAfterTimeoutOnly(t *testing.T) {
 		}
 	default:
 		t.Error("no Warning event")
+	}
+}
+
+// TestReleaseErrorIsRetried: when the API refuses the release, the janitor
+// comes back after the retry interval instead of returning the error, and
+// releases the pod once the API answers.
+func TestReleaseErrorIsRetried(t *testing.T) {
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "p-uid", CreationTimestamp: metav1.NewTime(start)},
+		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}},
+	}
+	failures := 1
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build(), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if failures > 0 {
+				failures--
+				return apierrors.NewServiceUnavailable("apiserver restarting")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	j := NewController(clocktesting.NewFakeClock(start.Add(time.Minute)), c, events.NewFakeRecorder(5), 30*time.Second)
+	ctx := context.Background()
+	for attempt := 1; attempt <= 2; attempt++ {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.Reconcile(ctx, &p)
+		if err != nil {
+			t.Fatalf("attempt %d returned %v; want it handled", attempt, err)
+		}
+		if want := map[int]time.Duration{1: placement.RetryInterval, 2: 0}[attempt]; res.RequeueAfter != want {
+			t.Errorf("attempt %d: RequeueAfter %s, want %s", attempt, res.RequeueAfter, want)
+		}
+	}
+	var p corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Spec.SchedulingGates) != 0 {
+		t.Errorf("still gated after the API recovered: %v", p.Spec.SchedulingGates)
 	}
 }

@@ -50,6 +50,12 @@ const (
 	ReasonError           = "error"
 )
 
+// API operations (values of apportion_placement_api_errors_total's label).
+const (
+	OperationDecide  = "decide"  // the patch that writes a decision
+	OperationRelease = "release" // the patch that removes the gate alone
+)
+
 // Controller places gated pods.
 type Controller struct {
 	kubeClient client.Client
@@ -61,6 +67,7 @@ type Controller struct {
 
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
+	retrier    *Retrier
 	strategies sync.Map // raw strategy -> *parsed
 }
 
@@ -77,7 +84,8 @@ type parsed struct {
 // to the gate janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
-		warned: ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096))}
+		warned:  ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
+		retrier: NewRetrier()}
 }
 
 // Name is the controller's name in logs and metrics.
@@ -187,7 +195,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 		metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "error").Inc()
-		return reconcile.Result{}, fmt.Errorf("patching pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return c.retrier.Retry(ctx, pod, OperationDecide, err), nil
 	}
 	c.tally.Record(pod.UID, rev, d.Group.Key(), c.clock.Now())
 	metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "placed").Inc()
@@ -241,7 +249,7 @@ func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
-		return reconcile.Result{}, err
+		return c.retrier.Retry(ctx, pod, OperationRelease, err), nil
 	}
 	metrics.ReleasedTotal.WithLabelValues(reason).Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())

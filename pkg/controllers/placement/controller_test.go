@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -16,10 +18,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -178,5 +182,50 @@ func TestUserConstraintsAreKept(t *testing.T) {
 		if len(term.MatchExpressions) != 3 || term.MatchExpressions[0].Key != "topology.kubernetes.io/zone" {
 			t.Errorf("term %+v: want the user's expression ANDed with the decision", term)
 		}
+	}
+}
+
+// TestAPIErrorIsRetriedNotReturned: a patch the API refuses (other than a
+// conflict) is counted and retried after RetryInterval, without an error for
+// controller-runtime to log on every retry; the pod is decided once the API
+// answers again.
+func TestAPIErrorIsRetriedNotReturned(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	failures := 2
+	c := interceptor.NewClient(f.client.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if failures > 0 {
+				failures--
+				return apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	ctrl := placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
+	pod := f.gatedPod(t, 0)
+	ctx := context.Background()
+	errorsBefore := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(placement.OperationDecide))
+	for attempt := 1; attempt <= 3; attempt++ {
+		var fresh corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ctrl.Reconcile(ctx, &fresh)
+		if err != nil {
+			t.Fatalf("attempt %d returned error %v; want it handled", attempt, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
+			t.Fatal(err)
+		}
+		failed := attempt <= 2
+		if got := res.RequeueAfter == placement.RetryInterval; got != failed {
+			t.Errorf("attempt %d: RequeueAfter %s", attempt, res.RequeueAfter)
+		}
+		if decided := fresh.Annotations[annotations.Group] != "" && len(fresh.Spec.SchedulingGates) == 0; decided == failed {
+			t.Errorf("attempt %d: decided %v, gates %v", attempt, decided, fresh.Spec.SchedulingGates)
+		}
+	}
+	if got := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(placement.OperationDecide)) - errorsBefore; got != 2 {
+		t.Errorf("api errors counted %v, want 2", got)
 	}
 }
