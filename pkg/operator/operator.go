@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"os"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -104,7 +105,27 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	var capacity placement.Capacity
 	if _, err := mgr.GetRESTMapper().RESTMapping(NodePoolGVK.GroupKind(), NodePoolGVK.Version); meta.IsNoMatchError(err) {
 		logger.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
-		capacity = &placement.NodeLabelCapacity{Reader: mgr.GetClient()}
+		nodes := &placement.NodeLabelCapacity{Reader: mgr.GetClient()}
+		node := &metav1.PartialObjectMetadata{}
+		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		inf, err := mgr.GetCache().GetInformer(ctx, node)
+		if err != nil {
+			return fmt.Errorf("starting the node informer: %w", err)
+		}
+		invalidate := func(any) { nodes.Invalidate() }
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: invalidate, DeleteFunc: invalidate,
+			UpdateFunc: func(oldObj, newObj any) {
+				o, ok1 := oldObj.(client.Object)
+				n, ok2 := newObj.(client.Object)
+				if !ok1 || !ok2 || !maps.Equal(o.GetLabels(), n.GetLabels()) {
+					nodes.Invalidate()
+				}
+			},
+		}); err != nil {
+			return fmt.Errorf("watching nodes: %w", err)
+		}
+		capacity = nodes
 	} else if err != nil {
 		return fmt.Errorf("discovering the NodePool API: %w", err)
 	} else {

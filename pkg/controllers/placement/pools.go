@@ -74,31 +74,58 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 
 // NodeLabelCapacity serves a group when some node carries all its labels.
 // It is the mode for clusters without the NodePool CRD (managed node groups,
-// as in seed 000). It reads node metadata from the cache.
+// as in seed 000). It reads node metadata from the cache, and only when a
+// group's answer is not known: answers are kept until Invalidate, which the
+// operator calls when a node is added or deleted or its labels change, so a
+// decision does not scan the nodes.
 type NodeLabelCapacity struct {
 	Reader client.Reader
+
+	mu    sync.Mutex
+	known map[string]bool // group key -> some node has its labels
+}
+
+// maxKnownGroups bounds the answers kept between invalidations.
+const maxKnownGroups = 4096
+
+// Invalidate forgets every answer.
+func (n *NodeLabelCapacity) Invalidate() {
+	n.mu.Lock()
+	n.known = nil
+	n.mu.Unlock()
 }
 
 // Choose implements Capacity; choices carry no pool.
 func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ *corev1.Pod) ([]catalog.Choice, []error, error) {
-	var nodes metav1.PartialObjectMetadataList
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	if err := n.Reader.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.known == nil || len(n.known) > maxKnownGroups {
+		n.known = map[string]bool{}
 	}
+	var nodes *metav1.PartialObjectMetadataList // listed at most once, if some answer is missing
 	choices := make([]catalog.Choice, len(s.Groups))
 	errs := make([]error, len(s.Groups))
 	for i, g := range s.Groups {
-		sel := labels.SelectorFromSet(g.Selector())
-		found := false
-		for j := range nodes.Items {
-			if sel.Matches(labels.Set(nodes.Items[j].Labels)) {
-				found = true
-				break
+		key := g.Key()
+		served, ok := n.known[key]
+		if !ok {
+			if nodes == nil {
+				nodes = &metav1.PartialObjectMetadataList{}
+				nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+				if err := n.Reader.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+					return nil, nil, fmt.Errorf("listing nodes: %w", err)
+				}
 			}
+			sel := labels.SelectorFromSet(g.Selector())
+			for j := range nodes.Items {
+				if served = sel.Matches(labels.Set(nodes.Items[j].Labels)); served {
+					break
+				}
+			}
+			n.known[key] = served
 		}
-		if !found {
-			errs[i] = fmt.Errorf("no node has the labels %s", g.Key())
+		if !served {
+			errs[i] = fmt.Errorf("no node has the labels %s", key)
 		}
 	}
 	return choices, errs, nil
