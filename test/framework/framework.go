@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,10 +21,47 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// RepoRoot is the repository's top folder.
+// modulePath is the product's module, named in the go.mod RepoRoot looks for.
+const modulePath = "github.com/apportion-dev/apportion"
+
+// RepoRoot is the repository's top folder: where this source file was
+// compiled from, or, when that path is not on this machine (a -trimpath
+// build), the nearest folder above the working directory whose go.mod is
+// the product's.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		if isRepoRoot(root) {
+			return root
+		}
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for {
+		if isRepoRoot(dir) {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
+	}
+}
+
+func isRepoRoot(dir string) bool {
+	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(mod)) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(name), `"`) == modulePath
+		}
+	}
+	return false
 }
 
 // BuildApportion builds cmd/apportion into dir and returns the binary's path.

@@ -155,6 +155,10 @@ func HTTPGet(c *cluster.Cluster, url string) (string, error) {
 	return string(body), err
 }
 
+// PodWebhookName is the name of the pod mutating webhook Register adds (the
+// API server's log names it when it fails open).
+const PodWebhookName = "pods.apportion.dev"
+
 // Register creates the MutatingWebhookConfiguration (pods) and the
 // ValidatingWebhookConfiguration (workloads) for a webhook served at
 // https://127.0.0.1:port, as the README's local install does: failure policy
@@ -170,7 +174,7 @@ func Register(ctx context.Context, kube client.Client, caBundle []byte, port int
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "apportion"},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "pods.apportion.dev",
+			Name:         PodWebhookName,
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/mutate--v1-pod"), CABundle: caBundle},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},

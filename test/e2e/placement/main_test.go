@@ -176,3 +176,22 @@ func waitFor(t testing.TB, timeout time.Duration, what string, check func() erro
 	}
 	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
 }
+
+// countLogLines counts the lines of a component's log that contain substr.
+func countLogLines(t *testing.T, name, substr string) int {
+	t.Helper()
+	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
+	if err != nil {
+		t.Fatalf("opening the %s log: %v", name, err)
+	}
+	defer func() { _ = f.Close() }()
+	n := 0
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		if strings.Contains(s.Text(), substr) {
+			n++
+		}
+	}
+	return n
+}

@@ -329,6 +329,12 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no replica reports leadership")
 	}
+	// The API server logs every admission call it fails open on: a call in
+	// flight to the replica being killed (or sent on a connection to it the
+	// kill has just closed) is lost, and the pod is admitted ungated, by
+	// design (failure policy Ignore). Those pods are counted, not hidden.
+	const failedOpen = `Failed calling webhook, failing open ` + framework.PodWebhookName
+	failedOpenBefore := countLogLines(t, "kube-apiserver", failedOpen)
 	killed := time.Now()
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
@@ -368,10 +374,11 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("after killing the leader mid-burst: %d pods placed exactly, %d released by the gate janitor, %d admitted without the gate; longest create-to-scheduled %s",
-		placed, released, ungated, maxWait.Round(time.Second))
-	if placed+released != 240 {
-		t.Errorf("%d pods were never held by the gate: the surviving replica should have gated them", ungated)
+	lost := countLogLines(t, "kube-apiserver", failedOpen) - failedOpenBefore
+	t.Logf("after killing the leader mid-burst: %d pods placed exactly, %d released by the gate janitor, %d admitted without the gate (%d admission calls to the killed replica failed open); longest create-to-scheduled %s",
+		placed, released, ungated, lost, maxWait.Round(time.Second))
+	if ungated > lost {
+		t.Errorf("%d pods were never held by the gate, but only %d admission calls failed open: the surviving replica should have gated the others", ungated, lost)
 	}
 	if released == 0 {
 		var decided []corev1.Pod
