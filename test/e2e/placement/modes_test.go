@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -46,22 +47,25 @@ func TestNodeLabelModeWithoutKarpenter(t *testing.T) {
 	// Nodes of three managed node groups, labelled as in seed 000, made
 	// Ready by hand (no kubelet: the scheduler binds to them all the same
 	// until the node controller's grace period ends).
+	addNode := func(name, size string) {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"nodesize": size, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}}
+		if err := kube.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "node "+node.Name+" Ready", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+				return err
+			}
+			node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+			node.Status.Allocatable = node.Status.Capacity
+			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+			return kube.Status().Update(ctx, node)
+		})
+	}
 	for _, size := range []string{"od4vcpu16gb", "spot4vcpu16gb", "spot8vcpu32gb"} {
 		for i := range 2 {
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", size, i),
-				Labels: map[string]string{"nodesize": size, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}}
-			if err := kube.Create(ctx, node); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 30*time.Second, "node "+node.Name+" Ready", func() error {
-				if err := kube.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
-					return err
-				}
-				node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
-				node.Status.Allocatable = node.Status.Capacity
-				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-				return kube.Status().Update(ctx, node)
-			})
+			addNode(fmt.Sprintf("%s-%d", size, i), size)
 		}
 	}
 	r, err := framework.StartReplica(c, env.bin, certs, "apportion-nodelabel", gateTimeout, "--leader-elect=false")
@@ -77,32 +81,60 @@ func TestNodeLabelModeWithoutKarpenter(t *testing.T) {
 	if err := framework.Register(ctx, kube, c.CABundle(), r.Port); err != nil {
 		t.Fatal(err)
 	}
-	const seed000 = "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1"
+	// bound waits until the Deployment named app has n pods, all decided and
+	// bound, and returns them.
+	bound := func(app string, n int) []corev1.Pod {
+		var pods corev1.PodList
+		waitFor(t, 90*time.Second, fmt.Sprintf("%d decided, bound pods of %s", n, app), func() error {
+			if err := kube.List(ctx, &pods, client.InNamespace("seed000"), client.MatchingLabels{"app": app}); err != nil {
+				return err
+			}
+			bound := 0
+			for i := range pods.Items {
+				if decision.Decided(&pods.Items[i]) && pods.Items[i].Spec.NodeName != "" {
+					bound++
+				}
+			}
+			if bound != n || len(pods.Items) != n {
+				return fmt.Errorf("%d of %d pods decided and bound", bound, len(pods.Items))
+			}
+			return nil
+		})
+		return pods.Items
+	}
 	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "seed000"}}); err != nil {
 		t.Fatal(err)
 	}
+	// A node group that appears later: while no node has nodesize=later
+	// its group is left out; once a node has it, the next pods go there.
+	const withLater = "nodesize=later,weight=1:nodesize=spot4vcpu16gb,weight=1"
+	later := deployment("seed000", "later", 2, map[string]string{annotations.Strategy: withLater})
+	if err := kube.Create(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if c := groupCounts(bound("later", 2)); c["nodesize=spot4vcpu16gb"] != 2 {
+		t.Errorf("before the node exists: counts %v, want both on spot4vcpu16gb", c)
+	}
+	addNode("later-0", "later")
+	waitFor(t, 30*time.Second, "scaling later to 4", func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(later), later); err != nil {
+			return err
+		}
+		later.Spec.Replicas = ptr.To[int32](4)
+		return kube.Update(ctx, later)
+	})
+	if c := groupCounts(bound("later", 4)); c["nodesize=later"] != 2 || c["nodesize=spot4vcpu16gb"] != 2 {
+		t.Errorf("after a node with nodesize=later joined: counts %v, want 2 and 2", c)
+	}
+
+	const seed000 = "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1"
 	d := deployment("seed000", "alpine", 10, nil, func(d *appsv1.Deployment) {
 		d.Spec.Template.Annotations = map[string]string{annotations.LegacyEnabled: "true", annotations.LegacyCamelStrategy: seed000}
 	})
 	if err := kube.Create(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	var pods corev1.PodList
-	waitFor(t, 90*time.Second, "10 decided, bound pods", func() error {
-		if err := kube.List(ctx, &pods, client.InNamespace("seed000")); err != nil {
-			return err
-		}
-		bound := 0
-		for i := range pods.Items {
-			if decision.Decided(&pods.Items[i]) && pods.Items[i].Spec.NodeName != "" {
-				bound++
-			}
-		}
-		if bound != 10 {
-			return fmt.Errorf("%d of %d pods decided and bound", bound, len(pods.Items))
-		}
-		return nil
-	})
+	pods := corev1.PodList{Items: bound("alpine", 10)}
 	counts := groupCounts(pods.Items)
 	if counts["nodesize=od4vcpu16gb"] != 1 || counts["nodesize=spot4vcpu16gb"] != 5 || counts["nodesize=spot8vcpu32gb"] != 4 {
 		t.Errorf("counts %v, want 1 / 5 / 4", counts)
