@@ -17,7 +17,12 @@
 //	spot left:              2        1        0        0      0      0
 //
 // Within a group, the newest pod goes first. Pods whose group is not in the
-// strategy (placed under an older one) get the lowest cost of all.
+// strategy (placed under an older one) get the lowest cost of all, and so do
+// the revision's strays: pods admitted without a decision (the webhook was
+// down or its call failed open) or released by the gate janitor. Pods still
+// held by the gate are left alone (the placement controller is about to
+// patch them). A revision with no decided pod is not apportion's: its pods
+// are never touched.
 package deletioncost
 
 import (
@@ -39,6 +44,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -103,15 +109,24 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
 	var pods []*corev1.Pod
+	decided := 0
 	for i := range list.Items {
 		p := &list.Items[i]
-		if _, decided := p.Annotations[annotations.Group]; decided && p.DeletionTimestamp == nil &&
-			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		switch _, ok := p.Annotations[annotations.Group]; {
+		case ok:
+			decided++
+			pods = append(pods, p)
+		case !decision.HasGate(p):
+			// A stray: admitted without a decision (the webhook was down, or
+			// its call failed open) or released by the janitor. It goes first.
 			pods = append(pods, p)
 		}
 	}
-	if len(pods) == 0 {
-		return reconcile.Result{}, nil
+	if decided == 0 {
+		return reconcile.Result{}, nil // not a revision apportion places
 	}
 	info, err := workload.Resolve(ctx, c.kubeClient, req.Namespace, pods[0])
 	if err != nil || info == nil || !info.Found {
@@ -131,6 +146,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			continue
 		}
 		patch := client.MergeFrom(p.DeepCopy())
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
 		p.Annotations[Annotation] = want
 		if err := c.kubeClient.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, fmt.Errorf("patching pod %s/%s: %w", p.Namespace, p.Name, err)
@@ -141,7 +159,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-// Costs computes the deletion cost of every decided pod of one revision.
+// Costs computes the deletion cost of every pod of one revision; pods with
+// no group of s (undecided, or decided under another strategy) get the
+// lowest.
 func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
 	m, err := plan.Method(s)
 	if err != nil {
