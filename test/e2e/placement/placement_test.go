@@ -18,6 +18,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/test/framework"
 )
@@ -60,7 +61,7 @@ func TestBurstThenScaleDownAndUp(t *testing.T) {
 	waitRunning(t, ns, "burst", 100, 5*time.Minute)
 	waitFor(t, time.Minute, "deletion costs on every pod", func() error {
 		for _, p := range livePods(t, ns, "burst") {
-			if _, ok := p.Annotations["controller.kubernetes.io/pod-deletion-cost"]; !ok {
+			if _, ok := p.Annotations[deletioncost.Annotation]; !ok {
 				return fmt.Errorf("pod %s has no deletion cost", p.Name)
 			}
 		}
@@ -389,4 +390,34 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 		}
 		checkDecisionOrder(t, seed004, decided)
 	}
+
+	// The strays (not decided) carry the lowest deletion cost, so a
+	// scale-down by their number removes exactly them.
+	strays := 240 - placed
+	if strays == 0 {
+		return
+	}
+	waitRunning(t, ns, "failover", 240, 3*time.Minute) // the ReplicaSet controller ranks not-ready pods first
+	waitFor(t, time.Minute, "deletion costs on the strays", func() error {
+		for _, p := range livePods(t, ns, "failover") {
+			if !decision.Decided(&p) && p.Annotations[deletioncost.Annotation] == "" {
+				return fmt.Errorf("stray pod %s has no deletion cost", p.Name)
+			}
+		}
+		return nil
+	})
+	scale(t, d, int32(240-strays))
+	waitFor(t, time.Minute, "the scale-down", func() error {
+		pods := livePods(t, ns, "failover")
+		if len(pods) != 240-strays {
+			return fmt.Errorf("%d live pods", len(pods))
+		}
+		for _, p := range pods {
+			if !decision.Decided(&p) {
+				return fmt.Errorf("stray pod %s is still there", p.Name)
+			}
+		}
+		return nil
+	})
+	t.Logf("scaling down by %d removed the %d stray pod(s) first", strays, strays)
 }
