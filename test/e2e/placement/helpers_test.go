@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -272,4 +274,32 @@ func nodeOf(t *testing.T, p corev1.Pod) *corev1.Node {
 		t.Fatalf("node of %s: %v", p.Name, err)
 	}
 	return &n
+}
+
+// waitDeletionCosts waits until every live pod of app carries the deletion
+// cost the controller computes for the pods as they are now: a cost written
+// before the last pods were decided may be out of date.
+func waitDeletionCosts(t *testing.T, ns, app, spec string) {
+	t.Helper()
+	s, err := strategy.Parse(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "up-to-date deletion costs on the pods of "+app, func() error {
+		live := livePods(t, ns, app)
+		pods := make([]*corev1.Pod, len(live))
+		for i := range live {
+			pods[i] = &live[i]
+		}
+		want, err := deletioncost.Costs(s, pods)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if got := p.Annotations[deletioncost.Annotation]; got != strconv.Itoa(want[p.UID]) {
+				return fmt.Errorf("pod %s has deletion cost %q, want %d", p.Name, got, want[p.UID])
+			}
+		}
+		return nil
+	})
 }

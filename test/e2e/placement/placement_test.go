@@ -18,7 +18,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/test/framework"
 )
@@ -59,14 +58,7 @@ func TestBurstThenScaleDownAndUp(t *testing.T) {
 	// Deletion cost only decides among pods the ReplicaSet controller ranks
 	// alike: wait until they all run.
 	waitRunning(t, ns, "burst", 100, 5*time.Minute)
-	waitFor(t, time.Minute, "deletion costs on every pod", func() error {
-		for _, p := range livePods(t, ns, "burst") {
-			if _, ok := p.Annotations[deletioncost.Annotation]; !ok {
-				return fmt.Errorf("pod %s has no deletion cost", p.Name)
-			}
-		}
-		return nil
-	})
+	waitDeletionCosts(t, ns, "burst", seed004)
 	scale(t, d, 37)
 	waitFor(t, 2*time.Minute, "37 live pods", func() error {
 		if n := len(livePods(t, ns, "burst")); n != 37 {
@@ -398,14 +390,7 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 		return
 	}
 	waitRunning(t, ns, "failover", 240, 3*time.Minute) // the ReplicaSet controller ranks not-ready pods first
-	waitFor(t, time.Minute, "deletion costs on the strays", func() error {
-		for _, p := range livePods(t, ns, "failover") {
-			if !decision.Decided(&p) && p.Annotations[deletioncost.Annotation] == "" {
-				return fmt.Errorf("stray pod %s has no deletion cost", p.Name)
-			}
-		}
-		return nil
-	})
+	waitDeletionCosts(t, ns, "failover", seed004)
 	scale(t, d, int32(240-strays))
 	waitFor(t, time.Minute, "the scale-down", func() error {
 		pods := livePods(t, ns, "failover")
