@@ -36,16 +36,19 @@ func Webhook(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "apportion webhook: %v\n", err)
 		return ExitUsage
 	}
+	// The kubeconfig is loaded before the logger is set, so that a missing
+	// one is reported in the one line below rather than also as
+	// controller-runtime's logged stack trace.
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "apportion webhook: loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %v\n", err)
+		return ExitUsage
+	}
 	level := map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel, "error": zapcore.ErrorLevel}[o.LogLevel]
 	logger := zap.New(zap.WriteTo(stdout), zap.Level(level))
 	ctrl.SetLogger(logger)
 	ctx := log.IntoContext(ctrl.SetupSignalHandler(), logger)
 	logger.Info("apportion webhook", "version", version.String())
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		fmt.Fprintf(stderr, "apportion webhook: loading kubeconfig: %v\n", err)
-		return ExitUsage
-	}
 	if err := operator.Run(ctx, cfg, &o); err != nil {
 		logger.Error(err, "webhook stopped")
 		return ExitFailure

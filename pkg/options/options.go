@@ -7,10 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Options configure the webhook process.
@@ -75,7 +79,37 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--log-level must be debug, info or error, got %q", o.LogLevel))
 	}
+	for flagName, addr := range map[string]string{"--metrics-bind-address": o.MetricsBindAddress, "--health-probe-bind-address": o.HealthProbeBindAddress} {
+		if err := checkBindAddress(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+		}
+	}
+	for _, ns := range o.ExcludedNamespaces {
+		if problems := validation.IsDNS1123Label(ns); len(problems) > 0 {
+			errs = append(errs, fmt.Errorf("--excluded-namespaces: %q is not a namespace name: %s", ns, strings.Join(problems, "; ")))
+		}
+	}
+	for _, name := range []string{"tls.crt", "tls.key"} {
+		if _, err := os.Stat(filepath.Join(o.CertDir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("--cert-dir: the serving certificate must be there: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// checkBindAddress accepts "0" (disabled) or host:port with a port in 0..65535.
+func checkBindAddress(addr string) error {
+	if addr == "0" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port or \"0\" to disable, got %q", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port must be in 0..65535, got %q", port)
+	}
+	return nil
 }
 
 // Excluded is the set of namespaces never mutated, the system namespace
