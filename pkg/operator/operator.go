@@ -14,12 +14,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -102,8 +102,22 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	clk := clock.RealClock{}
 	recorder := mgr.GetEventRecorder("apportion")
 
+	// The optional APIs as they are now; if one comes or goes later, the
+	// watch ends the process so that the restart adapts.
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+	apis, err := NewAPIWatch(dc, o.APICheckInterval, NodePoolGVK, workload.RolloutGVK)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(apis); err != nil {
+		return err
+	}
+
 	var capacity placement.Capacity
-	if _, err := mgr.GetRESTMapper().RESTMapping(NodePoolGVK.GroupKind(), NodePoolGVK.Version); meta.IsNoMatchError(err) {
+	if !apis.Served(NodePoolGVK) {
 		logger.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
 		nodes := &placement.NodeLabelCapacity{Reader: mgr.GetClient()}
 		node := &metav1.PartialObjectMetadata{}
@@ -126,8 +140,6 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			return fmt.Errorf("watching nodes: %w", err)
 		}
 		capacity = nodes
-	} else if err != nil {
-		return fmt.Errorf("discovering the NodePool API: %w", err)
 	} else {
 		pools := &placement.NodePoolCapacity{Reader: mgr.GetClient()}
 		inf, err := mgr.GetCache().GetInformer(ctx, &karpv1.NodePool{})

@@ -31,6 +31,7 @@ type Options struct {
 	RenewDeadline          time.Duration
 	RetryPeriod            time.Duration
 	GateTimeout            time.Duration
+	APICheckInterval       time.Duration
 	ExcludedNamespaces     []string
 	LogLevel               string
 
@@ -51,6 +52,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.envDuration("RENEW_DEADLINE", 10*time.Second), "how long the leader retries renewing before it steps down")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.envDuration("RETRY_PERIOD", 2*time.Second), "interval between leader election attempts")
 	fs.DurationVar(&o.GateTimeout, "gate-timeout", o.envDuration("GATE_TIMEOUT", 30*time.Second), "release a pod held this long without a decision")
+	fs.DurationVar(&o.APICheckInterval, "api-check-interval", o.envDuration("API_CHECK_INTERVAL", time.Minute), "how often to check whether the NodePool or Rollout API appeared or went away since start (then exit, to be restarted in the right mode)")
 	fs.Func("excluded-namespaces", "comma-separated namespaces whose pods are never touched (default kube-system; the system namespace is always excluded)", func(v string) error {
 		o.ExcludedNamespaces = splitList(v)
 		return nil
@@ -67,6 +69,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GateTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--gate-timeout must be positive, got %s", o.GateTimeout))
+	}
+	if o.APICheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--api-check-interval must be positive, got %s", o.APICheckInterval))
 	}
 	if o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("need --lease-duration (%s) > --renew-deadline (%s) > --retry-period (%s) > 0", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))

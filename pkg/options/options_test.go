@@ -46,6 +46,7 @@ func TestBadInputNamesTheFlag(t *testing.T) {
 	}{
 		{[]string{"--webhook-port=0"}, "--webhook-port"},
 		{[]string{"--gate-timeout=0s"}, "--gate-timeout"},
+		{[]string{"--api-check-interval=-1m"}, "--api-check-interval"},
 		{[]string{"--lease-duration=5s", "--renew-deadline=10s"}, "--lease-duration"},
 		{[]string{"--system-namespace="}, "--system-namespace"},
 		{[]string{"--log-level=loud"}, "--log-level"},

@@ -124,7 +124,7 @@ func startReplicas(t *testing.T, n int, extraArgs ...string) []*framework.Replic
 		}
 		if t.Failed() {
 			for _, r := range rs {
-				t.Logf("--- %s log tail\n%s", r.Name, tailLog(r.Name, 40))
+				t.Logf("--- %s log tail\n%s", r.Name, tailLog(env.c, r.Name, 40))
 			}
 		}
 	})
@@ -132,7 +132,7 @@ func startReplicas(t *testing.T, n int, extraArgs ...string) []*framework.Replic
 	defer cancel()
 	for _, r := range rs {
 		if err := r.WaitReady(ctx); err != nil {
-			t.Fatalf("%v: %s", err, tailLog(r.Name, 20))
+			t.Fatalf("%v: %s", err, tailLog(env.c, r.Name, 20))
 		}
 	}
 	env.lb.Set(ports...)
@@ -145,8 +145,9 @@ func startReplicas(t *testing.T, n int, extraArgs ...string) []*framework.Replic
 	return rs
 }
 
-func tailLog(name string, lines int) string {
-	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
+// tailLog returns the last lines of a component's log in cluster c.
+func tailLog(c *cluster.Cluster, name string, lines int) string {
+	f, err := os.Open(filepath.Join(c.LogDir(), name+".log"))
 	if err != nil {
 		return err.Error()
 	}

@@ -68,7 +68,7 @@ func TestNodeLabelModeWithoutKarpenter(t *testing.T) {
 			addNode(fmt.Sprintf("%s-%d", size, i), size)
 		}
 	}
-	r, err := framework.StartReplica(c, env.bin, certs, "apportion-nodelabel", gateTimeout, "--leader-elect=false")
+	r, err := framework.StartReplica(c, env.bin, certs, "apportion-nodelabel", gateTimeout, "--leader-elect=false", "--api-check-interval=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +146,23 @@ func TestNodeLabelModeWithoutKarpenter(t *testing.T) {
 		if p.Annotations[annotations.NodePool] != "" {
 			t.Errorf("pod %s names a NodePool in node-label mode", p.Name)
 		}
+	}
+
+	// Karpenter installed after apportion: the replica exits so that its
+	// restart (by the Deployment, in a real cluster) comes up in Karpenter
+	// mode.
+	crd := filepath.Join(filepath.Dir(c.BinDir()), "crds", "karpenter.sh_nodepools.yaml")
+	if err := framework.Apply(ctx, kube, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "apportion to exit after the NodePool CRD appeared", func() error {
+		if !r.Exited() {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+	if log := tailLog(c, "apportion-nodelabel", 5); !strings.Contains(log, "the NodePool API (karpenter.sh/v1) is now served") {
+		t.Errorf("apportion exited without saying why; log tail:\n%s", log)
 	}
 }
 
