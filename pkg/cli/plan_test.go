@@ -253,3 +253,16 @@ spec:
 		t.Errorf("missing pools file: exit %d, %q", code, errOut)
 	}
 }
+
+func TestWebhookUsageAndBadFlags(t *testing.T) {
+	if code, out, _ := run(t, "", "webhook", "-h"); code != 0 || !strings.Contains(out, "Usage: apportion webhook") || !strings.Contains(out, "-gate-timeout") {
+		t.Errorf("webhook -h: exit %d, %q", code, out)
+	}
+	code, _, errOut := run(t, "", "webhook", "--no-such-flag")
+	if code != ExitUsage || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no-such-flag") {
+		t.Errorf("webhook --no-such-flag: exit %d, stderr %q; want one line and exit %d", code, errOut, ExitUsage)
+	}
+	if code, _, errOut := run(t, "", "webhook", "--gate-timeout=0s"); code != ExitUsage || !strings.Contains(errOut, "--gate-timeout must be positive") {
+		t.Errorf("webhook --gate-timeout=0s: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -16,16 +16,29 @@ import (
 	"github.com/apportion-dev/apportion/pkg/version"
 )
 
+const webhookUsage = `Usage: apportion webhook [flags]
+
+Serves the pod and workload admission webhooks and runs the placement,
+gate-janitor and deletion-cost controllers until SIGINT or SIGTERM. Every flag
+can also be set by an environment variable: its name in UPPER_SNAKE_CASE
+(--gate-timeout -> GATE_TIMEOUT); a flag wins over the variable.
+
+`
+
 // Webhook runs `apportion webhook` until SIGINT/SIGTERM.
 func Webhook(args []string, stdout, stderr io.Writer) int {
 	var o options.Options
 	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, webhookUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return ExitOK
 		}
+		fmt.Fprintf(stderr, "apportion webhook: %v (see apportion webhook -h)\n", err)
 		return ExitUsage
 	}
 	if fs.NArg() > 0 {
