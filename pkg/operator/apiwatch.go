@@ -6,14 +6,16 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// APIWatch ends the process when an optional API that apportion adapted to
-// at start appears or goes away: the NodePool API (Karpenter mode or
-// node-label mode) and Argo Rollouts (followed or not). The Deployment then
+// APIWatch is the one place that says which APIs apportion adapts to at
+// start, and it ends the process when one of them appears or goes away: the
+// NodePool API (Karpenter mode or node-label mode) and the workload kinds
+// (Argo Rollouts followed or not). The Deployment then
 // restarts apportion, which adapts to the cluster as it is, so installing
 // Karpenter or Argo Rollouts after apportion needs no manual restart. It
 // runs on every replica and reads discovery once per interval, never on the
@@ -27,8 +29,9 @@ type APIWatch struct {
 // NewAPIWatch records whether each kind is served now.
 func NewAPIWatch(d discovery.DiscoveryInterface, interval time.Duration, kinds ...schema.GroupVersionKind) (*APIWatch, error) {
 	w := &APIWatch{discovery: d, interval: interval, served: map[schema.GroupVersionKind]bool{}}
+	lists := map[schema.GroupVersion][]metav1.APIResource{}
 	for _, gvk := range kinds {
-		ok, err := w.isServed(gvk)
+		ok, err := w.isServed(gvk, lists)
 		if err != nil {
 			return nil, fmt.Errorf("discovering %s: %w", gvk.Kind, err)
 		}
@@ -40,15 +43,22 @@ func NewAPIWatch(d discovery.DiscoveryInterface, interval time.Duration, kinds .
 // Served says whether kind was served at start.
 func (w *APIWatch) Served(gvk schema.GroupVersionKind) bool { return w.served[gvk] }
 
-func (w *APIWatch) isServed(gvk schema.GroupVersionKind) (bool, error) {
-	list, err := w.discovery.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
+// isServed reads the group version's resources once per round (lists holds
+// what this round has read).
+func (w *APIWatch) isServed(gvk schema.GroupVersionKind, lists map[schema.GroupVersion][]metav1.APIResource) (bool, error) {
+	resources, ok := lists[gvk.GroupVersion()]
+	if !ok {
+		list, err := w.discovery.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, err
+		default:
+			resources = list.APIResources
+		}
+		lists[gvk.GroupVersion()] = resources
 	}
-	if err != nil {
-		return false, err
-	}
-	for _, r := range list.APIResources {
+	for _, r := range resources {
 		if r.Kind == gvk.Kind {
 			return true, nil
 		}
@@ -59,8 +69,9 @@ func (w *APIWatch) isServed(gvk schema.GroupVersionKind) (bool, error) {
 // Check returns an error naming the first kind whose presence changed since
 // start. A discovery error is logged and treated as no change.
 func (w *APIWatch) Check(ctx context.Context) error {
+	lists := map[schema.GroupVersion][]metav1.APIResource{}
 	for gvk, was := range w.served {
-		now, err := w.isServed(gvk)
+		now, err := w.isServed(gvk, lists)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("discovery failed; checking again later", "kind", gvk.Kind, "error", err.Error())
 			continue

@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the discovery client: %w", err)
 	}
-	apis, err := NewAPIWatch(dc, o.APICheckInterval, NodePoolGVK, workload.RolloutGVK)
+	apis, err := NewAPIWatch(dc, o.APICheckInterval, NodePoolGVK, workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	// Start the metadata informers now, so the first admission does not
 	// wait for them.
 	for _, gvk := range []schema.GroupVersionKind{workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK} {
-		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		if !apis.Served(gvk) {
 			logger.Info("workload kind not served, not followed", "kind", gvk.Kind)
 			continue
 		}

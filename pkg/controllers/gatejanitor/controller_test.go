@@ -18,6 +18,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
 )
 
 func TestReleasesAfterTimeoutOnly(t *testing.T) {
@@ -72,16 +73,8 @@ func TestReleaseErrorIsRetried(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "p-uid", CreationTimestamp: metav1.NewTime(start)},
 		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}},
 	}
-	failures := 1
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build(), interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if failures > 0 {
-				failures--
-				return apierrors.NewServiceUnavailable("apiserver restarting")
-			}
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-	})
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build(),
+		kubetest.FailPatches(1, apierrors.NewServiceUnavailable("apiserver restarting")))
 	j := NewController(clocktesting.NewFakeClock(start.Add(time.Minute)), c, events.NewFakeRecorder(5), 30*time.Second)
 	ctx := context.Background()
 	for attempt := 1; attempt <= 2; attempt++ {

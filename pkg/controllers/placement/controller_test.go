@@ -23,6 +23,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/plan"
@@ -191,16 +192,7 @@ func TestUserConstraintsAreKept(t *testing.T) {
 // answers again.
 func TestAPIErrorIsRetriedNotReturned(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
-	failures := 2
-	c := interceptor.NewClient(f.client.(client.WithWatch), interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if failures > 0 {
-				failures--
-				return apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))
-			}
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-	})
+	c := interceptor.NewClient(f.client.(client.WithWatch), kubetest.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
 	ctrl := placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	pod := f.gatedPod(t, 0)
 	ctx := context.Background()

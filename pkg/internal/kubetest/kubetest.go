@@ -1,0 +1,24 @@
+// Package kubetest holds helpers for tests that use controller-runtime's fake
+// client.
+package kubetest
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// FailPatches returns interceptor functions whose first n Patch calls fail
+// with err; the later ones reach the wrapped client.
+func FailPatches(n int, err error) interceptor.Funcs {
+	return interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if n > 0 {
+				n--
+				return err
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
