@@ -86,6 +86,25 @@ demo-down: ## Stop the demo cluster and remove everything it left
 plan-examples: build ## Preview both seed examples offline with `apportion plan` (no cluster)
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
+.PHONY: helm-lint
+helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certificate mode and with the optional parts on, check its docs
+	@helm="$$(test/tools/build.sh --quiet)/helm"; \
+	  "$$helm" lint chart/; \
+	  "$$helm" lint chart/ --strict; \
+	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
+	  for kube in 1.29.0 1.36.0; do \
+	    for mode in self-managed cert-manager provided; do \
+	      echo "helm template: Kubernetes $$kube, certificates.mode=$$mode"; \
+	      "$$helm" template apportion chart/ -n apportion-system --kube-version "$$kube" \
+	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
+	    done; \
+	  done; \
+	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook"; \
+	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
+	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false \
+	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 >/dev/null
+	$(GO) test -count=1 ./test/chartdocs/
+
 .PHONY: clean
 clean: ## Remove build output
 	rm -rf $(BIN)
