@@ -1,0 +1,153 @@
+//go:build e2e
+
+// Package chart_test installs chart/ with the helm CLI into a local cluster
+// (test/cluster, with Karpenter's kwok provider) and checks that apportion
+// serves through the chart's own objects: the API server calls the webhook
+// through the chart's Service, at the IPs of the chart's pods, with the
+// certificate apportion wrote into the chart's Secret, and apportion works
+// with the chart's ServiceAccount token and RBAC alone. kwok only pretends
+// to run pods, so framework.Kubelet runs the chart's pods' processes.
+package chart_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/test/cluster"
+	"github.com/apportion-dev/apportion/test/framework"
+)
+
+const (
+	release   = "apportion"
+	namespace = "apportion-system"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/rbac-allowlist.txt from what the cluster says")
+
+var env struct {
+	c       *cluster.Cluster
+	kube    client.Client
+	bin     string
+	kubelet *framework.Kubelet
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
+		code = 1
+	}
+	if env.c != nil {
+		if code != 0 {
+			env.c.DumpLogs(os.Stderr, 60)
+		}
+		if err := env.c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tmp, err := os.MkdirTemp("", "apportion-e2e-chart-")
+	if err != nil {
+		return 1, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
+		return 1, err
+	}
+	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr})
+	if err != nil {
+		return 1, err
+	}
+	env.kube = env.c.Client()
+	if err := framework.Apply(ctx, env.kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "karpenter")); err != nil {
+		return 1, err
+	}
+	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
+		return 1, err
+	}
+	env.kubelet = framework.NewKubelet(env.c, env.bin, filepath.Join(tmp, "pods"))
+	kctx, stopKubelet := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { env.kubelet.Run(kctx); close(done) }()
+	code := m.Run()
+	stopKubelet()
+	<-done
+	return code, nil
+}
+
+// helm runs the cluster's helm with the admin kubeconfig, inside the
+// cluster's network namespace, and returns its combined output.
+func helm(ctx context.Context, args ...string) (string, error) {
+	cmd := env.c.Command("helm", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(cmd.Env, "HELM_CACHE_HOME="+filepath.Join(env.c.Dir(), "helm-cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(env.c.Dir(), "helm-config"), "HELM_DATA_HOME="+filepath.Join(env.c.Dir(), "helm-data"))
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		return out.String(), err
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-errc
+		return out.String(), ctx.Err()
+	}
+}
+
+// kubectl runs the cluster's kubectl with the admin kubeconfig.
+func kubectl(args ...string) (string, error) {
+	out, err := env.c.Command("kubectl", args...).CombinedOutput()
+	return string(out), err
+}
+
+func chartDir() string { return filepath.Join(framework.RepoRoot(), "chart") }
+
+func testdata(name string) string {
+	return filepath.Join(framework.RepoRoot(), "test", "e2e", "chart", "testdata", name)
+}
+
+// logTail returns the last lines of a log of the cluster's log folder.
+func logTail(name string, lines int) string {
+	b, err := os.ReadFile(filepath.Join(env.c.LogDir(), name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// waitFor polls check every 250ms until it returns nil or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
+}
