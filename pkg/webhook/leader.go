@@ -10,8 +10,9 @@ import (
 )
 
 // LeaseLiveness tells whether a placement leader is alive: its Lease was
-// renewed within the lease duration. Pods are gated only while it is, so a
-// cluster without a working placement controller never holds pods.
+// renewed within the lease duration, or released for a successor within
+// Grace. Pods are gated only while it is, so a cluster without a working
+// placement controller never holds pods.
 type LeaseLiveness struct {
 	Reader    client.Reader
 	Clock     clock.PassiveClock
@@ -37,7 +38,18 @@ func (l *LeaseLiveness) Alive(ctx context.Context) bool {
 		return false
 	}
 	s := lease.Spec
-	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+	if s.RenewTime == nil {
+		return false
+	}
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" {
+		// Released: a leader stopping on SIGTERM empties the holder (and
+		// sets a 1s duration) as its last act. Another replica acquires the
+		// Lease within a retry period, so until Grace has passed since the
+		// release this is a handover, not an absence: pods stay gated for
+		// the successor, and the gate janitor releases them if none comes.
+		return l.Clock.Now().Before(s.RenewTime.Add(l.Grace))
+	}
+	if s.LeaseDurationSeconds == nil {
 		return false
 	}
 	expiry := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds)*time.Second + l.Grace)

@@ -47,3 +47,35 @@ func TestLeaseLiveness(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasedLeaseIsAHandover: a leader that stops on SIGTERM releases its
+// Lease as client-go does (empty holder, 1s duration, renewTime now); until
+// a successor acquires it, pods must still be gated.
+func TestReleasedLeaseIsAHandover(t *testing.T) {
+	released := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	const grace = 15 * time.Second
+	for _, tc := range []struct {
+		name  string
+		spec  coordinationv1.LeaseSpec
+		after time.Duration
+		want  bool
+	}{
+		{name: "released just now", after: time.Second, want: true,
+			spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1), RenewTime: &metav1.MicroTime{Time: released}}},
+		{name: "released, holder field absent", after: 10 * time.Second, want: true,
+			spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](1), RenewTime: &metav1.MicroTime{Time: released}}},
+		{name: "released longer than grace ago", after: grace + time.Second, want: false,
+			spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1), RenewTime: &metav1.MicroTime{Time: released}}},
+		{name: "never held", after: time.Second, want: false,
+			spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("")}},
+		{name: "never held, empty spec", after: time.Second, want: false},
+	} {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "apportion-system", Name: "apportion-placement"}, Spec: tc.spec}
+		reader := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(lease).Build()
+		l := &LeaseLiveness{Reader: reader, Clock: clocktesting.NewFakePassiveClock(released.Add(tc.after)),
+			Namespace: "apportion-system", Name: "apportion-placement", Grace: grace}
+		if got := l.Alive(context.Background()); got != tc.want {
+			t.Errorf("%s: Alive = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
