@@ -20,6 +20,7 @@ const (
 	LabelNodePool  = "nodepool"
 	LabelReason    = "reason"
 	LabelOperation = "operation"
+	LabelKind      = "kind"
 )
 
 var (
@@ -64,6 +65,19 @@ var (
 		Namespace: namespace, Subsystem: "deletioncost", Name: "patches_total",
 		Help: "Pod deletion cost annotations written.",
 	})
+	// CertificateExpiryTimestampSeconds is when the webhook's certificates
+	// expire, by kind (ca, serving), as every replica sees them in the Secret:
+	// an alert on it catches a rotation that stopped working.
+	CertificateExpiryTimestampSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "certificate", Name: "expiry_timestamp_seconds",
+		Help: "Expiry of the self-managed webhook certificates, in Unix seconds. Labels: kind.",
+	}, []string{LabelKind})
+	// CertificateRotationsTotal counts certificates this replica generated and
+	// stored, by kind (ca, serving).
+	CertificateRotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "certificate", Name: "rotations_total",
+		Help: "Self-managed webhook certificates generated and stored by this replica. Labels: kind.",
+	}, []string{LabelKind})
 )
 
 var once sync.Once
@@ -72,6 +86,7 @@ var once sync.Once
 // more than once.
 func Register() {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal)
+		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
+			CertificateExpiryTimestampSeconds, CertificateRotationsTotal)
 	})
 }
