@@ -34,6 +34,20 @@ type Options struct {
 	APICheckInterval       time.Duration
 	ExcludedNamespaces     []string
 	LogLevel               string
+	// GracefulShutdownTimeout bounds the whole stop sequence after SIGTERM,
+	// in-flight admission requests included.
+	GracefulShutdownTimeout time.Duration
+
+	// Self-managed certificates: when CertSecretName is set, the process
+	// keeps the serving certificate in that Secret (in SystemNamespace) and
+	// writes it to CertDir itself.
+	CertSecretName                 string
+	WebhookServiceName             string
+	MutatingWebhookConfiguration   string
+	ValidatingWebhookConfiguration string
+	CAValidity                     time.Duration
+	CertValidity                   time.Duration
+	CertRenewBefore                time.Duration
 
 	envErrs []error
 }
@@ -59,6 +73,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	o.ExcludedNamespaces = splitList(env("EXCLUDED_NAMESPACES", "kube-system"))
 	fs.StringVar(&o.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info or error")
+	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.envDuration("GRACEFUL_SHUTDOWN_TIMEOUT", 25*time.Second), "how long stopping may take after SIGTERM, draining in-flight admission requests included; keep it below the pod's terminationGracePeriodSeconds")
+	fs.StringVar(&o.CertSecretName, "cert-secret-name", env("CERT_SECRET_NAME", ""), "Secret in the system namespace in which apportion keeps its own CA and serving certificate, renews them and writes them to --cert-dir (empty: --cert-dir is filled by someone else)")
+	fs.StringVar(&o.WebhookServiceName, "webhook-service-name", env("WEBHOOK_SERVICE_NAME", ""), "Service of the webhook in the system namespace, whose DNS names the serving certificate covers (required with --cert-secret-name)")
+	fs.StringVar(&o.MutatingWebhookConfiguration, "mutating-webhook-configuration", env("MUTATING_WEBHOOK_CONFIGURATION", ""), "MutatingWebhookConfiguration whose CA bundle is kept up to date with --cert-secret-name (empty: none)")
+	fs.StringVar(&o.ValidatingWebhookConfiguration, "validating-webhook-configuration", env("VALIDATING_WEBHOOK_CONFIGURATION", ""), "ValidatingWebhookConfiguration whose CA bundle is kept up to date with --cert-secret-name (empty: none)")
+	fs.DurationVar(&o.CAValidity, "ca-validity", o.envDuration("CA_VALIDITY", 87600*time.Hour), "validity of a CA generated with --cert-secret-name")
+	fs.DurationVar(&o.CertValidity, "cert-validity", o.envDuration("CERT_VALIDITY", 8760*time.Hour), "validity of a serving certificate generated with --cert-secret-name")
+	fs.DurationVar(&o.CertRenewBefore, "cert-renew-before", o.envDuration("CERT_RENEW_BEFORE", 720*time.Hour), "replace the CA or the serving certificate this long before it expires")
 }
 
 // Validate checks the options after parsing.
@@ -94,12 +116,59 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--excluded-namespaces: %q is not a namespace name: %s", ns, strings.Join(problems, "; ")))
 		}
 	}
-	for _, name := range []string{"tls.crt", "tls.key"} {
-		if _, err := os.Stat(filepath.Join(o.CertDir, name)); err != nil {
-			errs = append(errs, fmt.Errorf("--cert-dir: the serving certificate must be there: %w", err))
+	if o.GracefulShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout must be positive, got %s", o.GracefulShutdownTimeout))
+	}
+	for flagName, name := range map[string]string{"--cert-secret-name": o.CertSecretName,
+		"--mutating-webhook-configuration": o.MutatingWebhookConfiguration, "--validating-webhook-configuration": o.ValidatingWebhookConfiguration} {
+		if problems := validation.IsDNS1123Subdomain(name); name != "" && len(problems) > 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a valid name: %s", flagName, name, strings.Join(problems, "; ")))
+		}
+	}
+	// A Service name is a DNS label: it becomes the first label of the
+	// certificate's DNS names.
+	if problems := validation.IsDNS1035Label(o.WebhookServiceName); o.WebhookServiceName != "" && len(problems) > 0 {
+		errs = append(errs, fmt.Errorf("--webhook-service-name: %q is not a Service name: %s", o.WebhookServiceName, strings.Join(problems, "; ")))
+	}
+	if o.CertSecretName != "" {
+		errs = append(errs, o.validateSelfManagedCerts()...)
+	} else {
+		for _, name := range []string{"tls.crt", "tls.key"} {
+			if _, err := os.Stat(filepath.Join(o.CertDir, name)); err != nil {
+				errs = append(errs, fmt.Errorf("--cert-dir: the serving certificate must be there: %w", err))
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateSelfManagedCerts checks what --cert-secret-name needs. The cert dir
+// need not hold a certificate yet, but the process must be able to write
+// there: it is created when missing, as the rotator would.
+func (o *Options) validateSelfManagedCerts() []error {
+	var errs []error
+	if o.WebhookServiceName == "" {
+		errs = append(errs, errors.New("--webhook-service-name is required with --cert-secret-name"))
+	}
+	if o.CertRenewBefore <= 0 || o.CertRenewBefore >= o.CertValidity || o.CertValidity > o.CAValidity {
+		errs = append(errs, fmt.Errorf("need 0 < --cert-renew-before (%s) < --cert-validity (%s) <= --ca-validity (%s)", o.CertRenewBefore, o.CertValidity, o.CAValidity))
+	}
+	if err := checkWritable(o.CertDir); err != nil {
+		errs = append(errs, fmt.Errorf("--cert-dir must be writable with --cert-secret-name: %w", err))
+	}
+	return errs
+}
+
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return err
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
 }
 
 // checkBindAddress accepts "0" (disabled) or host:port with a port in 0..65535.

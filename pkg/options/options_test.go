@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // parse builds Options from args as `apportion webhook` does, with a cert
@@ -74,5 +75,91 @@ func TestBadEnvironmentValueIsReported(t *testing.T) {
 	t.Setenv("GATE_TIMEOUT", "45s")
 	if o := parse(t); o.GateTimeout.Seconds() != 45 {
 		t.Errorf("GATE_TIMEOUT=45s gave %s", o.GateTimeout)
+	}
+}
+
+// selfManaged is the chart's configuration: an empty cert dir and the names
+// of the Secret, the Service and the two webhook configurations.
+func selfManaged(t *testing.T, args ...string) *Options {
+	t.Helper()
+	return parse(t, append([]string{"--cert-dir=" + filepath.Join(t.TempDir(), "serving-certs"),
+		"--cert-secret-name=apportion-webhook-cert", "--webhook-service-name=apportion-webhook",
+		"--mutating-webhook-configuration=apportion", "--validating-webhook-configuration=apportion.dev"}, args...)...)
+}
+
+func TestSelfManagedCertificates(t *testing.T) {
+	o := selfManaged(t)
+	if err := o.Validate(); err != nil {
+		t.Fatalf("an empty, missing cert dir should do with --cert-secret-name: %v", err)
+	}
+	if o.CAValidity != 87600*time.Hour || o.CertValidity != 8760*time.Hour || o.CertRenewBefore != 720*time.Hour {
+		t.Errorf("validities %s, %s, renew before %s; want 87600h, 8760h, 720h", o.CAValidity, o.CertValidity, o.CertRenewBefore)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(o.CertDir, "*")); len(leftovers) > 0 {
+		t.Errorf("the write check left files: %v", leftovers)
+	}
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--webhook-service-name="}, "--webhook-service-name is required"},
+		{[]string{"--webhook-service-name=Web_Hook"}, "--webhook-service-name"},
+		{[]string{"--webhook-service-name=svc.with.dots"}, "--webhook-service-name"},
+		{[]string{"--cert-secret-name=Not_A_Name"}, "--cert-secret-name"},
+		{[]string{"--mutating-webhook-configuration=-bad"}, "--mutating-webhook-configuration"},
+		{[]string{"--validating-webhook-configuration=bad/"}, "--validating-webhook-configuration"},
+		{[]string{"--cert-renew-before=0s"}, "--cert-renew-before"},
+		{[]string{"--cert-renew-before=9000h"}, "--cert-renew-before"},
+		{[]string{"--cert-validity=90000h"}, "--ca-validity"},
+		{[]string{"--cert-dir=" + filepath.Join(notADir, "certs")}, "--cert-dir must be writable"},
+	} {
+		err := selfManaged(t, tc.args...).Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--mutating-webhook-configuration=", "--validating-webhook-configuration="},
+		{"--cert-validity=87600h"},
+	} {
+		if err := selfManaged(t, args...).Validate(); err != nil {
+			t.Errorf("%v rejected: %v", args, err)
+		}
+	}
+}
+
+func TestWithoutSecretTheCertificateMustBeThere(t *testing.T) {
+	if err := parse(t, "--cert-dir="+t.TempDir()).Validate(); err == nil || !strings.Contains(err.Error(), "tls.crt") {
+		t.Errorf("empty cert dir without --cert-secret-name: error %v, want one naming tls.crt", err)
+	}
+}
+
+func TestCertificateAndShutdownEnvironment(t *testing.T) {
+	for k, v := range map[string]string{
+		"CERT_SECRET_NAME": "certs", "WEBHOOK_SERVICE_NAME": "hook", "MUTATING_WEBHOOK_CONFIGURATION": "m",
+		"VALIDATING_WEBHOOK_CONFIGURATION": "v", "CA_VALIDITY": "1000h", "CERT_VALIDITY": "100h",
+		"CERT_RENEW_BEFORE": "10h", "GRACEFUL_SHUTDOWN_TIMEOUT": "40s",
+	} {
+		t.Setenv(k, v)
+	}
+	o := parse(t)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.CertSecretName != "certs" || o.WebhookServiceName != "hook" || o.MutatingWebhookConfiguration != "m" ||
+		o.ValidatingWebhookConfiguration != "v" || o.CAValidity != 1000*time.Hour || o.CertValidity != 100*time.Hour ||
+		o.CertRenewBefore != 10*time.Hour || o.GracefulShutdownTimeout != 40*time.Second {
+		t.Errorf("environment not applied: %+v", o)
+	}
+	if o = parse(t, "--graceful-shutdown-timeout=5s"); o.GracefulShutdownTimeout != 5*time.Second {
+		t.Errorf("the flag did not win over the environment: %s", o.GracefulShutdownTimeout)
+	}
+	t.Setenv("GRACEFUL_SHUTDOWN_TIMEOUT", "0s")
+	if err := parse(t).Validate(); err == nil || !strings.Contains(err.Error(), "--graceful-shutdown-timeout") {
+		t.Errorf("zero shutdown timeout: error %v", err)
 	}
 }
