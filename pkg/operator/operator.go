@@ -2,7 +2,8 @@
 // manager with the admission webhooks, the placement controller (leader
 // only), the gate janitor (every replica) and the deletion-cost controller
 // (leader only), informer caches trimmed to what they need, metrics and
-// health endpoints.
+// health endpoints; with --cert-secret-name, the certificate rotator (every
+// replica), and the webhook server starts once its certificate is written.
 package operator
 
 import (
@@ -34,6 +35,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/certs"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
@@ -67,6 +69,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	hostname, _ := os.Hostname()
 	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	tlsMin := func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }
+	server := &startAfter{Server: webhook.NewServer(webhook.Options{
+		Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+		TLSOpts: []func(*tls.Config){tlsMin},
+	})}
+	gracefulShutdownTimeout := o.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
@@ -78,10 +85,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		LeaseDuration:                 &leaseDuration,
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
-			TLSOpts: []func(*tls.Config){tlsMin},
-		}),
+		GracefulShutdownTimeout:       &gracefulShutdownTimeout,
+		WebhookServer:                 server,
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
@@ -100,6 +105,20 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	metrics.Register()
 	logger := log.FromContext(ctx)
 	clk := clock.RealClock{}
+
+	if o.CertSecretName != "" {
+		rotator := certs.NewRotator(clk, mgr.GetAPIReader(), mgr.GetClient(), certs.Config{
+			Namespace: o.SystemNamespace, SecretName: o.CertSecretName, ServiceName: o.WebhookServiceName,
+			CertDir:                        o.CertDir,
+			MutatingWebhookConfiguration:   o.MutatingWebhookConfiguration,
+			ValidatingWebhookConfiguration: o.ValidatingWebhookConfiguration,
+			CAValidity:                     o.CAValidity, CertValidity: o.CertValidity, RenewBefore: o.CertRenewBefore,
+		})
+		if err := mgr.Add(rotator); err != nil {
+			return fmt.Errorf("adding the certificate rotator: %w", err)
+		}
+		server.ready = rotator.Ready()
+	}
 	recorder := mgr.GetEventRecorder("apportion")
 
 	// The optional APIs as they are now; if one comes or goes later, the
@@ -205,7 +224,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	if err := mgr.AddReadyzCheck("webhook", hooks.StartedChecker()); err != nil {
 		return err
 	}
-	logger.Info("starting", "identity", hostname, "leaderElection", o.LeaderElect, "gateTimeout", o.GateTimeout.String())
+	logger.Info("starting", "identity", hostname, "leaderElection", o.LeaderElect, "gateTimeout", o.GateTimeout.String(),
+		"certSecret", o.CertSecretName)
 	return mgr.Start(ctx)
 }
 
