@@ -65,6 +65,9 @@ func (c *Cluster) Listen(network, address string) (net.Listener, error) {
 // cluster is detached, SIGKILL when the thread that started it exits (Go
 // keeps threads for the life of the process unless a locked goroutine ends).
 // Start it yourself, or with StartProcess to have Stop stop it first.
+// nsenter finds the namespace through this process's /proc entry, so this
+// process must not exit before the command is inside; StartProcess returns
+// only then.
 func (c *Cluster) Command(name string, args ...string) *exec.Cmd {
 	path := name
 	if !strings.Contains(name, "/") {
@@ -84,6 +87,7 @@ func (c *Cluster) Command(name string, args ...string) *exec.Cmd {
 
 // StartProcess starts cmd (usually from Command) with its output in
 // LogDir/name.log and has Stop stop it before the cluster's own components.
+// A command from Command is inside the namespace when it returns.
 func (c *Cluster) StartProcess(name string, cmd *exec.Cmd) error {
 	_, err := c.track(name, cmd, defaultStopGrace)
 	return err

@@ -252,9 +252,26 @@ func (c *Cluster) launch(name string, stopGrace time.Duration, env []string, pro
 	return c.track(name, cmd, stopGrace)
 }
 
+// enterTimeout bounds the wait for a started process to enter the
+// namespace; it takes milliseconds.
+const enterTimeout = 30 * time.Second
+
 // track starts cmd and records it for Stop (and for the state file of a
-// detached cluster).
+// detached cluster). A command that enters the namespace through nsenter
+// counts as started once it is inside: until then it depends on a /proc
+// path that disappears with this process (see netns.waitEntered).
 func (c *Cluster) track(name string, cmd *exec.Cmd, stopGrace time.Duration) (*process, error) {
+	p, err := c.startTracked(name, cmd, stopGrace)
+	if err != nil || !c.ns.enters(cmd) {
+		return p, err
+	}
+	if err := c.ns.waitEntered(p.pid(), p.done, enterTimeout); err != nil {
+		return p, fmt.Errorf("starting %s: %w; %s", name, err, c.logHint(p))
+	}
+	return p, nil
+}
+
+func (c *Cluster) startTracked(name string, cmd *exec.Cmd, stopGrace time.Duration) (*process, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {

@@ -16,7 +16,11 @@
 // an open file descriptor, so no bind mount or named namespace is ever left
 // behind: it disappears with the last process or descriptor that refers to it.
 // Components are started through nsenter(1) on that descriptor; nsenter execs
-// in place, so the pid we hold is the component's own.
+// in place, so the pid we hold is the component's own. nsenter opens the
+// namespace by the descriptor's /proc/<launcher pid>/fd/<n> path, which
+// exists only while the launching process runs: a process counts as started
+// only once it is inside the namespace (its /proc/<pid>/ns/net is ours), so
+// a launcher may exit as soon as Start returns.
 //
 // Reaching the API server:
 //   - from the test process: RESTConfig and Client dial from inside the
@@ -28,7 +32,8 @@
 //     is chosen free on the host too, and a forwarder that listens on host
 //     127.0.0.1 and dials into the namespace makes the same Kubeconfig work
 //     there. It runs as a goroutine of the launching process, or, in detached
-//     mode, as a small process that holds both ends.
+//     mode, as a small process that holds both ends. Start checks /readyz
+//     through it from the host.
 //
 // A webhook the API server must call has to listen inside the namespace:
 // start it with Command or StartProcess, or, for a server in the test process,
@@ -49,8 +54,10 @@
 // # Detached mode
 //
 // Options.Detached starts a cluster that outlives the launching process (for
-// `make demo`): the components get their own session and no parent-death
-// signal, a forwarder process serves the host port, and a state file in
-// Options.StateDir records the pids and folders so that StopDetached can stop
-// everything in the same order later, from another process.
+// `make demo`): the components get their own session, their output in their
+// log files and no parent-death signal, a forwarder process serves the host
+// port, and a state file in Options.StateDir records the pids and folders so
+// that StopDetached can stop everything in the same order later, from
+// another process. Start returns once the API server answers on the host
+// port through the forwarder.
 package cluster

@@ -15,13 +15,14 @@ import (
 const forwarderPackage = "github.com/apportion-dev/apportion/test/cluster/forwarder"
 
 // startForwarder serves the API server on the host's 127.0.0.1 at the same
-// port, so Kubeconfig works there too. An attached cluster forwards from a
-// goroutine; a detached one needs a process that outlives the launcher.
+// port, so Kubeconfig works there too, and waits until the API server
+// answers there. An attached cluster forwards from a goroutine; a detached
+// one needs a process that outlives the launcher.
 func (c *Cluster) startForwarder(ctx context.Context) error {
 	target := net.JoinHostPort("127.0.0.1", fmt.Sprint(c.ports.apiserver))
 	if !c.opts.Detached {
 		go func() { _ = forward.Serve(c.hostListener, c.ns.dial, target) }()
-		return nil
+		return c.waitForwarded(ctx, nil)
 	}
 	bin, err := c.buildForwarder(ctx)
 	if err != nil {
@@ -35,12 +36,22 @@ func (c *Cluster) startForwarder(ctx context.Context) error {
 	cmd := c.ns.command(bin, target)
 	cmd.ExtraFiles = []*os.File{f} // descriptor 3 in the forwarder
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	if _, err := c.track("forwarder", cmd, defaultStopGrace); err != nil {
+	// track returns once the forwarder is inside the namespace: the
+	// launcher may exit right after Start.
+	p, err := c.track("forwarder", cmd, defaultStopGrace)
+	if err != nil {
 		return err
 	}
 	// The forwarder owns the socket now.
 	_ = c.hostListener.Close()
-	return nil
+	return c.waitForwarded(ctx, p)
+}
+
+// waitForwarded waits until the API server answers on the host's port, the
+// way kubectl on the host reaches it; p is the forwarder process, if any.
+func (c *Cluster) waitForwarded(ctx context.Context, p *process) error {
+	url := c.APIServerURL() + "/readyz"
+	return c.waitHTTPWith(ctx, c.hostHTTPClient(true), "the API server on the host at "+url, p, url)
 }
 
 // buildForwarder compiles the forwarder command into the run folder. It is

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 )
@@ -46,10 +47,15 @@ func (c *Cluster) waitFor(ctx context.Context, what string, p *process, check fu
 	}
 }
 
-// waitHTTP waits until url answers 200 OK.
+// waitHTTP waits until url answers 200 OK, dialing inside the namespace.
 func (c *Cluster) waitHTTP(ctx context.Context, p *process, url string, clientCert bool) error {
-	hc := c.httpClient(clientCert)
-	return c.waitFor(ctx, p.name+" at "+url, p, func(ctx context.Context) error {
+	return c.waitHTTPWith(ctx, c.httpClient(clientCert), p.name+" at "+url, p, url)
+}
+
+// waitHTTPWith waits until url answers 200 OK to hc; p, if not nil, is the
+// process whose exit ends the wait.
+func (c *Cluster) waitHTTPWith(ctx context.Context, hc *http.Client, what string, p *process, url string) error {
+	return c.waitFor(ctx, what, p, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
@@ -71,6 +77,16 @@ func (c *Cluster) waitHTTP(ctx context.Context, p *process, url string, clientCe
 // with clientCert it presents the admin certificate (the API server's
 // /readyz needs an authenticated user).
 func (c *Cluster) httpClient(clientCert bool) *http.Client {
+	return c.httpClientDialing(c.ns.dial, clientCert)
+}
+
+// hostHTTPClient is httpClient dialing from the host's network namespace,
+// as kubectl on the host does.
+func (c *Cluster) hostHTTPClient(clientCert bool) *http.Client {
+	return c.httpClientDialing((&net.Dialer{}).DialContext, clientCert)
+}
+
+func (c *Cluster) httpClientDialing(dial func(ctx context.Context, network, address string) (net.Conn, error), clientCert bool) *http.Client {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.pki.certPEM)
 	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
@@ -82,7 +98,7 @@ func (c *Cluster) httpClient(clientCert bool) *http.Client {
 	return &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
-			DialContext:       c.ns.dial,
+			DialContext:       dial,
 			TLSClientConfig:   tlsConfig,
 			DisableKeepAlives: true,
 		},

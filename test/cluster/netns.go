@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,6 +28,8 @@ type netns struct {
 	fd     int      // of file
 	hostFd int      // of host
 	nsPath string   // /proc/<pid>/fd/<n> of file, for nsenter
+	dev    uint64   // device and inode of the namespace, to recognise a
+	ino    uint64   // process that has entered it
 }
 
 var errNetnsClosed = errors.New("cluster network namespace is closed")
@@ -56,6 +59,12 @@ func newNetns() (*netns, error) {
 	}
 	n.fd = int(n.file.Fd())
 	n.nsPath = "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(n.fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(n.fd, &st); err != nil {
+		n.close()
+		return nil, fmt.Errorf("reading the network namespace's inode: %w", err)
+	}
+	n.dev, n.ino = st.Dev, st.Ino
 	return n, nil
 }
 
@@ -103,8 +112,49 @@ func (n *netns) path() string { return n.nsPath }
 
 // command runs name inside the namespace. nsenter enters and execs in
 // place, so the pid of the returned command is the program's own.
+//
+// nsenter opens the namespace by path(), which names a descriptor of this
+// process: it only exists while this process runs. A started command has
+// therefore not really started until it has entered the namespace; see
+// waitEntered.
 func (n *netns) command(name string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append([]string{"--net=" + n.path(), "--", name}, args...)...)
+}
+
+// enters tells whether cmd was made by command, i.e. enters the namespace
+// through nsenter once started.
+func (n *netns) enters(cmd *exec.Cmd) bool {
+	return len(cmd.Args) >= 2 && cmd.Args[0] == "nsenter" && cmd.Args[1] == "--net="+n.path()
+}
+
+// waitEntered waits until the process pid, started from command, is inside
+// the namespace (nsenter has opened path() and called setns; from then on it
+// no longer needs this process), or until exited is closed or timeout
+// passes. nsenter takes a few milliseconds to get there: a launcher that
+// exits sooner, as a detached cluster's launcher does right after starting
+// its last process, removes path() under it and nsenter fails with "cannot
+// open /proc/PID/fd/N: No such file or directory".
+//
+// A process that has exited is no longer waited for and is no error here:
+// a short command may be done before it is seen inside, and whoever waits
+// for a component sees its exit status anyway.
+func (n *netns) waitEntered(pid int, exited <-chan struct{}, timeout time.Duration) error {
+	procPath := "/proc/" + strconv.Itoa(pid) + "/ns/net"
+	deadline := time.Now().Add(timeout)
+	for {
+		var st unix.Stat_t
+		if err := unix.Stat(procPath, &st); err == nil && st.Dev == n.dev && st.Ino == n.ino {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d has not entered the cluster network namespace after %s", pid, timeout)
+		}
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // freePorts reserves count distinct ports on 127.0.0.1 inside the
