@@ -23,10 +23,12 @@ const usage = `apportion: proportional, architecture-aware pod placement for Kar
 Usage:
   apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
   apportion webhook [flags]   serve admission and run the placement controllers (-h for flags)
+  apportion release-gates [--namespace NS] [--dry-run] [--kubeconfig FILE]
+                              remove apportion's scheduling gate from every pod that still holds it
   apportion version
   apportion help
 
-Run "apportion plan -h" for the flags of plan.
+Run "apportion COMMAND -h" for the flags of a command.
 `
 
 // Main dispatches a subcommand; args excludes the program name.
@@ -40,6 +42,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return Plan(args[1:], stdin, stdout, stderr)
 	case "webhook":
 		return Webhook(args[1:], stdout, stderr)
+	case "release-gates":
+		return ReleaseGates(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version.String())
 		return ExitOK
@@ -47,7 +51,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return ExitOK
 	default:
-		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, webhook, version, help)\n", args[0])
+		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, webhook, release-gates, version, help)\n", args[0])
 		return ExitUsage
 	}
 }

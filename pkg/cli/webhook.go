@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -31,6 +32,7 @@ func Webhook(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.AddFlags(fs)
+	config.RegisterFlags(fs) // --kubeconfig, read by ctrl.GetConfig
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, webhookUsage)

@@ -1,0 +1,207 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+const releaseGatesUsage = `Usage: apportion release-gates [--namespace NS] [--dry-run] [--kubeconfig FILE]
+
+Removes apportion's scheduling gate (` + annotations.PlacementGate + `) from every pod that
+still holds it, keeping the pods' other gates: pods left waiting when apportion was
+uninstalled or stopped before its gate janitor released them. Needs list and patch on pods.
+
+  --namespace NS     only the pods of this namespace (default: all namespaces)
+  --dry-run          count the pods that hold the gate; change nothing
+  --kubeconfig FILE  the cluster (default: $KUBECONFIG, in-cluster, ~/.kube/config)
+
+Prints "released N pod(s) (M failed)". Exit status 0 when every pod was released, 1 when
+some were not (one line each on stderr), 2 on bad usage.
+`
+
+const (
+	// listPageSize bounds each List response: the command sees every pod
+	// of the cluster, and a single unpaginated List of them all is a heavy
+	// request for the API server.
+	listPageSize = 500
+	// releaseAttempts bounds re-reads of a pod whose gates changed under us.
+	releaseAttempts = 5
+)
+
+// ReleaseGates runs `apportion release-gates`.
+func ReleaseGates(args []string, stdout, stderr io.Writer) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "apportion release-gates: "+format+"\n", a...)
+		return ExitUsage
+	}
+	var namespace string
+	var dryRun bool
+	fs := flag.NewFlagSet("release-gates", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&namespace, "namespace", "", "only this namespace")
+	fs.StringVar(&namespace, "n", "", "only this namespace")
+	fs.BoolVar(&dryRun, "dry-run", false, "count only")
+	config.RegisterFlags(fs) // --kubeconfig, read by ctrl.GetConfig
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, releaseGatesUsage)
+			return ExitOK
+		}
+		return fail("%v (see apportion release-gates -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected argument %q (see apportion release-gates -h)", fs.Arg(0))
+	}
+	if problems := validation.IsDNS1123Label(namespace); namespace != "" && len(problems) > 0 {
+		return fail("--namespace: %q is not a namespace name: %s", namespace, strings.Join(problems, "; "))
+	}
+	// controller-runtime logs a failed in-cluster config before falling
+	// back; the one line below says it all.
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fail("loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %v", err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fail("creating the client: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return releaseGates(ctx, c, namespace, dryRun, stdout, stderr)
+}
+
+// releaseGates lists pods page by page and releases each gated one as it
+// goes.
+func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun bool, stdout, stderr io.Writer) int {
+	var released, failed int
+	opts := []client.ListOption{client.Limit(listPageSize)}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	var listErr error
+	restarts := 0
+	for cont := ""; ; {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, append(opts, client.Continue(cont))...); err != nil {
+			// A continue token expires after a few minutes; starting over
+			// is safe, since released pods no longer match.
+			if apierrors.IsResourceExpired(err) && cont != "" && restarts < 3 {
+				restarts++
+				cont = ""
+				continue
+			}
+			listErr = err
+			break
+		}
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if gateIndex(pod) < 0 {
+				continue
+			}
+			if dryRun {
+				released++
+				continue
+			}
+			ok, err := releaseGate(ctx, c, pod)
+			switch {
+			case err != nil:
+				failed++
+				fmt.Fprintf(stderr, "apportion release-gates: %s/%s: %v\n", pod.Namespace, pod.Name, err)
+			case ok:
+				released++
+			}
+		}
+		if cont = pods.Continue; cont == "" {
+			break
+		}
+	}
+	if listErr != nil {
+		fmt.Fprintf(stderr, "apportion release-gates: listing pods: %v\n", listErr)
+	}
+	if dryRun {
+		fmt.Fprintf(stdout, "would release %d pod(s) (dry run)\n", released)
+	} else {
+		fmt.Fprintf(stdout, "released %d pod(s) (%d failed)\n", released, failed)
+	}
+	if failed > 0 || listErr != nil {
+		return ExitFailure
+	}
+	return ExitOK
+}
+
+// releaseGate removes the gate with a JSON patch that first tests the gate's
+// name at its index: if the gates changed since the pod was read, the API
+// server rejects the patch instead of removing another gate, and the pod is
+// read again. It reports false with no error when the pod or its gate is
+// already gone.
+func releaseGate(ctx context.Context, c client.Client, pod *corev1.Pod) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		i := gateIndex(pod)
+		if i < 0 {
+			return false, nil
+		}
+		path := fmt.Sprintf("/spec/schedulingGates/%d", i)
+		patch, err := json.Marshal([]jsonpatch.Operation{
+			jsonpatch.NewOperation("test", path+"/name", annotations.PlacementGate),
+			jsonpatch.NewOperation("remove", path, nil),
+		})
+		if err != nil {
+			return false, err
+		}
+		err = c.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, patch))
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err) && !apierrors.IsInvalid(err), attempt == releaseAttempts:
+			return false, fmt.Errorf("removing the scheduling gate: %w", err)
+		}
+		if pod, err = getPod(ctx, c, pod.Namespace, pod.Name); err != nil {
+			return false, fmt.Errorf("reading the pod again: %w", err)
+		} else if pod == nil {
+			return false, nil
+		}
+	}
+}
+
+// getPod reads one pod with a List by name, so that the command needs no
+// get permission; nil when it is gone.
+func getPod(ctx context.Context, c client.Reader, namespace, name string) (*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{"metadata.name": name}); err != nil {
+		return nil, err
+	}
+	if len(pods.Items) == 0 {
+		return nil, nil
+	}
+	return &pods.Items[0], nil
+}
+
+func gateIndex(pod *corev1.Pod) int {
+	return slices.IndexFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == annotations.PlacementGate
+	})
+}
