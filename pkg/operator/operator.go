@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	metrics.Register()
 	logger := log.FromContext(ctx)
 	clk := clock.RealClock{}
+	recorder := mgr.GetEventRecorder("apportion")
 
 	if o.CertSecretName != "" {
 		rotator := certs.NewRotator(clk, mgr.GetAPIReader(), mgr.GetClient(), certs.Config{
@@ -119,7 +120,6 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		}
 		server.ready = rotator.Ready()
 	}
-	recorder := mgr.GetEventRecorder("apportion")
 
 	// The optional APIs as they are now; if one comes or goes later, the
 	// watch ends the process so that the restart adapts.
