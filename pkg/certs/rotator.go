@@ -232,6 +232,9 @@ func (r *Rotator) renew(data map[string][]byte, now time.Time) (out map[string][
 	gen := r.generator()
 	lookahead := now.Add(r.config.RenewBefore)
 	ca, err := parseCA(out[CACertKey], out[CAKeyKey], lookahead)
+	if err == nil && outlives(ca.Cert, now, r.config.CAValidity) {
+		err = errors.New("the CA outlives --ca-validity")
+	}
 	if err != nil {
 		// Replicas that have not read the new serving certificate yet still
 		// serve one the outgoing CA signed: keep trusting it until it expires.
@@ -250,7 +253,7 @@ func (r *Rotator) renew(data map[string][]byte, now time.Time) (out map[string][
 			delete(out, PreviousCACertKey)
 		}
 	}
-	if len(rotated) > 0 || !r.validServing(out, lookahead) {
+	if len(rotated) > 0 || !r.validServing(out, lookahead) || r.servingOutlives(out[CertKey], now) {
 		// A certificate does not outlive its issuer; the CA is valid past
 		// the lookahead, so the result is too.
 		end := now.Add(r.config.CertValidity)
@@ -265,6 +268,19 @@ func (r *Rotator) renew(data map[string][]byte, now time.Time) (out map[string][
 		rotated = append(rotated, KindServing)
 	}
 	return out, rotated, len(rotated) > 0 || len(out) != len(data), nil
+}
+
+// outlives tells whether c ends later than a certificate issued now with
+// validity would: the validity was shortened since c was made (a helm
+// upgrade), and the shorter one takes effect at once rather than in a year.
+// A minute of slack absorbs the backdating and clock steps.
+func outlives(c *x509.Certificate, now time.Time, validity time.Duration) bool {
+	return c.NotAfter.After(now.Add(validity + time.Minute))
+}
+
+func (r *Rotator) servingOutlives(certPEM []byte, now time.Time) bool {
+	c, err := parseCert(certPEM)
+	return err == nil && outlives(c, now, r.config.CertValidity)
 }
 
 // generator is cert-controller's rotator used only for its certificate

@@ -496,3 +496,40 @@ func TestInterval(t *testing.T) {
 		}
 	}
 }
+
+// A helm upgrade that shortens the validities takes effect at once: the
+// next pass replaces a CA and a serving certificate that would outlive the
+// new settings, and keeps trusting the old CA meanwhile.
+func TestShortenedValidityReissues(t *testing.T) {
+	c := cluster(t)
+	clk := clocktesting.NewFakeClock(start)
+	syncOK(t, replica(t, c, clk))
+	long := secretData(t, c)
+
+	clk.Step(time.Hour)
+	cfg := config
+	cfg.CertDir = filepath.Join(t.TempDir(), "certs")
+	cfg.CAValidity, cfg.CertValidity, cfg.RenewBefore = 4*time.Minute, 2*time.Minute, 80*time.Second
+	short := NewRotator(clk, c, c, cfg)
+	syncOK(t, short)
+	got := secretData(t, c)
+	if bytes.Equal(got[CACertKey], long[CACertKey]) || bytes.Equal(got[CertKey], long[CertKey]) {
+		t.Fatal("the CA and serving certificate of the old settings were kept")
+	}
+	if !bytes.Equal(got[PreviousCACertKey], long[CACertKey]) {
+		t.Error("the replaced CA is not kept as the previous one")
+	}
+	leaf, err := parseCert(got[CertKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := leaf.NotAfter.Sub(clk.Now()); end > cfg.CertValidity {
+		t.Errorf("the new serving certificate lives %s, want at most %s", end, cfg.CertValidity)
+	}
+	// And the next pass with the same settings changes nothing.
+	clk.Step(10 * time.Second)
+	syncOK(t, short)
+	if again := secretData(t, c); !bytes.Equal(again[CertKey], got[CertKey]) || !bytes.Equal(again[CACertKey], got[CACertKey]) {
+		t.Error("reissued again although the certificates fit the settings")
+	}
+}
