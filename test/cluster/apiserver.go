@@ -6,6 +6,10 @@ import (
 	"strconv"
 )
 
+// serviceCIDR is the range ClusterIPs come from. It must not overlap
+// PodCIDR, the range kwok gives pod IPs from.
+const serviceCIDR = "10.0.0.0/24"
+
 // startAPIServer runs kube-apiserver on 127.0.0.1 with the cluster's
 // certificates, RBAC and service-account tokens, and waits for /readyz.
 func (c *Cluster) startAPIServer(ctx context.Context) error {
@@ -23,7 +27,12 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--service-account-key-file=" + c.pkiPath("sa.pub"),
 		"--service-account-signing-key-file=" + c.pkiPath("sa.key"),
 		// Only allocated, never routed: the namespace has no route but lo.
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + serviceCIDR,
+		// Dial webhook (and aggregated API) Services at their endpoints,
+		// i.e. the pod IPs, not at the ClusterIP: with no kube-proxy nothing
+		// routes a ClusterIP, while a pod IP can be put on lo (see
+		// AddLoopbackAddress) for a server the test runs.
+		"--enable-aggregator-routing=true",
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		// The default reconciler rejects a loopback advertise address and
