@@ -29,7 +29,8 @@ type Options struct {
 	LogDir string
 	// Karpenter also installs Karpenter's CRDs and starts Karpenter's kwok
 	// provider and the kwok controller, which turns the nodes Karpenter
-	// creates into Ready nodes and their pods into Running ones.
+	// creates into Ready nodes and their pods into Running ones, with IPs
+	// from PodCIDR, except pods labelled ProcessPodLabel.
 	Karpenter bool
 	// APIServerFlags are appended to the kube-apiserver command line; a flag
 	// given here overrides the launcher's own.

@@ -40,6 +40,26 @@
 // take its listener from Listen. IssueServingCert and CABundle give it a
 // certificate the API server trusts for https://127.0.0.1:PORT.
 //
+// # Pods, pod IPs and Services
+//
+// kwok plays kubelet for the nodes Karpenter creates. It gives pods IPs from
+// PodCIDR, 10.244.0.0/16 (its --cidr flag; kwok would prefer a node's
+// spec.podCIDR, which nothing sets here: the controller-manager does not
+// allocate node CIDRs), apart from the ClusterIPs, 10.0.0.0/24. Nothing
+// routes either range, and there is no kube-proxy: the API server dials the
+// Services of webhooks (and aggregated APIs) at their endpoints, i.e. the pod
+// IPs (--enable-aggregator-routing). So a webhook served by the test behind a
+// Service works once its pod's IP is on lo: AddLoopbackAddress puts it there,
+// then Listen on it.
+//
+// A pod labelled ProcessPodLabel (any value) is one whose process the test
+// runs itself: kwok's pod-ready and pod-complete stages leave it alone, so it
+// stays Pending, not Ready and without an IP until the test writes its status
+// (Running and Ready with a pod IP, or Succeeded); kwok's pod-delete stage
+// still removes it once deleted. The launcher writes kwok's stages, those of
+// build.sh's stages.yaml with that exclusion added to the two selectors, into
+// the run folder.
+//
 // # Shutdown
 //
 // Stop stops processes in the reverse order of their start: extra processes,

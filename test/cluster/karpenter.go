@@ -1,22 +1,46 @@
 package cluster
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
 // kwokNodeAnnotation marks the nodes Karpenter's kwok provider creates; the
 // kwok controller manages exactly those.
 const kwokNodeAnnotation = "kwok.x-k8s.io/node=fake"
+
+// PodCIDR is the range kwok gives pod IPs from (its --cidr; kwok prefers a
+// node's spec.podCIDR, which nothing sets here). It does not overlap the
+// Service range 10.0.0.0/24, so an address from it put on lo with
+// AddLoopbackAddress is never mistaken for a ClusterIP.
+const PodCIDR = "10.244.0.0/16"
+
+// ProcessPodLabel marks a pod whose process the test runs itself: kwok's
+// pod-ready and pod-complete stages leave such a pod alone (it stays
+// Pending, without a pod IP, until the test writes its status: Running and
+// Ready with a pod IP, or Succeeded), while the pod-delete stage still
+// removes it once deleted. Any value counts, even "".
+const ProcessPodLabel = "e2e.apportion.dev/process"
+
+// processPodStages are the kwok stages that must skip ProcessPodLabel pods.
+var processPodStages = []string{"pod-ready", "pod-complete"}
 
 // installCRDs creates the CRDs shipped with the tools (NodePool, NodeClaim,
 // NodeOverlay, CapacityBuffer, KWOKNodeClass) and waits until each is
@@ -90,20 +114,92 @@ func (c *Cluster) startKarpenter(ctx context.Context) error {
 
 // startKwok runs the kwok controller, which plays kubelet for the nodes
 // Karpenter creates: it makes them Ready, keeps their leases and moves their
-// pods through the stages in stages.yaml (without it nodes never turn Ready).
+// pods through the stages in stages.yaml (without it nodes never turn Ready),
+// from a copy in the run folder whose pod-ready and pod-complete stages skip
+// ProcessPodLabel pods. Pod IPs come from PodCIDR.
 func (c *Cluster) startKwok(ctx context.Context) error {
+	stages, err := os.ReadFile(c.tools.kwokStages())
+	if err != nil {
+		return fmt.Errorf("reading kwok stages: %w", err)
+	}
+	config, err := kwokConfig(stages)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.tools.kwokStages(), err)
+	}
+	configPath := filepath.Join(c.dir, "kwok-stages.yaml")
+	if err := os.WriteFile(configPath, config, 0o644); err != nil {
+		return fmt.Errorf("writing kwok stages: %w", err)
+	}
 	p, err := c.launch("kwok", defaultStopGrace,
 		// kwok reads ~/.kwok/kwok.yaml if present: keep it in the run folder.
 		[]string{"KWOK_WORKDIR=" + filepath.Join(c.dir, "kwok")},
 		"kwok",
 		"--kubeconfig="+c.kubeconfig,
-		"--config="+c.tools.kwokStages(),
+		"--config="+configPath,
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation,
 		"--server-address="+fmt.Sprintf("127.0.0.1:%d", c.ports.kwok),
 		"--node-ip=127.0.0.1",
+		"--cidr="+PodCIDR,
 	)
 	if err != nil {
 		return err
 	}
 	return c.waitHTTP(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/healthz", c.ports.kwok), false)
+}
+
+// kwokConfig returns the stages (build.sh's stages.yaml, several YAML
+// documents) with a requirement added to the selector of each of
+// processPodStages: the pod has no ProcessPodLabel. kwok's selector keys
+// are jq-like queries on the object; DoesNotExist matches when the query
+// yields nothing (a label with the value "" does exist).
+func kwokConfig(stages []byte) ([]byte, error) {
+	notProcessPod := map[string]any{
+		"key":      fmt.Sprintf(".metadata.labels[%q]", ProcessPodLabel),
+		"operator": "DoesNotExist",
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stages)))
+	var out bytes.Buffer
+	out.WriteString("# kwok stages for the local cluster: build.sh's stages.yaml, with pods\n" +
+		"# labelled " + ProcessPodLabel + " left out of " + strings.Join(processPodStages, " and ") + ".\n")
+	patched := map[string]bool{}
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading a YAML document: %w", err)
+		}
+		obj := map[string]any{}
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			return nil, fmt.Errorf("decoding a YAML document: %w", err)
+		}
+		if len(obj) == 0 {
+			continue // only comments
+		}
+		u := unstructured.Unstructured{Object: obj}
+		if u.GetKind() == "Stage" && slices.Contains(processPodStages, u.GetName()) {
+			exprs, _, err := unstructured.NestedSlice(obj, "spec", "selector", "matchExpressions")
+			if err != nil {
+				return nil, fmt.Errorf("stage %s: %w", u.GetName(), err)
+			}
+			exprs = append(exprs, notProcessPod)
+			if err := unstructured.SetNestedSlice(obj, exprs, "spec", "selector", "matchExpressions"); err != nil {
+				return nil, fmt.Errorf("stage %s: %w", u.GetName(), err)
+			}
+			patched[u.GetName()] = true
+		}
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("encoding stage %s: %w", u.GetName(), err)
+		}
+		out.WriteString("---\n")
+		out.Write(data)
+	}
+	for _, name := range processPodStages {
+		if !patched[name] {
+			return nil, fmt.Errorf("no kwok Stage %s to keep %s pods out of", name, ProcessPodLabel)
+		}
+	}
+	return out.Bytes(), nil
 }
