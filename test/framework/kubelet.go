@@ -85,6 +85,7 @@ type PodProcess struct {
 	stopAt atomic.Int64
 
 	preStop, grace time.Duration
+	ready          atomic.Bool // passed its readiness probe
 	exitErr        error
 }
 
@@ -177,6 +178,13 @@ func (k *Kubelet) sync(ctx context.Context) {
 			}
 		case known && pod.DeletionTimestamp != nil && !stopping:
 			k.kill(p)
+		case known && pod.DeletionTimestamp == nil && p.ready.Load() && !p.done() && !podReady(pod):
+			// The node lifecycle controller marks a node's pods not ready
+			// when the node misses heartbeats (kwok's can, on a loaded
+			// machine); the kubelet reports them ready again on its next
+			// status sync, and so do we.
+			k.logf("%s/%s: Ready again after something marked it not ready", pod.Namespace, pod.Name)
+			k.markReady(pod, p)
 		}
 	}
 	// Pods gone without us seeing their deletion timestamp (kwok deletes
@@ -507,16 +515,31 @@ func (k *Kubelet) waitReady(pod *corev1.Pod, ctr corev1.Container, p *PodProcess
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	k.markReady(pod, p)
+	p.ready.Store(true)
+}
+
+// markReady writes the pod as Running and Ready.
+func (k *Kubelet) markReady(pod *corev1.Pod, p *PodProcess) {
+	ctr := pod.Spec.Containers[0]
 	k.setStatus(pod, p, func(st *corev1.PodStatus) {
-		now := metav1.Now()
 		st.Phase = corev1.PodRunning
-		st.StartTime = &now
+		st.StartTime = ptr.To(metav1.NewTime(p.Started))
 		st.ContainerStatuses = []corev1.ContainerStatus{{
 			Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image, Ready: true, Started: ptr.To(true),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.Started)}},
 		}}
 		setConditions(st, corev1.ConditionTrue)
 	})
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // exited writes the pod's end: Succeeded or Failed for a pod that does not
