@@ -434,9 +434,23 @@ func testUninstall(t *testing.T) {
 	if out, err := kubectl("-n", namespace, "scale", "deployment", release, "--replicas=0"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	waitFor(t, 2*time.Minute, "apportion's processes to stop", func() error {
-		if n := len(env.kubelet.Processes()); n > 0 {
-			return fmt.Errorf("%d still running", n)
+	// Processes() leaves out processes already told to stop, but a replica
+	// in its preStop sleep still runs its controllers: wait until every
+	// process of the release has exited, or the leader releases the
+	// leftover pods below before the hook can.
+	waitFor(t, 2*time.Minute, "apportion's processes to exit", func() error {
+		var running []string
+		for _, p := range env.kubelet.All() {
+			select {
+			case <-p.Exited:
+			default:
+				if p.Namespace == namespace {
+					running = append(running, p.Name)
+				}
+			}
+		}
+		if len(running) > 0 {
+			return fmt.Errorf("still running: %v", running)
 		}
 		return nil
 	})
