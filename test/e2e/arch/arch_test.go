@@ -161,16 +161,28 @@ func TestArchitectureOnlyNamespace(t *testing.T) {
 	}
 }
 
-// Case 5: a private image, with the credentials in an imagePullSecret of the
-// pod template, and in the imagePullSecrets of the pods' ServiceAccount.
+// Case 5: a private image (basic auth), with the credentials in an
+// imagePullSecret of the pod template, and in the imagePullSecrets of the
+// pods' ServiceAccount.
+//
+// The API server's ServiceAccount admission copies the account's
+// imagePullSecrets into a pod that names none, so "by-sa" pods carry the
+// secret by the time apportion sees them. "sa-only" pods name an unrelated
+// pull secret (for another registry), which keeps the account's from being
+// copied: their credentials are found through the ServiceAccount alone.
 func TestPrivateImage(t *testing.T) {
 	t.Parallel()
-	reg := newRegistry(t, imgPrivate, imgPrivateSA)
+	reg := newRegistry(t, imgPrivate, imgPrivateSA, imgPrivateSO)
 	ns := newNamespace(t, nil)
 	create(t, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "regcred"},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       map[string][]byte{corev1.DockerConfigJsonKey: reg.DockerConfigJSON()},
+	})
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-registry"},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"registry.invalid":{"username":"x","password":"y","auth":"eDp5"}}}`)},
 	})
 	create(t, &corev1.ServiceAccount{
 		ObjectMeta:       metav1.ObjectMeta{Namespace: ns, Name: "puller"},
@@ -183,23 +195,25 @@ func TestPrivateImage(t *testing.T) {
 	create(t, deployment(ns, "by-sa", reg.Ref(imgPrivateSA), 2, strategy, func(d *appsv1.Deployment) {
 		d.Spec.Template.Spec.ServiceAccountName = "puller"
 	}))
+	create(t, deployment(ns, "sa-only", reg.Ref(imgPrivateSO), 2, strategy, func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.ServiceAccountName = "puller"
+		d.Spec.Template.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "other-registry"}}
+	}))
 
-	checkArch(t, nodesOf(t, waitBound(t, ns, "by-secret", 2)), "amd64", "amd64")
-	saPods := waitBound(t, ns, "by-sa", 2)
-	checkArch(t, nodesOf(t, saPods), "amd64", "amd64")
-	// The API server's ServiceAccount admission copies the account's
-	// imagePullSecrets into a pod that names none, so the pods may carry
-	// them by the time apportion sees them; either way the credentials
-	// come from the ServiceAccount.
-	t.Logf("by-sa pods' imagePullSecrets after admission: %v", saPods[0].Spec.ImagePullSecrets)
-	if msgs := eventsFor(t, ns, "by-sa", "ImageInspectionFailed", 0); len(msgs) > 0 {
-		t.Errorf("ImageInspectionFailed on by-sa: %q", msgs)
+	for _, app := range []string{"by-secret", "by-sa", "sa-only"} {
+		pods := waitBound(t, ns, app, 2)
+		t.Logf("%s: pods' imagePullSecrets after admission: %v", app, pods[0].Spec.ImagePullSecrets)
+		if app == "sa-only" && slices.ContainsFunc(pods[0].Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == "regcred" }) {
+			t.Errorf("sa-only pods carry the ServiceAccount's secret: the case does not test the ServiceAccount route")
+		}
+		checkArch(t, nodesOf(t, pods), "amd64", "amd64")
+		if msgs := eventsFor(t, ns, app, "ImageInspectionFailed", 0); len(msgs) > 0 {
+			t.Errorf("ImageInspectionFailed on %s: %q", app, msgs)
+		}
 	}
-	if msgs := eventsFor(t, ns, "by-secret", "ImageInspectionFailed", 0); len(msgs) > 0 {
-		t.Errorf("ImageInspectionFailed on by-secret: %q", msgs)
+	for _, img := range []string{imgPrivate, imgPrivateSA, imgPrivateSO} {
+		logLookups(t, reg, img, 2)
 	}
-	logLookups(t, reg, imgPrivate, 2)
-	logLookups(t, reg, imgPrivateSA, 2)
 }
 
 // Case 6: the registry stops answering mid-test. Pods of a tag never looked

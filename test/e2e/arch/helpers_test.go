@@ -40,6 +40,7 @@ const (
 	imgArm64b    = "arm64only:2"   // same as arm64only:1, a tag no one looks up in opt-in mode
 	imgPrivate   = "private/app:1" // OCI image manifest, linux/amd64, basic auth
 	imgPrivateSA = "private/app:2" // the same, looked up with a ServiceAccount's secret
+	imgPrivateSO = "private/app:3" // the same, with credentials only in the ServiceAccount
 	imgFresh     = "fresh:1"       // linux/amd64, first looked up while the registry is down
 )
 
@@ -51,7 +52,7 @@ func pushImage(ctx context.Context, reg *framework.Registry, repoTag string) err
 		_, err = reg.PushIndex(ctx, repoTag, []string{"linux/amd64", "linux/arm64/v8"}, true, framework.ImageOptions{})
 	case imgArm64, imgArm64b:
 		_, err = reg.PushImage(ctx, repoTag, "linux/arm64", framework.ImageOptions{Docker: true})
-	case imgAmd64, imgPrivate, imgPrivateSA, imgFresh:
+	case imgAmd64, imgPrivate, imgPrivateSA, imgPrivateSO, imgFresh:
 		_, err = reg.PushImage(ctx, repoTag, "linux/amd64", framework.ImageOptions{})
 	default:
 		err = fmt.Errorf("no test image %s", repoTag)
@@ -67,6 +68,7 @@ var wantPlatforms = map[string][]string{
 	imgArm64b:    {"linux/arm64"},
 	imgPrivate:   {"linux/amd64"},
 	imgPrivateSA: {"linux/amd64"},
+	imgPrivateSO: {"linux/amd64"},
 	imgFresh:     {"linux/amd64"},
 }
 

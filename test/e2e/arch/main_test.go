@@ -68,9 +68,6 @@ func TestMain(m *testing.M) {
 			}
 			env.c.DumpLogs(os.Stderr, 40)
 		}
-		for _, r := range env.replicas {
-			r.Stop()
-		}
 		if err := env.c.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
 		}
@@ -119,6 +116,12 @@ func run(m *testing.M) (int, error) {
 	if err := framework.Register(ctx, env.kube, env.c.CABundle(), env.lb.Port); err != nil {
 		return 1, err
 	}
+	// The replicas stop before their certificate folder goes.
+	defer func() {
+		for _, r := range env.replicas {
+			r.Stop()
+		}
+	}()
 	if err := startReplicas(ctx); err != nil {
 		return 1, err
 	}
