@@ -48,3 +48,10 @@ const (
 	ModeRequired  = "required"
 	ModePreferred = "preferred"
 )
+
+// ArchitecturesAuto, as the value of Architectures on a namespace (label) or
+// a workload or pod template (annotation), asks for architecture-only
+// placement of pods that have no strategy: their images are inspected and
+// they get the architecture affinity and the NodePool choice. On a placed
+// pod the same key holds the architectures it may run on.
+const ArchitecturesAuto = "auto"

@@ -81,17 +81,40 @@ type Choice struct {
 // ErrNoPool is wrapped by Select when no pool can serve the group.
 var ErrNoPool = errors.New("no NodePool can serve the group")
 
+// ErrArchitecture is wrapped when the group itself names an architecture the
+// pod's images do not support.
+var ErrArchitecture = errors.New("the group's architecture is not one the images support")
+
 // Select returns the first pool, in Karpenter's order, that can provide the
 // group's labels and satisfy the pod's own constraints (nodeSelector, required
 // node affinity, tolerations). pod may be nil when only the group matters.
 // The error explains, per pool, why none fits.
 func (c *Catalog) Select(group map[string]string, pod *corev1.Pod) (Choice, error) {
+	return c.SelectFor(group, pod, nil)
+}
+
+// SelectFor is Select for a pod whose images run only on archs (empty: no
+// constraint): the pool must also provide one of them.
+func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []string) (Choice, error) {
 	groupReqs := scheduling.NewLabelRequirements(group)
+	if len(archs) > 0 {
+		if arch, ok := group[corev1.LabelArchStable]; ok && !slices.Contains(archs, arch) {
+			return Choice{}, fmt.Errorf("%w: %s=%s, images: %s", ErrArchitecture, corev1.LabelArchStable, arch, strings.Join(archs, ","))
+		}
+		groupReqs.Add(scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, archs...))
+	}
 	var podReqs scheduling.Requirements
 	var have []corev1.Toleration
 	if pod != nil {
 		podReqs = scheduling.NewStrictPodRequirements(pod)
 		have = pod.Spec.Tolerations
+		// Checked pool by pool, the pod's own architecture and the images'
+		// could each fit a pool that allows every architecture.
+		if len(archs) > 0 && podReqs.Has(corev1.LabelArchStable) &&
+			!slices.ContainsFunc(archs, podReqs.Get(corev1.LabelArchStable).Has) {
+			return Choice{}, fmt.Errorf("%w: the pod requires %s %s, images: %s", ErrArchitecture,
+				corev1.LabelArchStable, podReqs.Get(corev1.LabelArchStable), strings.Join(archs, ","))
+		}
 	}
 	var reasons []string
 	for _, p := range c.pools {

@@ -121,6 +121,53 @@ func TestSelect(t *testing.T) {
 	}
 }
 
+func TestSelectForArchitectures(t *testing.T) {
+	c := New([]*karpv1.NodePool{
+		nodePool(poolSpec{name: "od-amd64", weight: 30, reqs: map[string][]string{ct: {"on-demand"}, arch: {"amd64"}}}),
+		nodePool(poolSpec{name: "od-arm64", weight: 20, reqs: map[string][]string{ct: {"on-demand"}, arch: {"arm64"}}}),
+		nodePool(poolSpec{name: "spot-any", reqs: map[string][]string{ct: {"spot"}, arch: {"amd64", "arm64"}}}),
+		nodePool(poolSpec{name: "any", labels: map[string]string{"team": "x"}}), // no arch requirement: Karpenter may launch any
+	})
+	for _, tc := range []struct {
+		name    string
+		group   map[string]string
+		pod     *corev1.Pod
+		archs   []string
+		want    string
+		archErr bool
+	}{
+		{name: "no architectures: the heaviest pool", group: map[string]string{ct: "on-demand"}, want: "od-amd64"},
+		{name: "arm64-only images skip the amd64 pool", group: map[string]string{ct: "on-demand"}, archs: []string{"arm64"}, want: "od-arm64"},
+		{name: "a pool allowing both serves either", group: map[string]string{ct: "spot"}, archs: []string{"arm64"}, want: "spot-any"},
+		{name: "no group labels (architecture only)", group: map[string]string{}, archs: []string{"arm64"}, want: "od-arm64"},
+		{name: "group naming an architecture the images lack", group: map[string]string{arch: "arm64"}, archs: []string{"amd64"}, archErr: true},
+		{name: "group naming a supported architecture", group: map[string]string{arch: "arm64"}, archs: []string{"amd64", "arm64"}, want: "od-arm64"},
+		{name: "the user's own arch constraint is ANDed, never widened",
+			group: map[string]string{ct: "on-demand"}, archs: []string{"amd64", "arm64"},
+			pod: &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{arch: "arm64"}}}, want: "od-arm64"},
+		{name: "user's arch and the images' disjoint, even for a pool without an arch requirement",
+			group: map[string]string{}, archs: []string{"amd64"},
+			pod: &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{arch: "arm64"}}}, archErr: true},
+		{name: "a pool without an arch requirement can serve any", group: map[string]string{"team": "x"}, archs: []string{"arm64"}, want: "any"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			choice, err := c.SelectFor(tc.group, tc.pod, tc.archs)
+			if tc.archErr {
+				if !errors.Is(err, ErrArchitecture) {
+					t.Fatalf("SelectFor = %v, %v; want ErrArchitecture", choice.Pool, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("SelectFor: %v", err)
+			}
+			if choice.Pool.Name != tc.want {
+				t.Fatalf("SelectFor = %s, want %s", choice.Pool.Name, tc.want)
+			}
+		})
+	}
+}
+
 func TestReadNodePools(t *testing.T) {
 	const in = `apiVersion: karpenter.sh/v1
 kind: NodePool

@@ -36,8 +36,12 @@ type Decision struct {
 	Architectures []string
 	// Tolerations the pod must gain for NodePool.
 	Tolerations []corev1.Toleration
-	// Preferred writes a preferred term instead of required ones.
+	// Preferred writes the group and the NodePool as a preferred term
+	// instead of required ones; the architectures stay required.
 	Preferred bool
+	// ArchitectureOnly is a decision without a strategy: no group, only the
+	// architectures and the NodePool. No group annotation is written.
+	ArchitectureOnly bool
 	// Record is written as the apportion.dev/decision annotation.
 	Record Record
 }
@@ -62,13 +66,26 @@ func StrategyHash(s *strategy.Strategy) string {
 }
 
 // Requirements are the node selector requirements that express d.
+// The group's labels, then the architectures, then the NodePool.
 func (d Decision) Requirements() []corev1.NodeSelectorRequirement {
+	return d.requirements(true)
+}
+
+// placement is the group's labels and the NodePool: what preferred mode
+// turns into a preference.
+func (d Decision) placement() []corev1.NodeSelectorRequirement {
+	return d.requirements(false)
+}
+
+func (d Decision) requirements(withArch bool) []corev1.NodeSelectorRequirement {
 	reqs := make([]corev1.NodeSelectorRequirement, 0, len(d.Group.Labels)+2)
-	for _, l := range d.Group.Labels {
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: l.Key, Operator: corev1.NodeSelectorOpIn, Values: []string{l.Value}})
+	if !d.ArchitectureOnly {
+		for _, l := range d.Group.Labels {
+			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: l.Key, Operator: corev1.NodeSelectorOpIn, Values: []string{l.Value}})
+		}
 	}
-	if len(d.Architectures) > 0 {
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: slices.Clone(d.Architectures)})
+	if withArch {
+		reqs = append(reqs, d.architecture()...)
 	}
 	if d.NodePool != "" {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: karpv1.NodePoolLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{d.NodePool}})
@@ -76,21 +93,30 @@ func (d Decision) Requirements() []corev1.NodeSelectorRequirement {
 	return reqs
 }
 
+// architecture is the images' architectures: always required, since a pod
+// on another architecture cannot start.
+func (d Decision) architecture() []corev1.NodeSelectorRequirement {
+	if len(d.Architectures) == 0 {
+		return nil
+	}
+	return []corev1.NodeSelectorRequirement{{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: slices.Clone(d.Architectures)}}
+}
+
 // Apply writes d into pod and removes the placement gate. pod is modified in
 // place; callers pass a copy of the cached object.
 func Apply(pod *corev1.Pod, d Decision) {
-	reqs := d.Requirements()
-	if pod.Spec.Affinity == nil {
-		pod.Spec.Affinity = &corev1.Affinity{}
-	}
-	if pod.Spec.Affinity.NodeAffinity == nil {
-		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := pod.Spec.Affinity.NodeAffinity
+	required := d.architecture()
 	if d.Preferred {
-		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
-			corev1.PreferredSchedulingTerm{Weight: PreferredWeight, Preference: corev1.NodeSelectorTerm{MatchExpressions: reqs}})
+		if reqs := d.placement(); len(reqs) > 0 {
+			na := nodeAffinity(pod)
+			na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
+				corev1.PreferredSchedulingTerm{Weight: PreferredWeight, Preference: corev1.NodeSelectorTerm{MatchExpressions: reqs}})
+		}
 	} else {
+		required = d.Requirements()
+	}
+	if len(required) > 0 {
+		na := nodeAffinity(pod)
 		if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
 			na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
 		}
@@ -98,7 +124,7 @@ func Apply(pod *corev1.Pod, d Decision) {
 		// user's alternatives and makes each of them honour the decision.
 		terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		for i := range terms {
-			terms[i].MatchExpressions = append(terms[i].MatchExpressions, slices.Clone(reqs)...)
+			terms[i].MatchExpressions = append(terms[i].MatchExpressions, slices.Clone(required)...)
 		}
 	}
 	for _, t := range d.Tolerations {
@@ -109,7 +135,9 @@ func Apply(pod *corev1.Pod, d Decision) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[annotations.Group] = d.Group.Key()
+	if !d.ArchitectureOnly {
+		pod.Annotations[annotations.Group] = d.Group.Key()
+	}
 	if d.NodePool != "" {
 		pod.Annotations[annotations.NodePool] = d.NodePool
 	}
@@ -119,6 +147,16 @@ func Apply(pod *corev1.Pod, d Decision) {
 	rec, _ := json.Marshal(d.Record) // a struct of strings and ints cannot fail to marshal
 	pod.Annotations[annotations.Decision] = string(rec)
 	RemoveGate(pod)
+}
+
+func nodeAffinity(pod *corev1.Pod) *corev1.NodeAffinity {
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	return pod.Spec.Affinity.NodeAffinity
 }
 
 // RemoveGate drops the placement gate, leaving any other gates.

@@ -85,6 +85,41 @@ func TestApplyPreferredAndTolerations(t *testing.T) {
 	}
 }
 
+// TestApplyPreferredKeepsArchitecturesRequired: in preferred mode the group
+// and the NodePool are a preference, but a pod on an architecture its images
+// lack cannot start, so the architectures stay required.
+func TestApplyPreferredKeepsArchitecturesRequired(t *testing.T) {
+	pod := gatedPod()
+	Apply(pod, Decision{Group: spot, NodePool: "p", Preferred: true, Architectures: []string{"arm64"}})
+	na := pod.Spec.Affinity.NodeAffinity
+	req := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if req == nil || len(req.NodeSelectorTerms) != 1 || !reflect.DeepEqual(req.NodeSelectorTerms[0].MatchExpressions,
+		[]corev1.NodeSelectorRequirement{{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}}}) {
+		t.Fatalf("required = %+v, want the architecture alone", req)
+	}
+	pref := na.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(pref) != 1 || len(pref[0].Preference.MatchExpressions) != 2 {
+		t.Fatalf("preferred = %+v, want the group's label and the NodePool", pref)
+	}
+}
+
+// TestApplyArchitectureOnly: no group annotation, no group labels; the
+// architectures and the NodePool are required and recorded.
+func TestApplyArchitectureOnly(t *testing.T) {
+	pod := gatedPod()
+	Apply(pod, Decision{ArchitectureOnly: true, NodePool: "od-arm64", Architectures: []string{"arm64"}, Record: Record{Reason: "architecture"}})
+	if _, ok := pod.Annotations[annotations.Group]; ok || HasGate(pod) {
+		t.Fatalf("annotations %v, gates %v: want no group and no gate", pod.Annotations, pod.Spec.SchedulingGates)
+	}
+	if pod.Annotations[annotations.Architectures] != "arm64" || pod.Annotations[annotations.NodePool] != "od-arm64" {
+		t.Errorf("annotations = %v", pod.Annotations)
+	}
+	terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 || terms[0].MatchExpressions[0].Key != corev1.LabelArchStable {
+		t.Errorf("terms = %+v, want arch then nodepool", terms)
+	}
+}
+
 func TestStrategyHashStable(t *testing.T) {
 	a, _ := strategy.Parse("a=b,weight=1:c=d,weight=2")
 	b, _ := strategy.Parse(" a = b , weight=1 : c=d,weight=2")

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -39,6 +40,8 @@ import (
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
 	apwebhook "github.com/apportion-dev/apportion/pkg/webhook"
@@ -197,10 +200,39 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		}
 	}
 
+	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout)
+	if o.Architectures != options.ArchitecturesOff {
+		// The Kubernetes keychain reads the ServiceAccount and the pull
+		// Secrets by name, on cache misses only: a direct client, no
+		// informer on Secrets.
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("creating the clientset for image pull secrets: %w", err)
+		}
+		images := imagearch.New(kube, imagearch.Options{
+			CacheSize:       o.ImageCacheSize,
+			IfNotPresentTTL: o.IfNotPresentCacheTime,
+			PullAlwaysTTL:   o.PullAlwaysCacheTime,
+			FailureTTL:      o.ImageFailureCacheTime,
+			RegistryTimeout: imagearch.DefaultRegistryTimeout,
+			BreakerFailures: imagearch.DefaultBreakerFailures,
+			BreakerOpen:     imagearch.DefaultBreakerOpen,
+		})
+		placer.WithImages(images, o.ImageTimeout)
+	}
+	if o.Architectures == options.ArchitecturesOptIn {
+		// Namespaces opt in with a label, read at admission from this cache.
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		if _, err := mgr.GetCache().GetInformer(ctx, ns); err != nil {
+			return fmt.Errorf("starting the namespace informer: %w", err)
+		}
+	}
+
 	for _, c := range []interface {
 		Register(context.Context, ctrl.Manager) error
 	}{
-		placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout),
+		placer,
 		gatejanitor.NewController(clk, mgr.GetClient(), recorder, o.GateTimeout),
 		deletioncost.NewController(mgr.GetClient()),
 	} {
@@ -215,6 +247,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
 		Recorder: recorder,
 		Excluded: sets.New(o.Excluded()...),
+
+		Architectures: o.Architectures,
 	}})
 	hooks.Register(apwebhook.WorkloadValidatorPath, &webhook.Admission{Handler: apwebhook.WorkloadValidator{}})
 
@@ -225,7 +259,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		return err
 	}
 	logger.Info("starting", "identity", hostname, "leaderElection", o.LeaderElect, "gateTimeout", o.GateTimeout.String(),
-		"certSecret", o.CertSecretName)
+		"certSecret", o.CertSecretName, "architectures", o.Architectures, "imageTimeout", o.ImageTimeout.String())
 	return mgr.Start(ctx)
 }
 
@@ -234,7 +268,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 // Patches are computed between two copies of the cached pod, so a key absent
 // from both is never touched.
 var keptAnnotations = append([]string{
-	annotations.Group, annotations.NodePool, annotations.Skip, annotations.Mode, annotations.LegacyEnabled,
+	annotations.Group, annotations.NodePool, annotations.Skip, annotations.Mode, annotations.LegacyEnabled, annotations.Architectures,
 	apwebhook.MirrorPodAnnotation, deletioncost.Annotation,
 }, annotations.StrategyNames...)
 
@@ -258,13 +292,34 @@ func StripPod(obj any) (any, error) {
 		}
 	}
 	pod.Annotations = kept
-	pod.Spec = corev1.PodSpec{
+	spec := corev1.PodSpec{
 		NodeName:        pod.Spec.NodeName,
 		NodeSelector:    pod.Spec.NodeSelector,
 		Affinity:        pod.Spec.Affinity,
 		Tolerations:     pod.Spec.Tolerations,
 		SchedulingGates: pod.Spec.SchedulingGates,
 	}
+	if decision.HasGate(pod) {
+		// Placement inspects the images of gated pods with the pod's
+		// pull credentials; once the gate is gone, the next update
+		// strips them too.
+		spec.Containers = imagesOnly(pod.Spec.Containers)
+		spec.InitContainers = imagesOnly(pod.Spec.InitContainers)
+		spec.ImagePullSecrets = pod.Spec.ImagePullSecrets
+		spec.ServiceAccountName = pod.Spec.ServiceAccountName
+	}
+	pod.Spec = spec
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
 	return pod, nil
+}
+
+func imagesOnly(containers []corev1.Container) []corev1.Container {
+	if len(containers) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(containers))
+	for i, c := range containers {
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy}
+	}
+	return out
 }

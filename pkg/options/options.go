@@ -49,8 +49,30 @@ type Options struct {
 	CertValidity                   time.Duration
 	CertRenewBefore                time.Duration
 
+	// Architectures from images: which pods are inspected (see the
+	// Architectures* constants), how long the placement controller waits
+	// for a look-up, and the image cache's bounds.
+	Architectures         string
+	ImageTimeout          time.Duration
+	ImageCacheSize        int
+	IfNotPresentCacheTime time.Duration
+	PullAlwaysCacheTime   time.Duration
+	ImageFailureCacheTime time.Duration
+
 	envErrs []error
 }
+
+// Values of --architectures.
+const (
+	// ArchitecturesOptIn inspects the images of pods with a strategy, and
+	// places pods without one by architecture only where their namespace
+	// (label) or workload (annotation) says apportion.dev/architectures: auto.
+	ArchitecturesOptIn = "opt-in"
+	// ArchitecturesAll also places every other pod by architecture.
+	ArchitecturesAll = "all"
+	// ArchitecturesOff inspects no image.
+	ArchitecturesOff = "off"
+)
 
 // AddFlags registers the flags; defaults come from the environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
@@ -81,6 +103,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CAValidity, "ca-validity", o.envDuration("CA_VALIDITY", 87600*time.Hour), "validity of a CA generated with --cert-secret-name")
 	fs.DurationVar(&o.CertValidity, "cert-validity", o.envDuration("CERT_VALIDITY", 8760*time.Hour), "validity of a serving certificate generated with --cert-secret-name")
 	fs.DurationVar(&o.CertRenewBefore, "cert-renew-before", o.envDuration("CERT_RENEW_BEFORE", 720*time.Hour), "replace the CA or the serving certificate this long before it expires")
+	fs.StringVar(&o.Architectures, "architectures", env("ARCHITECTURES", ArchitecturesOptIn), "which pods get architectures from their images: opt-in (pods with a strategy, and pods without one whose namespace label or workload annotation apportion.dev/architectures is \"auto\"), all (every pod), off (no image is inspected)")
+	fs.DurationVar(&o.ImageTimeout, "image-timeout", o.envDuration("IMAGE_TIMEOUT", 3*time.Second), "how long placement waits for a pod's image platforms before placing it without an architecture constraint (keep it well inside --gate-timeout)")
+	fs.IntVar(&o.ImageCacheSize, "image-cache-size", o.envInt("IMAGE_CACHE_SIZE", 10000), "image references whose platforms are kept in memory")
+	fs.DurationVar(&o.IfNotPresentCacheTime, "if-not-present-cache-time", o.envDuration("IF_NOT_PRESENT_CACHE_TIME", 168*time.Hour), "how long the platforms of a tag pulled IfNotPresent (or Never) are cached; digests are cached until evicted")
+	fs.DurationVar(&o.PullAlwaysCacheTime, "pull-always-cache-time", o.envDuration("PULL_ALWAYS_CACHE_TIME", time.Minute), "how long the platforms of a tag pulled Always are cached (0: not cached)")
+	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 
 // Validate checks the options after parsing.
@@ -130,6 +158,7 @@ func (o *Options) Validate() error {
 	if problems := validation.IsDNS1035Label(o.WebhookServiceName); o.WebhookServiceName != "" && len(problems) > 0 {
 		errs = append(errs, fmt.Errorf("--webhook-service-name: %q is not a Service name: %s", o.WebhookServiceName, strings.Join(problems, "; ")))
 	}
+	errs = append(errs, o.validateArchitectures()...)
 	if o.CertSecretName != "" {
 		errs = append(errs, o.validateSelfManagedCerts()...)
 	} else {
@@ -140,6 +169,31 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (o *Options) validateArchitectures() []error {
+	var errs []error
+	switch o.Architectures {
+	case ArchitecturesOptIn, ArchitecturesAll, ArchitecturesOff:
+	default:
+		errs = append(errs, fmt.Errorf("--architectures must be opt-in, all or off, got %q", o.Architectures))
+	}
+	if o.ImageTimeout <= 0 || o.ImageTimeout >= o.GateTimeout {
+		errs = append(errs, fmt.Errorf("--image-timeout (%s) must be positive and below --gate-timeout (%s)", o.ImageTimeout, o.GateTimeout))
+	}
+	if o.ImageCacheSize <= 0 {
+		errs = append(errs, fmt.Errorf("--image-cache-size must be positive, got %d", o.ImageCacheSize))
+	}
+	if o.IfNotPresentCacheTime <= 0 {
+		errs = append(errs, fmt.Errorf("--if-not-present-cache-time must be positive, got %s", o.IfNotPresentCacheTime))
+	}
+	if o.PullAlwaysCacheTime < 0 {
+		errs = append(errs, fmt.Errorf("--pull-always-cache-time must not be negative, got %s", o.PullAlwaysCacheTime))
+	}
+	if o.ImageFailureCacheTime <= 0 {
+		errs = append(errs, fmt.Errorf("--image-failure-cache-time must be positive, got %s", o.ImageFailureCacheTime))
+	}
+	return errs
 }
 
 // validateSelfManagedCerts checks what --cert-secret-name needs. The cert dir

@@ -55,6 +55,13 @@ func TestBadInputNamesTheFlag(t *testing.T) {
 		{[]string{"--health-probe-bind-address=:99999"}, "--health-probe-bind-address"},
 		{[]string{"--excluded-namespaces=ok,Not_A_Namespace"}, `"Not_A_Namespace" is not a namespace name`},
 		{[]string{"--cert-dir=" + filepath.Join(os.TempDir(), "apportion-no-such-dir")}, "--cert-dir"},
+		{[]string{"--architectures=some"}, "--architectures"},
+		{[]string{"--image-timeout=30s", "--gate-timeout=30s"}, "--image-timeout"},
+		{[]string{"--image-timeout=0s"}, "--image-timeout"},
+		{[]string{"--image-cache-size=0"}, "--image-cache-size"},
+		{[]string{"--if-not-present-cache-time=0s"}, "--if-not-present-cache-time"},
+		{[]string{"--pull-always-cache-time=-1s"}, "--pull-always-cache-time"},
+		{[]string{"--image-failure-cache-time=0s"}, "--image-failure-cache-time"},
 	} {
 		err := parse(t, tc.args...).Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -26,6 +26,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -59,6 +60,10 @@ type PodMutator struct {
 	Recorder events.EventRecorder
 	// Excluded namespaces are never touched.
 	Excluded sets.Set[string]
+	// Architectures is --architectures: which pods without a strategy are
+	// held for placement by architecture (options.Architectures*; empty
+	// means off).
+	Architectures string
 
 	once   sync.Once
 	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
@@ -134,9 +139,16 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		strings.EqualFold(pod.Annotations[annotations.Skip], "true"),
 		workload.IsDaemonSetPod(pod),
 		decision.Decided(pod),
-		decision.HasGate(pod),
-		workload.OwnerKey(pod) == "":
+		decision.HasGate(pod):
 		return ResultSkipped, nil
+	}
+	if workload.OwnerKey(pod) == "" {
+		// A bare pod, or one of a Job: no strategy applies, but placement
+		// by architecture may.
+		if !m.architecturesAuto(ctx, namespace, pod, nil) {
+			return ResultSkipped, nil
+		}
+		return m.gate(ctx, pod)
 	}
 	info, err := workload.Resolve(ctx, m.Reader, namespace, pod)
 	switch {
@@ -152,8 +164,12 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 	case err != nil:
 		log.FromContext(ctx).Error(err, "resolving the pod's workload, admitting it unchanged", "namespace", namespace)
 		return ResultError, nil
-	case info == nil || !info.Found || info.Skip:
+	case info == nil || info.Skip:
 		return ResultSkipped, nil
+	case !info.Found:
+		if !m.architecturesAuto(ctx, namespace, pod, info) {
+			return ResultSkipped, nil
+		}
 	default:
 		if perr := m.parse(info.Strategy); perr != nil {
 			ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
@@ -163,9 +179,38 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 			return ResultInvalid, []string{"apportion: " + info.Source.String() + ": " + perr.Error() + "; the pod is placed without apportion"}
 		}
 	}
+	return m.gate(ctx, pod)
+}
+
+// gate holds the pod for the placement leader, if there is one alive.
+func (m *PodMutator) gate(ctx context.Context, pod *corev1.Pod) (string, []string) {
 	if !m.Leader.Alive(ctx) {
 		return ResultNoLeader, nil
 	}
 	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: annotations.PlacementGate})
 	return ResultGated, nil
+}
+
+// architecturesAuto reports whether a pod without a strategy is placed by
+// architecture: always with --architectures=all; with opt-in, when its pod
+// template or workload is annotated, or its namespace labelled,
+// apportion.dev/architectures: auto. The namespace comes from the metadata
+// cache.
+func (m *PodMutator) architecturesAuto(ctx context.Context, namespace string, pod *corev1.Pod, info *workload.Info) bool {
+	switch m.Architectures {
+	case options.ArchitecturesAll:
+		return true
+	case options.ArchitecturesOptIn:
+	default:
+		return false
+	}
+	if workload.IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || (info != nil && info.ArchitecturesAuto) {
+		return true
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := m.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return false
+	}
+	return workload.IsArchitecturesAuto(ns.Labels[annotations.Architectures])
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
+	"github.com/apportion-dev/apportion/pkg/options"
 )
 
 type alive bool
@@ -28,7 +29,7 @@ func (a alive) Alive(context.Context) bool { return bool(a) }
 
 const good = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 
-func newMutator(t testing.TB, leader bool, deployAnnotations map[string]string) *PodMutator {
+func newMutator(t testing.TB, leader bool, deployAnnotations map[string]string, extra ...client.Object) *PodMutator {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
@@ -44,7 +45,7 @@ func newMutator(t testing.TB, leader bool, deployAnnotations map[string]string) 
 		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "s1", Annotations: map[string]string{annotations.Strategy: good}}},
 	}
 	return &PodMutator{
-		Reader:   fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(),
+		Reader:   fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, extra...)...).Build(),
 		Leader:   alive(leader),
 		Recorder: events.NewFakeRecorder(10),
 		Excluded: sets.New("kube-system"),
@@ -201,5 +202,64 @@ func BenchmarkPodMutator(b *testing.B) {
 		if resp := m.Handle(ctx, req); len(resp.Patches) != 1 {
 			b.Fatal("not gated")
 		}
+	}
+}
+
+// TestPodMutatorArchitectures: pods without a strategy are held for
+// placement by architecture when --architectures says so: all of them, or
+// the ones whose namespace (label), workload or pod template (annotation)
+// opted in.
+func TestPodMutatorArchitectures(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		mode      string
+		leader    bool
+		namespace string
+		deployAnn map[string]string
+		pod       *corev1.Pod
+		gated     bool
+	}{
+		{name: "opt-in: namespace labelled", mode: options.ArchitecturesOptIn, leader: true, namespace: "auto", pod: rsPod(), gated: true},
+		{name: "opt-in: namespace not labelled", mode: options.ArchitecturesOptIn, leader: true, pod: rsPod()},
+		{name: "opt-in: namespace labelled something else", mode: options.ArchitecturesOptIn, leader: true, namespace: "other", pod: rsPod()},
+		{name: "opt-in: pod template annotated", mode: options.ArchitecturesOptIn, leader: true,
+			pod: rsPod(func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Architectures: "auto"} }), gated: true},
+		{name: "opt-in: Deployment annotated", mode: options.ArchitecturesOptIn, leader: true, deployAnn: map[string]string{annotations.Architectures: "auto"}, pod: rsPod(), gated: true},
+		{name: "opt-in: bare pod in a labelled namespace", mode: options.ArchitecturesOptIn, leader: true, namespace: "auto",
+			pod: rsPod(func(p *corev1.Pod) { p.OwnerReferences = nil }), gated: true},
+		{name: "opt-in: Job pod in a labelled namespace", mode: options.ArchitecturesOptIn, leader: true, namespace: "auto",
+			pod: rsPod(func(p *corev1.Pod) { p.OwnerReferences[0].Kind, p.OwnerReferences[0].APIVersion = "Job", "batch/v1" }), gated: true},
+		{name: "all: any pod", mode: options.ArchitecturesAll, leader: true, pod: rsPod(func(p *corev1.Pod) { p.OwnerReferences = nil }), gated: true},
+		{name: "all: no leader alive", mode: options.ArchitecturesAll, pod: rsPod()},
+		{name: "all: DaemonSet pod", mode: options.ArchitecturesAll, leader: true, pod: rsPod(func(p *corev1.Pod) { p.OwnerReferences[0].Kind = "DaemonSet" })},
+		{name: "all: opted out", mode: options.ArchitecturesAll, leader: true, deployAnn: map[string]string{annotations.Skip: "true"}, pod: rsPod()},
+		{name: "all: excluded namespace", mode: options.ArchitecturesAll, leader: true, namespace: "kube-system", pod: rsPod()},
+		{name: "off: labelled namespace", mode: options.ArchitecturesOff, leader: true, namespace: "auto", pod: rsPod()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMutator(t, tc.leader, tc.deployAnn,
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "auto", Labels: map[string]string{annotations.Architectures: "auto"}}},
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{annotations.Architectures: "off"}}},
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web"}})
+			m.Architectures = tc.mode
+			ns := tc.namespace
+			if ns == "" {
+				ns = "web"
+			}
+			pod := tc.pod
+			if ns != "web" && len(pod.OwnerReferences) > 0 && pod.OwnerReferences[0].Kind == "ReplicaSet" {
+				// The workload lives where the pod does.
+				if err := m.Reader.(client.Client).Create(context.Background(), &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nginx-abc", UID: "rs1"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			resp := m.Handle(context.Background(), request(t, ns, pod))
+			if !resp.Allowed {
+				t.Fatalf("pod denied: %+v", resp.Result)
+			}
+			if gated := len(resp.Patches) == 1; gated != tc.gated {
+				t.Fatalf("gated = %v (%+v), want %v", gated, resp.Patches, tc.gated)
+			}
+		})
 	}
 }

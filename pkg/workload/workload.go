@@ -64,6 +64,10 @@ type Info struct {
 	Skip bool
 	// Preferred is apportion.dev/mode: preferred.
 	Preferred bool
+	// ArchitecturesAuto is apportion.dev/architectures: auto on the
+	// workload or its pod template: place by architecture alone when there
+	// is no strategy.
+	ArchitecturesAuto bool
 }
 
 // ErrNotCached is returned when an owner is not (yet) in the cache: the
@@ -146,6 +150,7 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		mode = m
 	}
 	info.Preferred = strings.EqualFold(strings.TrimSpace(mode), annotations.ModePreferred)
+	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures])
 	return info, nil
 }
 
@@ -164,6 +169,11 @@ func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, name
 	}
 	obj.SetGroupVersionKind(gvk)
 	return obj, nil
+}
+
+// IsArchitecturesAuto reports whether v asks for architecture-only placement.
+func IsArchitecturesAuto(v string) bool {
+	return strings.EqualFold(strings.TrimSpace(v), annotations.ArchitecturesAuto)
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }

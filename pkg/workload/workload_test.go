@@ -31,7 +31,7 @@ func TestResolve(t *testing.T) {
 	cache := memcache.New(scheme)
 	if err := cache.Add(
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1",
-			Annotations: map[string]string{annotations.LegacyStrategy: "x=y,weight=1", annotations.Skip: "true"}}},
+			Annotations: map[string]string{annotations.LegacyStrategy: "x=y,weight=1", annotations.Skip: "true", annotations.Architectures: "auto"}}},
 		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1", OwnerReferences: owner("Deployment", "apps/v1", "nginx", "d1")}},
 		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "canary-123", UID: "rs2", OwnerReferences: owner("Rollout", "argoproj.io/v1alpha1", "canary", "ro1")}},
 		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "rs3"}},
@@ -51,17 +51,18 @@ func TestResolve(t *testing.T) {
 		found     bool
 		skip      bool
 		preferred bool
+		archAuto  bool
 		ownerKey  string
 		err       error
 	}{
 		{name: "Deployment", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "rs1"), map[string]string{PodTemplateHashLabel: "abc"}, nil),
-			workload: "Deployment web/nginx", revision: "abc", found: true, skip: true, ownerKey: "rs1"},
+			workload: "Deployment web/nginx", revision: "abc", found: true, skip: true, archAuto: true, ownerKey: "rs1"},
 		{name: "Argo Rollout", pod: pod(owner("ReplicaSet", "apps/v1", "canary-123", "rs2"), map[string]string{PodTemplateHashLabel: "123"}, nil),
 			workload: "Rollout web/canary", revision: "123", found: true, preferred: true, ownerKey: "rs2"},
 		{name: "bare ReplicaSet, strategy on the template", pod: pod(owner("ReplicaSet", "apps/v1", "bare", "rs3"), nil, map[string]string{annotations.Strategy: "a=b,weight=1"}),
 			workload: "ReplicaSet web/bare", found: true, ownerKey: "rs3"},
-		{name: "StatefulSet revision", pod: pod(owner("StatefulSet", "apps/v1", "db", "s1"), map[string]string{ControllerRevisionHashKey: "db-7f"}, nil),
-			workload: "StatefulSet web/db", revision: "db-7f", ownerKey: "s1/db-7f"},
+		{name: "StatefulSet revision", pod: pod(owner("StatefulSet", "apps/v1", "db", "s1"), map[string]string{ControllerRevisionHashKey: "db-7f"}, map[string]string{annotations.Architectures: " Auto "}),
+			workload: "StatefulSet web/db", revision: "db-7f", archAuto: true, ownerKey: "s1/db-7f"},
 		{name: "ReplicaSet not cached", pod: pod(owner("ReplicaSet", "apps/v1", "new", "rs9"), nil, nil), ownerKey: "rs9", err: ErrNotCached},
 		{name: "owner replaced (other uid)", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "old"), nil, nil), ownerKey: "old", err: ErrNotCached},
 		{name: "Job pod: not followed", pod: pod(owner("Job", "batch/v1", "j", "j1"), nil, nil)},
@@ -86,7 +87,7 @@ func TestResolve(t *testing.T) {
 				}
 				return
 			}
-			if info.Workload.String() != tc.workload || info.Revision != tc.revision || info.Found != tc.found || info.Skip != tc.skip || info.Preferred != tc.preferred {
+			if info.Workload.String() != tc.workload || info.Revision != tc.revision || info.Found != tc.found || info.Skip != tc.skip || info.Preferred != tc.preferred || info.ArchitecturesAuto != tc.archAuto {
 				t.Errorf("info = %+v (%s)", info, info.Workload)
 			}
 		})

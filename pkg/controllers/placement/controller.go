@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -48,7 +50,24 @@ const (
 	ReasonInvalidStrategy = "invalid_strategy"
 	ReasonNoGroup         = "no_group"
 	ReasonError           = "error"
+	// ReasonImageError: an architecture-only pod whose images could not
+	// be inspected in time.
+	ReasonImageError = "image_error"
+	// ReasonNoArchitecture: no group, NodePool or node can run the
+	// architectures the pod's images share (or they share none).
+	ReasonNoArchitecture = "no_architecture"
 )
+
+// Decision record reasons.
+const (
+	RecordQuota        = "quota"
+	RecordArchitecture = "architecture"
+)
+
+// Images tells which architectures a pod's images run on (pkg/imagearch).
+type Images interface {
+	Pod(ctx context.Context, pod *corev1.Pod) (*imagearch.Result, error)
+}
 
 // API operations (values of apportion_placement_api_errors_total's label).
 const (
@@ -64,6 +83,8 @@ type Controller struct {
 	capacity   Capacity
 	tally      *Tally
 	gateWait   time.Duration
+	images     Images // nil: no image is inspected
+	imageWait  time.Duration
 
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
@@ -86,6 +107,14 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
 		warned:  ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
 		retrier: NewRetrier()}
+}
+
+// WithImages makes the controller inspect the images of every pod it places,
+// waiting at most timeout for them; pods without a strategy are then placed
+// by architecture alone (the webhook gates them only when asked to).
+func (c *Controller) WithImages(images Images, timeout time.Duration) *Controller {
+	c.images, c.imageWait = images, timeout
+	return c
 }
 
 // Name is the controller's name in logs and metrics.
@@ -127,8 +156,12 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if c.tally.Decided(pod.UID) {
 		return reconcile.Result{}, nil // decided; the cache has not caught up
 	}
+	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	key := workload.OwnerKey(pod)
 	if key == "" {
+		if c.images != nil {
+			return c.placeByArchitecture(ctx, pod, podRef)
+		}
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
 	}
 	info, err := workload.Resolve(ctx, c.kubeClient, pod.Namespace, pod)
@@ -140,31 +173,50 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return c.release(ctx, pod, ReasonError, err)
 	case err != nil:
 		return c.release(ctx, pod, ReasonError, err)
+	case info == nil && c.images != nil:
+		return c.placeByArchitecture(ctx, pod, podRef)
 	case info == nil:
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
-	case !info.Found:
-		return c.release(ctx, pod, ReasonNoStrategy, nil)
 	case info.Skip:
 		return c.release(ctx, pod, ReasonSkipped, nil)
+	case !info.Found && c.images != nil:
+		// Gated without a strategy: the webhook asked for placement by
+		// architecture alone.
+		return c.placeByArchitecture(ctx, pod, workloadRef(info))
+	case !info.Found:
+		return c.release(ctx, pod, ReasonNoStrategy, nil)
 	}
 	p := c.parse(info.Strategy)
-	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
+	ref := workloadRef(info)
 	if p.err != nil {
 		c.warnOnce(ref, "InvalidStrategy", "%s: %v; pods are placed without apportion", info.Source, p.err)
 		return c.release(ctx, pod, ReasonInvalidStrategy, nil)
 	}
 
-	choices, groupErrs, err := c.capacity.Choose(ctx, p.strategy, pod)
+	// Images first, outside the revision's lock: a slow registry must not
+	// hold up the decisions of pods whose images are cached.
+	var images *imagearch.Result
+	if c.images != nil {
+		res, err := c.inspect(ctx, pod)
+		switch {
+		case err != nil:
+			c.warnEvery(ref, "ImageInspectionFailed", "%v; placing pods without an architecture constraint", err)
+		case len(res.Architectures) == 0:
+			c.warnOnce(ref, "NoCompatibleArchitecture", "the images share no linux architecture (%s); pods are placed without apportion", describeImages(res))
+			return c.release(ctx, pod, ReasonNoArchitecture, nil)
+		default:
+			images = res
+		}
+	}
+	var archs []string
+	if images != nil {
+		archs = images.Architectures
+	}
+	choices, groupErrs, err := c.capacity.Choose(ctx, p.strategy, pod, archs)
 	if err != nil {
 		return c.release(ctx, pod, ReasonError, err)
 	}
-	avail := apportion.All
-	for i, gerr := range groupErrs {
-		if gerr != nil {
-			avail = avail.Without(i)
-			c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: %v", i+1, p.strategy.Groups[i].Key(), gerr)
-		}
-	}
+	avail, archOut := c.available(ctx, ref, p.strategy, pod, images, groupErrs)
 
 	unlock := c.locks.lock(key)
 	defer unlock()
@@ -172,16 +224,21 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	counts := make([]int64, len(p.strategy.Groups))
 	c.tally.Counts(rev, p.index, counts)
 	g := p.method.Next(counts, avail)
+	if g < 0 && archOut {
+		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
+		return c.release(ctx, pod, ReasonNoArchitecture, nil)
+	}
 	if g < 0 {
 		c.warnOnce(ref, "NoGroupAvailable", "no group of the strategy can be served; pods are placed without apportion")
 		return c.release(ctx, pod, ReasonNoGroup, nil)
 	}
 	d := decision.Decision{
-		Group:       p.strategy.Groups[g],
-		NodePool:    choices[g].PoolName(),
-		Tolerations: choices[g].Tolerations,
-		Preferred:   info.Preferred,
-		Record:      decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Reason: "quota"},
+		Group:         p.strategy.Groups[g],
+		NodePool:      choices[g].PoolName(),
+		Architectures: groupArchitectures(p.strategy.Groups[g], archs),
+		Tolerations:   choices[g].Tolerations,
+		Preferred:     info.Preferred,
+		Record:        decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Reason: RecordQuota},
 	}
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)
@@ -202,6 +259,126 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
 	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
 	return reconcile.Result{}, nil
+}
+
+// available is the set of groups that can be served, with a Warning Event for
+// each one left out. archOut reports whether some group was left out only
+// because of the images' architectures.
+func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference, s *strategy.Strategy, pod *corev1.Pod, images *imagearch.Result, groupErrs []error) (avail apportion.Set, archOut bool) {
+	avail = apportion.All
+	var plain []error // the groups' answers without the architectures, asked only when needed
+	for i, gerr := range groupErrs {
+		if gerr == nil {
+			continue
+		}
+		avail = avail.Without(i)
+		if images != nil && plain == nil {
+			if _, errs, err := c.capacity.Choose(ctx, s, pod, nil); err == nil {
+				plain = errs
+			}
+		}
+		if plain != nil && plain[i] == nil {
+			archOut = true
+			c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: it cannot run the images' architectures (%s): %v",
+				i+1, s.Groups[i].Key(), describeImages(images), gerr)
+			continue
+		}
+		c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: %v", i+1, s.Groups[i].Key(), gerr)
+	}
+	return avail, archOut
+}
+
+// placeByArchitecture places a pod without a strategy: the architectures its
+// images share, and the first NodePool (in Karpenter's order) that can run
+// one of them. Any failure releases the pod unconstrained.
+func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference) (reconcile.Result, error) {
+	res, err := c.inspect(ctx, pod)
+	if err != nil {
+		c.warnEvery(ref, "ImageInspectionFailed", "%v; pods are placed without an architecture constraint", err)
+		return c.release(ctx, pod, ReasonImageError, nil)
+	}
+	if len(res.Architectures) == 0 {
+		c.warnOnce(ref, "NoCompatibleArchitecture", "the images share no linux architecture (%s); pods are placed without apportion", describeImages(res))
+		return c.release(ctx, pod, ReasonNoArchitecture, nil)
+	}
+	choices, errs, err := c.capacity.Choose(ctx, archOnlyStrategy, pod, res.Architectures)
+	if err != nil {
+		return c.release(ctx, pod, ReasonError, err)
+	}
+	if errs[0] != nil {
+		c.warnOnce(ref, "NoCompatibleArchitecture", "nothing can run the images' architectures (%s): %v; pods are placed without apportion", describeImages(res), errs[0])
+		return c.release(ctx, pod, ReasonNoArchitecture, nil)
+	}
+	d := decision.Decision{
+		ArchitectureOnly: true,
+		NodePool:         choices[0].PoolName(),
+		Architectures:    res.Architectures,
+		Tolerations:      choices[0].Tolerations,
+		Record:           decision.Record{Reason: RecordArchitecture},
+	}
+	patched := pod.DeepCopy()
+	decision.Apply(patched, d)
+	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+		metrics.DecisionsTotal.WithLabelValues("", d.NodePool, "error").Inc()
+		return c.retrier.Retry(ctx, pod, OperationDecide, err), nil
+	}
+	metrics.DecisionsTotal.WithLabelValues("", d.NodePool, "placed").Inc()
+	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
+	log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures, "nodepool", d.NodePool)
+	return reconcile.Result{}, nil
+}
+
+// archOnlyStrategy is the one group, without labels, of a placement by
+// architecture alone.
+var archOnlyStrategy = &strategy.Strategy{Groups: []strategy.Group{{}}}
+
+// inspect reads the pod's image platforms, waiting at most imageWait.
+func (c *Controller) inspect(ctx context.Context, pod *corev1.Pod) (*imagearch.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.imageWait)
+	defer cancel()
+	res, err := c.images.Pod(ctx, pod)
+	if err != nil {
+		log.FromContext(ctx).Info("image inspection failed, placing without an architecture constraint", "error", err.Error())
+	}
+	return res, err
+}
+
+// groupArchitectures is the architecture requirement a decision for g adds:
+// the images' architectures, narrowed to the group's own when it names one.
+func groupArchitectures(g strategy.Group, archs []string) []string {
+	if len(archs) == 0 {
+		return nil
+	}
+	if arch, ok := g.Selector()[corev1.LabelArchStable]; ok {
+		return []string{arch} // SelectFor checked it is one of archs
+	}
+	return archs
+}
+
+// describeImages lists each image with its linux platforms, for Events.
+func describeImages(res *imagearch.Result) string {
+	if res == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(res.Images))
+	for _, img := range res.Images {
+		platforms := make([]string, 0, len(img.Platforms))
+		for _, p := range img.Platforms {
+			platforms = append(platforms, p.String())
+		}
+		parts = append(parts, img.Reference+": "+strings.Join(platforms, ","))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func workloadRef(info *workload.Info) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 }
 
 func (c *Controller) parse(raw string) *parsed {
@@ -232,6 +409,18 @@ func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, format string
 	}
 	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
 	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
+}
+
+// warnEvery is warnOnce keyed by the reason alone: failures whose messages
+// differ from pod to pod (a registry error) still give one Event per workload
+// per warnInterval.
+func (c *Controller) warnEvery(ref *corev1.ObjectReference, reason, format string, args ...any) {
+	key := string(ref.UID) + "/" + reason
+	if c.warned.Has(key) {
+		return
+	}
+	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", format, args...)
 }
 
 // release removes the gate without a decision: the pod schedules as if

@@ -3,6 +3,8 @@ package placement
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,9 +19,11 @@ import (
 
 // Capacity answers, for each group of a strategy, whether it can be served
 // and how: by a NodePool (Karpenter mode) or by existing nodes carrying the
-// group's labels (node-label mode, for clusters without Karpenter).
+// group's labels (node-label mode, for clusters without Karpenter). archs,
+// when not empty, are the architectures the pod's images run on: a group is
+// served only where one of them can be.
 type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod) ([]catalog.Choice, []error, error)
+	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error)
 }
 
 // NodePoolCapacity serves groups from the cached NodePools. The catalog is
@@ -59,7 +63,7 @@ func (n *NodePoolCapacity) snapshot(ctx context.Context) (*catalog.Catalog, erro
 }
 
 // Choose implements Capacity: errs[i] says why group i cannot be served.
-func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod) ([]catalog.Choice, []error, error) {
+func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error) {
 	cat, err := n.snapshot(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -67,12 +71,13 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 	choices := make([]catalog.Choice, len(s.Groups))
 	errs := make([]error, len(s.Groups))
 	for i, g := range s.Groups {
-		choices[i], errs[i] = cat.Select(g.Selector(), pod)
+		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs)
 	}
 	return choices, errs, nil
 }
 
-// NodeLabelCapacity serves a group when some node carries all its labels.
+// NodeLabelCapacity serves a group when some node carries all its labels
+// (and, for a pod whose images run only on some architectures, one of them).
 // It is the mode for clusters without the NodePool CRD (managed node groups,
 // as in seed 000). It reads node metadata from the cache, and only when a
 // group's answer is not known: answers are kept until Invalidate, which the
@@ -82,7 +87,7 @@ type NodeLabelCapacity struct {
 	Reader client.Reader
 
 	mu    sync.Mutex
-	known map[string]bool // group key -> some node has its labels
+	known map[string]bool // group key and architectures -> some node has the labels
 }
 
 // maxKnownGroups bounds the answers kept between invalidations.
@@ -96,7 +101,7 @@ func (n *NodeLabelCapacity) Invalidate() {
 }
 
 // Choose implements Capacity; choices carry no pool.
-func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ *corev1.Pod) ([]catalog.Choice, []error, error) {
+func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ *corev1.Pod, archs []string) ([]catalog.Choice, []error, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.known == nil || len(n.known) > maxKnownGroups {
@@ -105,8 +110,13 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 	var nodes *metav1.PartialObjectMetadataList // listed at most once, if some answer is missing
 	choices := make([]catalog.Choice, len(s.Groups))
 	errs := make([]error, len(s.Groups))
+	archKey := strings.Join(archs, ",")
 	for i, g := range s.Groups {
-		key := g.Key()
+		if arch, ok := g.Selector()[corev1.LabelArchStable]; ok && len(archs) > 0 && !slices.Contains(archs, arch) {
+			errs[i] = fmt.Errorf("%w: %s=%s, images: %s", catalog.ErrArchitecture, corev1.LabelArchStable, arch, archKey)
+			continue
+		}
+		key := g.Key() + "|" + archKey
 		served, ok := n.known[key]
 		if !ok {
 			if nodes == nil {
@@ -118,14 +128,17 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 			}
 			sel := labels.SelectorFromSet(g.Selector())
 			for j := range nodes.Items {
-				if served = sel.Matches(labels.Set(nodes.Items[j].Labels)); served {
+				l := nodes.Items[j].Labels
+				if served = sel.Matches(labels.Set(l)) && (len(archs) == 0 || slices.Contains(archs, l[corev1.LabelArchStable])); served {
 					break
 				}
 			}
 			n.known[key] = served
 		}
-		if !served {
-			errs[i] = fmt.Errorf("no node has the labels %s", key)
+		if !served && len(archs) > 0 {
+			errs[i] = fmt.Errorf("no node has the labels %s and one of the architectures %s", g.Key(), archKey)
+		} else if !served {
+			errs[i] = fmt.Errorf("no node has the labels %s", g.Key())
 		}
 	}
 	return choices, errs, nil

@@ -36,7 +36,7 @@ func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 	capacity := &placement.NodeLabelCapacity{Reader: c}
 	served := func() [2]bool {
 		t.Helper()
-		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{})
+		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,5 +55,38 @@ func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 	capacity.Invalidate()
 	if got := served(); got != [2]bool{true, true} || lists != 2 {
 		t.Fatalf("after Invalidate: served %v after %d lists; want both groups and 2 lists", got, lists)
+	}
+}
+
+// TestNodeLabelCapacityArchitectures: with the images' architectures, a group
+// is served only by a node that has its labels and one of them, and a group
+// naming another architecture is never served.
+func TestNodeLabelCapacityArchitectures(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"pool": "x", corev1.LabelArchStable: "amd64"}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"pool": "y", corev1.LabelArchStable: "arm64"}}},
+	).Build()
+	s, err := strategy.Parse("pool=x,weight=1:pool=y,weight=1:kubernetes.io/arch=arm64,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := &placement.NodeLabelCapacity{Reader: c}
+	for _, tc := range []struct {
+		archs []string
+		want  [3]bool
+	}{
+		{nil, [3]bool{true, true, true}},
+		{[]string{"amd64"}, [3]bool{true, false, false}},
+		{[]string{"arm64"}, [3]bool{false, true, true}},
+		{[]string{"amd64", "arm64"}, [3]bool{true, true, true}},
+	} {
+		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, tc.archs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [3]bool{errs[0] == nil, errs[1] == nil, errs[2] == nil}; got != tc.want {
+			t.Errorf("archs %v: served %v, want %v (%v)", tc.archs, got, tc.want, errs)
+		}
 	}
 }

@@ -1,0 +1,49 @@
+package operator
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+// TestStripPodKeepsImagesOfGatedPodsOnly: the informer keeps what placement
+// reads. A gated pod keeps its images, pull policies, pull secrets and
+// ServiceAccount (image inspection needs them); a placed pod keeps none.
+func TestStripPodKeepsImagesOfGatedPodsOnly(t *testing.T) {
+	pod := func(gated bool) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{
+				annotations.Architectures: "auto", "kubectl.kubernetes.io/last-applied-configuration": "{...}"}},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: "builder",
+				ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "regcred"}},
+				InitContainers:     []corev1.Container{{Name: "init", Image: "busybox:1", Command: []string{"true"}}},
+				Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1", ImagePullPolicy: corev1.PullAlways,
+					Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
+				Volumes: []corev1.Volume{{Name: "v"}},
+			},
+		}
+		if gated {
+			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+		}
+		return p
+	}
+	obj, _ := StripPod(pod(true))
+	gated := obj.(*corev1.Pod)
+	if len(gated.Spec.Containers) != 1 || gated.Spec.Containers[0].Image != "example.com/app:1" || gated.Spec.Containers[0].ImagePullPolicy != corev1.PullAlways ||
+		gated.Spec.Containers[0].Env != nil || len(gated.Spec.InitContainers) != 1 || gated.Spec.InitContainers[0].Command != nil ||
+		gated.Spec.ServiceAccountName != "builder" || len(gated.Spec.ImagePullSecrets) != 1 || gated.Spec.Volumes != nil {
+		t.Errorf("gated pod stripped to %+v", gated.Spec)
+	}
+	if gated.Annotations[annotations.Architectures] != "auto" || len(gated.Annotations) != 1 {
+		t.Errorf("annotations kept: %v", gated.Annotations)
+	}
+	obj, _ = StripPod(pod(false))
+	placed := obj.(*corev1.Pod)
+	if placed.Spec.Containers != nil || placed.Spec.InitContainers != nil || placed.Spec.ImagePullSecrets != nil || placed.Spec.ServiceAccountName != "" {
+		t.Errorf("placed pod stripped to %+v", placed.Spec)
+	}
+}
