@@ -1,0 +1,82 @@
+package imagearch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	ecr "github.com/awslabs/amazon-ecr-credential-helper/ecr-login"
+	ecrapi "github.com/awslabs/amazon-ecr-credential-helper/ecr-login/api"
+	"github.com/docker/docker-credential-helpers/credentials"
+	"github.com/google/go-containerregistry/pkg/authn"
+	kauth "github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// defaultKeychain is the kubelet's view of creds: the pod's imagePullSecrets
+// and its ServiceAccount's (GETs by name), then ECR from apportion's own
+// identity, then anonymous.
+func (i *Inspector) defaultKeychain(ctx context.Context, creds Credentials) (authn.Keychain, error) {
+	if i.kube == nil {
+		return authn.NewMultiKeychain(i.ecr), nil
+	}
+	k, err := kauth.New(ctx, i.kube, kauth.Options{
+		Namespace:          creds.Namespace,
+		ServiceAccountName: creds.ServiceAccountName,
+		ImagePullSecrets:   creds.ImagePullSecrets,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading pull secrets of %s/%s: %w", creds.Namespace, creds.ServiceAccountName, err)
+	}
+	return authn.NewMultiKeychain(k, i.ecr), nil
+}
+
+// ECRKeychain gives ECR credentials from the process's own AWS identity (IRSA,
+// Pod Identity, instance profile), through amazon-ecr-credential-helper's
+// ecr-login helper, as k8schain composes it. Only ECR hosts reach the helper:
+// for any other registry it answers "no credentials" without any AWS or
+// network work (the helper itself would log an error for each).
+func ECRKeychain() authn.Keychain {
+	return authn.NewKeychainFromHelper(ecrOnly{ecr.NewECRHelper(ecr.WithLogger(io.Discard))})
+}
+
+// ecrOnly passes ECR hosts to the helper and turns its panics (it panics when
+// the AWS configuration cannot be loaded) into "no credentials".
+type ecrOnly struct {
+	h interface {
+		Get(serverURL string) (string, string, error)
+	}
+}
+
+func (e ecrOnly) Get(serverURL string) (user, secret string, err error) {
+	if !IsECR(serverURL) {
+		return "", "", credentials.NewErrCredentialsNotFound()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			user, secret, err = "", "", fmt.Errorf("ecr-login: %v", r)
+		}
+	}()
+	return e.h.Get(serverURL)
+}
+
+// IsECR says whether host (a registry host, optionally with a scheme) is an
+// Amazon ECR registry, private or public, by the helper's own pattern.
+func IsECR(host string) bool {
+	_, err := ecrapi.ExtractRegistry(host)
+	return err == nil
+}
+
+// DockerConfigKeychain reads a docker config JSON (a kubernetes.io/dockerconfigjson
+// Secret's .dockerconfigjson, or ~/.docker/config.json's "auths") and matches
+// its entries as the kubelet matches a pull secret's.
+func DockerConfigKeychain(ctx context.Context, dockerConfigJSON []byte) (authn.Keychain, error) {
+	if len(dockerConfigJSON) == 0 {
+		return nil, errors.New("empty docker config")
+	}
+	return kauth.NewFromPullSecrets(ctx, []corev1.Secret{{
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfigJSON},
+	}})
+}

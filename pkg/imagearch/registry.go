@@ -1,0 +1,204 @@
+package imagearch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/apportion-dev/apportion/pkg/metrics"
+)
+
+// attestationAnnotation marks the provenance/SBOM entries BuildKit adds to an
+// index next to the images (with platform unknown/unknown).
+const attestationAnnotation = "vnd.docker.reference.type"
+
+// imageError is an answer about the image (bad reference, unauthorized,
+// forbidden, not found, no platform): the registry works, so it does not
+// count against the registry's breaker.
+type imageError struct{ err error }
+
+func (e *imageError) Error() string { return e.err.Error() }
+func (e *imageError) Unwrap() error { return e.err }
+
+func isImageError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if ie := (*imageError)(nil); errors.As(err, &ie) {
+		return true
+	}
+	if te := (*transport.Error)(nil); errors.As(err, &te) {
+		switch te.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+			return true
+		}
+	}
+	return false
+}
+
+// lookup reads the platforms of ref from its registry, through the
+// registry's breaker. ctx is the detached, RegistryTimeout-bounded one.
+func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) ([]Platform, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, &imageError{fmt.Errorf("parsing reference: %w", err)}
+	}
+	host := r.Context().RegistryStr()
+	br := i.breakers.get(ctx, host)
+	// Skip the API calls of the keychain when the registry is skipped anyway.
+	if open(br) {
+		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
+	}
+	kc := i.keychainFor(ctx, creds)
+	ps, err := br.Execute(func() ([]Platform, error) {
+		start := time.Now()
+		defer func() { metrics.ImageRegistrySeconds.Observe(time.Since(start).Seconds()) }()
+		return i.remotePlatforms(ctx, r, kc)
+	})
+	if isBreakerRejection(err) {
+		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
+	}
+	return ps, err
+}
+
+// remotePlatforms GETs the manifest once; an index gives its entries'
+// platforms, a single image its config's (one more GET, of the config blob).
+func (i *Inspector) remotePlatforms(ctx context.Context, r name.Reference, kc authn.Keychain) ([]Platform, error) {
+	desc, err := remote.Get(r,
+		remote.WithContext(ctx),
+		remote.WithAuthFromKeychain(kc),
+		remote.WithTransport(i.opts.Transport),
+		remote.WithUserAgent("apportion"),
+		// One attempt: a failure is cached for FailureTTL and counted by the
+		// breaker, and the caller is waiting on this request meanwhile.
+		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("getting manifest: %w", err)
+	}
+	switch desc.MediaType {
+	case types.OCIImageIndex, types.DockerManifestList:
+		idx, err := v1.ParseIndexManifest(bytes.NewReader(desc.Manifest))
+		if err != nil {
+			return nil, &imageError{fmt.Errorf("parsing index: %w", err)}
+		}
+		ps := indexPlatforms(idx)
+		if len(ps) == 0 {
+			return nil, &imageError{errors.New("index lists no platform")}
+		}
+		return ps, nil
+	case types.OCIManifestSchema1, types.DockerManifestSchema2:
+		img, err := desc.Image()
+		if err != nil {
+			return nil, &imageError{fmt.Errorf("reading image: %w", err)}
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, fmt.Errorf("getting config: %w", err)
+		}
+		if cf.OS == "" || cf.Architecture == "" {
+			return nil, &imageError{errors.New("image config names no os/architecture")}
+		}
+		return []Platform{platform(cf.OS, cf.Architecture, cf.Variant)}, nil
+	default:
+		return nil, &imageError{fmt.Errorf("unsupported manifest media type %q", desc.MediaType)}
+	}
+}
+
+// indexPlatforms are the platforms of an index's entries, sorted and
+// deduplicated, without attestations and unknown entries.
+func indexPlatforms(idx *v1.IndexManifest) []Platform {
+	ps := make([]Platform, 0, len(idx.Manifests))
+	for _, m := range idx.Manifests {
+		p := m.Platform
+		if p == nil || p.OS == "" || p.Architecture == "" || p.OS == "unknown" || p.Architecture == "unknown" {
+			continue
+		}
+		if m.Annotations[attestationAnnotation] == "attestation-manifest" {
+			continue
+		}
+		ps = append(ps, platform(p.OS, p.Architecture, p.Variant))
+	}
+	slices.SortFunc(ps, func(a, b Platform) int {
+		switch {
+		case a.less(b):
+			return -1
+		case b.less(a):
+			return 1
+		}
+		return 0
+	})
+	return slices.Clip(slices.Compact(ps))
+}
+
+// keychainFor builds the keychain of one look-up; a failing Kubernetes part
+// (ServiceAccount forbidden, API down) falls back to ECR then anonymous and is
+// logged once per namespace/ServiceAccount per hour.
+func (i *Inspector) keychainFor(ctx context.Context, creds Credentials) authn.Keychain {
+	kc, err := i.keychain(ctx, creds)
+	if err == nil {
+		return kc
+	}
+	sa := creds.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	key := creds.Namespace + "/" + sa
+	if _, found := i.warned.GetOrSet(key, struct{}{}); !found {
+		log.FromContext(ctx).Info("cannot read pull credentials, using ECR and anonymous access",
+			"namespace", creds.Namespace, "serviceAccount", sa, "error", err.Error())
+	}
+	return authn.NewMultiKeychain(i.ecr)
+}
+
+// platform shares the strings of the common platforms instead of keeping the
+// decoder's copies in every cache entry.
+func platform(os, arch, variant string) Platform {
+	return Platform{OS: intern(os), Architecture: intern(arch), Variant: intern(variant)}
+}
+
+func intern(s string) string {
+	switch s {
+	case "":
+		return ""
+	case "linux":
+		return "linux"
+	case "windows":
+		return "windows"
+	case "amd64":
+		return "amd64"
+	case "arm64":
+		return "arm64"
+	case "arm":
+		return "arm"
+	case "386":
+		return "386"
+	case "ppc64le":
+		return "ppc64le"
+	case "s390x":
+		return "s390x"
+	case "riscv64":
+		return "riscv64"
+	case "v5":
+		return "v5"
+	case "v6":
+		return "v6"
+	case "v7":
+		return "v7"
+	case "v8":
+		return "v8"
+	}
+	return s
+}
