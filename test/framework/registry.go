@@ -34,6 +34,10 @@ import (
 // basic authentication (Registry.Username / Registry.Password).
 const PrivatePrefix = "private/"
 
+// ownUserAgent marks the requests of the Registry's own methods, which it
+// does not count.
+const ownUserAgent = "apportion-e2e-registry-helper"
+
 // RegistryMode says how a Registry answers.
 type RegistryMode int32
 
@@ -53,9 +57,11 @@ const (
 // components and apportion's replicas reach it. go-containerregistry talks
 // plain HTTP to 127.0.0.1 registries, so it has no TLS.
 //
-// Around the registry it counts requests per method, path and status,
-// requires basic auth for repositories under PrivatePrefix, and can stop
-// answering (SetMode, Stop) to play an unavailable registry.
+// Around the registry it counts requests per method, path and status (not
+// those of its own PushImage, PushIndex and Platforms, so the counts are the
+// other clients' look-ups), requires basic auth for repositories under
+// PrivatePrefix, and can stop answering (SetMode, Stop) to play an
+// unavailable registry.
 type Registry struct {
 	// Host is "127.0.0.1:PORT", the registry part of image references.
 	Host string
@@ -122,6 +128,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (r *Registry) handle(w http.ResponseWriter, req *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
+		if strings.Contains(req.UserAgent(), ownUserAgent) {
+			return
+		}
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
@@ -288,6 +297,7 @@ func (r *Registry) remoteOptions(ctx context.Context) []remote.Option {
 	return []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithTransport(tr),
+		remote.WithUserAgent(ownUserAgent),
 		remote.WithAuth(&authn.Basic{Username: r.Username, Password: r.Password}),
 	}
 }

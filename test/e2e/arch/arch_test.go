@@ -170,9 +170,11 @@ func TestArchitectureOnlyNamespace(t *testing.T) {
 // secret by the time apportion sees them. "sa-only" pods name an unrelated
 // pull secret (for another registry), which keeps the account's from being
 // copied: their credentials are found through the ServiceAccount alone.
+// "no-creds" pods have none: the registry refuses them, so they are placed
+// without an architecture (which shows the registry does require them).
 func TestPrivateImage(t *testing.T) {
 	t.Parallel()
-	reg := newRegistry(t, imgPrivate, imgPrivateSA, imgPrivateSO)
+	reg := newRegistry(t, imgPrivate, imgPrivateSA, imgPrivateSO, imgPrivateNo)
 	ns := newNamespace(t, nil)
 	create(t, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "regcred"},
@@ -200,6 +202,8 @@ func TestPrivateImage(t *testing.T) {
 		d.Spec.Template.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "other-registry"}}
 	}))
 
+	create(t, deployment(ns, "no-creds", reg.Ref(imgPrivateNo), 2, strategy))
+
 	for _, app := range []string{"by-secret", "by-sa", "sa-only"} {
 		pods := waitBound(t, ns, app, 2)
 		t.Logf("%s: pods' imagePullSecrets after admission: %v", app, pods[0].Spec.ImagePullSecrets)
@@ -211,7 +215,20 @@ func TestPrivateImage(t *testing.T) {
 			t.Errorf("ImageInspectionFailed on %s: %q", app, msgs)
 		}
 	}
-	for _, img := range []string{imgPrivate, imgPrivateSA, imgPrivateSO} {
+	for _, p := range waitBound(t, ns, "no-creds", 2) {
+		if a, ok := p.Annotations[annotations.Architectures]; ok || hasArchConstraint(&p) {
+			t.Errorf("no-creds pod %s has architectures %q / a constraint, although the registry refuses it", p.Name, a)
+		}
+	}
+	if msgs := eventsFor(t, ns, "no-creds", "ImageInspectionFailed", 30*time.Second); len(msgs) == 0 {
+		t.Errorf("no ImageInspectionFailed Event on no-creds; events in the namespace:%s", allEvents(t, ns))
+	} else {
+		t.Logf("no-creds: ImageInspectionFailed: %q", msgs)
+	}
+	if n := reg.Count("", "/v2/private/app/manifests/4"); n == 0 {
+		t.Errorf("no-creds: the registry was never asked for %s", imgPrivateNo)
+	}
+	for _, img := range []string{imgPrivate, imgPrivateSA, imgPrivateSO, imgPrivateNo} {
 		logLookups(t, reg, img, 2)
 	}
 }
@@ -256,9 +273,11 @@ func testRegistryDown(t *testing.T, how string, down func(*framework.Registry)) 
 	if placed >= gateTimeout {
 		t.Errorf("the pods were ungated only after %.1fs, not within the gate timeout %s", placed.Seconds(), gateTimeout)
 	}
+	reasons := map[string]int{}
 	for i := range pods {
 		p := &pods[i]
 		reason, ok := decisionReason(t, p)
+		reasons[reason]++
 		switch {
 		case !ok:
 			t.Errorf("pod %s was released without a decision (annotations %v): the gate janitor's timeout, not the controller", p.Name, apportionAnnotations(p))
@@ -272,6 +291,7 @@ func testRegistryDown(t *testing.T, how string, down func(*framework.Registry)) 
 			t.Errorf("pod %s: %s = %q although its image could not be read", p.Name, annotations.Architectures, a)
 		}
 	}
+	t.Logf("registry %s: decision reasons %v", how, reasons)
 	ps := nodesOf(t, waitBound(t, ns, "fresh", 6))
 	t.Logf("registry %s: 6 pods bound %.1fs after the scale", how, time.Since(start).Seconds())
 	checkSplit(t, ps, 3, 3)

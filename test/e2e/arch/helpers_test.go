@@ -41,6 +41,7 @@ const (
 	imgPrivate   = "private/app:1" // OCI image manifest, linux/amd64, basic auth
 	imgPrivateSA = "private/app:2" // the same, looked up with a ServiceAccount's secret
 	imgPrivateSO = "private/app:3" // the same, with credentials only in the ServiceAccount
+	imgPrivateNo = "private/app:4" // the same, looked up without credentials
 	imgFresh     = "fresh:1"       // linux/amd64, first looked up while the registry is down
 )
 
@@ -52,7 +53,7 @@ func pushImage(ctx context.Context, reg *framework.Registry, repoTag string) err
 		_, err = reg.PushIndex(ctx, repoTag, []string{"linux/amd64", "linux/arm64/v8"}, true, framework.ImageOptions{})
 	case imgArm64, imgArm64b:
 		_, err = reg.PushImage(ctx, repoTag, "linux/arm64", framework.ImageOptions{Docker: true})
-	case imgAmd64, imgPrivate, imgPrivateSA, imgPrivateSO, imgFresh:
+	case imgAmd64, imgPrivate, imgPrivateSA, imgPrivateSO, imgPrivateNo, imgFresh:
 		_, err = reg.PushImage(ctx, repoTag, "linux/amd64", framework.ImageOptions{})
 	default:
 		err = fmt.Errorf("no test image %s", repoTag)
@@ -69,6 +70,7 @@ var wantPlatforms = map[string][]string{
 	imgPrivate:   {"linux/amd64"},
 	imgPrivateSA: {"linux/amd64"},
 	imgPrivateSO: {"linux/amd64"},
+	imgPrivateNo: {"linux/amd64"},
 	imgFresh:     {"linux/amd64"},
 }
 
