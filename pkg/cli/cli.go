@@ -22,6 +22,8 @@ const usage = `apportion: proportional, architecture-aware pod placement for Kar
 
 Usage:
   apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
+  apportion inspect IMAGE... [--pull-secret FILE] [-o table|json] [--timeout 30s]
+                              the platforms of images from their registries, and the architectures they share
   apportion webhook [flags]   serve admission and run the placement controllers (-h for flags)
   apportion release-gates [--namespace NS] [--dry-run] [--kubeconfig FILE]
                               remove apportion's scheduling gate from every pod that still holds it
@@ -40,6 +42,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "plan":
 		return Plan(args[1:], stdin, stdout, stderr)
+	case "inspect":
+		return Inspect(args[1:], stdout, stderr)
 	case "webhook":
 		return Webhook(args[1:], stdout, stderr)
 	case "release-gates":
@@ -51,7 +55,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return ExitOK
 	default:
-		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, webhook, release-gates, version, help)\n", args[0])
+		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, inspect, webhook, release-gates, version, help)\n", args[0])
 		return ExitUsage
 	}
 }
