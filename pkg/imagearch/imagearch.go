@@ -155,6 +155,11 @@ type Inspector struct {
 
 	cache    *ttlcache.Cache[string, *entry]
 	flights  singleflight.Group
+	// slow marks the flights a caller already gave up waiting for: later
+	// callers fail at once instead of each waiting its own timeout, so a
+	// hanging registry costs a burst one timeout, not one per pod. A mark
+	// lives until its flight ends, RegistryTimeout at most.
+	slow *ttlcache.Cache[string, struct{}]
 	breakers *breakers
 	// warned remembers the credentials whose keychain failure was logged,
 	// so a broken ServiceAccount is logged once per hour, not per look-up.
@@ -182,6 +187,11 @@ func New(kube kubernetes.Interface, opts Options) *Inspector {
 			ttlcache.WithDisableTouchOnHit[string, *entry](),
 		),
 		breakers: newBreakers(opts),
+		slow: ttlcache.New(
+			ttlcache.WithCapacity[string, struct{}](uint64(opts.CacheSize)),
+			ttlcache.WithTTL[string, struct{}](opts.RegistryTimeout),
+			ttlcache.WithDisableTouchOnHit[string, struct{}](),
+		),
 		warned: ttlcache.New(
 			ttlcache.WithCapacity[string, struct{}](1024),
 			ttlcache.WithTTL[string, struct{}](time.Hour),
@@ -211,8 +221,49 @@ func (i *Inspector) Platforms(ctx context.Context, ref string, policy corev1.Pul
 	if e := i.cached(ref, policy); e != nil {
 		return e.platforms, e.err
 	}
-	return i.wait(ctx, ref, i.start(ctx, ref, policy, creds))
+	key := flightKey(ref, creds)
+	if e := i.cachedFor(key, ref, policy); e != nil {
+		return e.platforms, e.err
+	}
+	if err := i.slowFlight(key, ref); err != nil {
+		return nil, err
+	}
+	return i.wait(ctx, key, ref, i.start(ctx, key, ref, policy, creds))
 }
+
+// flightKey names a look-up of ref with creds. Answers that depend on the
+// credentials (401, 403, 404: a private image seen without the right pull
+// secret) are cached under it, so that one namespace's missing secret does
+// not become another's failure; concurrent look-ups with the same
+// credentials (the pods of one workload) share one request.
+func flightKey(ref string, creds Credentials) string {
+	return ref + "\x00" + creds.Namespace + "/" + creds.ServiceAccountName + "/" + strings.Join(creds.ImagePullSecrets, ",")
+}
+
+// cachedFor returns the fresh credential-dependent failure cached under key.
+func (i *Inspector) cachedFor(key, ref string, policy corev1.PullPolicy) *entry {
+	it := i.cache.Get(key)
+	if it == nil || !i.fresh(it.Value(), ref, policy) {
+		return nil
+	}
+	lookupError.Inc()
+	return it.Value()
+}
+
+// slowFlight fails at once when a caller already timed out waiting for the
+// look-up under key, which is still running.
+func (i *Inspector) slowFlight(key, ref string) error {
+	if !i.slow.Has(key) {
+		return nil
+	}
+	lookupError.Inc()
+	return fmt.Errorf("inspecting image %s: %w", ref, ErrSlowRegistry)
+}
+
+// ErrSlowRegistry is wrapped when a look-up is skipped because an earlier
+// caller already waited its whole timeout for the same, still running,
+// registry request.
+var ErrSlowRegistry = errors.New("the registry has not answered within the image timeout; a look-up is still under way")
 
 var (
 	lookupHit   = metrics.ImageLookupsTotal.WithLabelValues("hit")
@@ -281,19 +332,22 @@ func isPinned(ref string) bool { return strings.Contains(ref, "@") }
 
 // start joins or begins the registry look-up of ref, detached from ctx but
 // keeping its values (the logger).
-func (i *Inspector) start(ctx context.Context, ref string, policy corev1.PullPolicy, creds Credentials) <-chan singleflight.Result {
+func (i *Inspector) start(ctx context.Context, key, ref string, policy corev1.PullPolicy, creds Credentials) <-chan singleflight.Result {
 	detached := context.WithoutCancel(ctx)
-	return i.flights.DoChan(ref, func() (any, error) {
+	return i.flights.DoChan(key, func() (any, error) {
+		defer i.slow.Delete(key)
 		// A flight that ended between our cache miss and DoChan has stored
 		// its answer already: use it rather than ask the registry again.
-		if it := i.cache.Get(ref); it != nil && i.fresh(it.Value(), ref, policy) {
-			return it.Value(), nil
+		for _, k := range []string{ref, key} {
+			if it := i.cache.Get(k); it != nil && i.fresh(it.Value(), ref, policy) {
+				return it.Value(), nil
+			}
 		}
-		return i.fetch(detached, ref, creds), nil
+		return i.fetch(detached, key, ref, creds), nil
 	})
 }
 
-func (i *Inspector) wait(ctx context.Context, ref string, ch <-chan singleflight.Result) ([]Platform, error) {
+func (i *Inspector) wait(ctx context.Context, key, ref string, ch <-chan singleflight.Result) ([]Platform, error) {
 	select {
 	case r := <-ch:
 		e := r.Val.(*entry)
@@ -305,13 +359,15 @@ func (i *Inspector) wait(ctx context.Context, ref string, ch <-chan singleflight
 		return e.platforms, e.err
 	case <-ctx.Done():
 		lookupError.Inc()
+		i.slow.Set(key, struct{}{}, ttlcache.DefaultTTL)
 		return nil, fmt.Errorf("inspecting image %s: waiting for the registry: %w", ref, context.Cause(ctx))
 	}
 }
 
 // fetch asks the registry and caches the answer, unless the registry was
-// skipped by its breaker (that answer is the breaker's to give again).
-func (i *Inspector) fetch(ctx context.Context, ref string, creds Credentials) *entry {
+// skipped by its breaker (that answer is the breaker's to give again): under
+// ref, or under key when the answer depends on the credentials.
+func (i *Inspector) fetch(ctx context.Context, key, ref string, creds Credentials) *entry {
 	ctx, cancel := context.WithTimeout(ctx, i.opts.RegistryTimeout)
 	defer cancel()
 	e := &entry{pinned: isPinned(ref)}
@@ -320,6 +376,10 @@ func (i *Inspector) fetch(ctx context.Context, ref string, creds Credentials) *e
 	if e.err != nil {
 		e.err = fmt.Errorf("inspecting image %s: %w", ref, e.err)
 		if errors.Is(e.err, ErrCircuitOpen) {
+			return e
+		}
+		if isImageError(e.err) {
+			i.put(key, e)
 			return e
 		}
 	}
@@ -359,7 +419,9 @@ func (i *Inspector) Pod(ctx context.Context, pod *corev1.Pod) (*Result, error) {
 	}
 	type pending struct {
 		container string
+		key       string
 		hit       *entry // cached answer, already counted
+		slow      error  // ErrSlowRegistry, already counted
 		ch        <-chan singleflight.Result
 	}
 	res := &Result{}
@@ -373,7 +435,14 @@ func (i *Inspector) Pod(ctx context.Context, pod *corev1.Pod) (*Result, error) {
 		res.Images = append(res.Images, Image{Reference: c.Image})
 		p := pending{container: c.Name}
 		if p.hit = i.cached(c.Image, c.ImagePullPolicy); p.hit == nil {
-			p.ch = i.start(ctx, c.Image, c.ImagePullPolicy, creds)
+			p.key = flightKey(c.Image, creds)
+			switch p.hit = i.cachedFor(p.key, c.Image, c.ImagePullPolicy); {
+			case p.hit != nil:
+			case i.slow.Has(p.key):
+				p.slow = i.slowFlight(p.key, c.Image)
+			default:
+				p.ch = i.start(ctx, p.key, c.Image, c.ImagePullPolicy, creds)
+			}
 		}
 		waits = append(waits, p)
 	}
@@ -386,10 +455,13 @@ func (i *Inspector) Pod(ctx context.Context, pod *corev1.Pod) (*Result, error) {
 	for k, w := range waits {
 		var ps []Platform
 		var err error
-		if w.hit != nil {
+		switch {
+		case w.hit != nil:
 			ps, err = w.hit.platforms, w.hit.err
-		} else {
-			ps, err = i.wait(ctx, res.Images[k].Reference, w.ch)
+		case w.slow != nil:
+			err = w.slow
+		default:
+			ps, err = i.wait(ctx, w.key, res.Images[k].Reference, w.ch)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("container %q: %w", w.container, err)

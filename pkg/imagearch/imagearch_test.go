@@ -223,6 +223,47 @@ func TestCallerDeadlineDetachesTheRequest(t *testing.T) {
 	}
 }
 
+// TestHangingRegistryCostsOneTimeout: once a caller waited its whole
+// timeout for a look-up, the next callers fail at once while it runs, so a
+// burst of pods is not decided one timeout at a time; the look-up's answer is
+// used as soon as it arrives.
+func TestHangingRegistryCostsOneTimeout(t *testing.T) {
+	reg := newTestRegistry(t)
+	ref, _ := reg.pushIndex("hang/app:v1", false, entryOf{platform: plat("linux", "arm64", "")})
+	reg.resetCounts()
+	release := reg.block()
+	in := New(nil, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := in.Platforms(ctx, ref, corev1.PullIfNotPresent, Credentials{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first caller: %v, want its deadline", err)
+	}
+	// A caller with all the time in the world is not made to wait.
+	for _, call := range []func() error{
+		func() error {
+			_, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{})
+			return err
+		},
+		func() error {
+			_, err := in.Pod(t.Context(), &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: ref}}}})
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, ErrSlowRegistry) {
+			t.Fatalf("caller after a timeout: %v, want ErrSlowRegistry", err)
+		}
+	}
+	close(release)
+	waitFor(t, func() bool { return in.Len() == 1 })
+	ps, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{})
+	if err != nil || !slices.Equal(platformStrings(ps), []string{"linux/arm64"}) {
+		t.Fatalf("after the registry answered: %v, %v", ps, err)
+	}
+	if g := reg.manifestGets.Load(); g != 1 {
+		t.Errorf("%d manifest GETs, want 1", g)
+	}
+}
+
 func TestTTLByPullPolicy(t *testing.T) {
 	reg := newTestRegistry(t)
 	ref, _ := reg.pushIndex("ttl/app:v1", false, entryOf{platform: plat("linux", "amd64", "")})
@@ -493,6 +534,28 @@ func TestPullSecrets(t *testing.T) {
 		_, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ServiceAccountName: "nobody", ImagePullSecrets: []string{"regcred", "absent"}})
 		if err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("a namespace without the secret does not fail one that has it", func(t *testing.T) {
+		in := New(kube, Options{})
+		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "other"}); err == nil {
+			t.Fatal("no credentials: want a 401")
+		}
+		// The 401 is cached for "other" only: "team" asks the registry
+		// with its own secret and gets the answer.
+		ps, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ServiceAccountName: "builder"})
+		if err != nil || !slices.Equal(platformStrings(ps), []string{"linux/arm64"}) {
+			t.Fatalf("with the secret after a 401 without it: %v, %v", ps, err)
+		}
+		// The platforms are now known (they are not a secret: the kubelet
+		// still needs the pull secret to run the image), and nobody asks
+		// the registry again.
+		reg.resetCounts()
+		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "other"}); err != nil {
+			t.Fatalf("cached platforms: %v", err)
+		}
+		if g := reg.manifestGets.Load(); g != 0 {
+			t.Errorf("%d manifest GETs for a cached failure, want 0", g)
 		}
 	})
 	t.Run("docker config keychain", func(t *testing.T) {
