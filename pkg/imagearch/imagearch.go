@@ -153,13 +153,13 @@ type Inspector struct {
 	keychain func(ctx context.Context, creds Credentials) (authn.Keychain, error)
 	ecr      authn.Keychain
 
-	cache    *ttlcache.Cache[string, *entry]
-	flights  singleflight.Group
+	cache   *ttlcache.Cache[string, *entry]
+	flights singleflight.Group
 	// slow marks the flights a caller already gave up waiting for: later
 	// callers fail at once instead of each waiting its own timeout, so a
 	// hanging registry costs a burst one timeout, not one per pod. A mark
 	// lives until its flight ends, RegistryTimeout at most.
-	slow *ttlcache.Cache[string, struct{}]
+	slow     *ttlcache.Cache[string, struct{}]
 	breakers *breakers
 	// warned remembers the credentials whose keychain failure was logged,
 	// so a broken ServiceAccount is logged once per hour, not per look-up.
