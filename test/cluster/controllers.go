@@ -36,6 +36,13 @@ func (c *Cluster) secureServingArgs(name string, port int) []string {
 func (c *Cluster) startControllerManager(ctx context.Context) error {
 	args := append(c.secureServingArgs("controller-manager", c.ports.controllerManager),
 		"--controllers=*",
+		// kwok renews the fake nodes' Leases; on a loaded 2-core machine a
+		// renewal can come late, and a node declared NotReady marks its
+		// pods not ready, which changes the ReplicaSet controller's
+		// choice of the pods to delete and the Services' endpoints. No
+		// suite tests node failure.
+		"--node-monitor-grace-period=5m",
+		"--node-startup-grace-period=5m",
 		"--service-account-private-key-file="+c.pkiPath("sa.key"),
 		"--root-ca-file="+c.pkiPath("ca.crt"),
 		"--cluster-signing-cert-file="+c.pkiPath("ca.crt"),

@@ -344,7 +344,8 @@ func (c *Controller) inspect(ctx context.Context, pod *corev1.Pod) (*imagearch.R
 	defer cancel()
 	res, err := c.images.Pod(ctx, pod)
 	if err != nil {
-		log.FromContext(ctx).Info("image inspection failed, placing without an architecture constraint", "error", err.Error())
+		// Logged at info level with the workload's Event, once a minute.
+		log.FromContext(ctx).V(1).Info("image inspection failed", "error", err.Error())
 	}
 	return res, err
 }
@@ -420,7 +421,9 @@ func (c *Controller) warnEvery(ref *corev1.ObjectReference, reason, format strin
 		return
 	}
 	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", format, args...)
+	msg := fmt.Sprintf(format, args...)
+	log.Log.Info(msg, "reason", reason, "kind", ref.Kind, "namespace", ref.Namespace, "name", ref.Name)
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
 }
 
 // release removes the gate without a decision: the pod schedules as if
