@@ -37,6 +37,15 @@ const (
 	// PlacementGate is the scheduling gate held on a pod until its group is
 	// decided.
 	PlacementGate = Prefix + "placement"
+	// CapacityTimeout on a workload or pod template overrides
+	// --capacity-timeout: how long a decided pod may stay unschedulable,
+	// with no NodeClaim on its way, before its group counts as out of
+	// capacity (a Go duration).
+	CapacityTimeout = Prefix + "capacity-timeout"
+	// Fallback is written on a pod placed while some group of its strategy
+	// was out of capacity; its value lists the groups that were out. Such
+	// pods are the first a scale-down removes.
+	Fallback = Prefix + "fallback"
 )
 
 // StrategyNames lists the annotation names a strategy may be written under,

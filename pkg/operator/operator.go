@@ -58,7 +58,7 @@ func Scheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	gv := NodePoolGVK.GroupVersion()
-	s.AddKnownTypes(gv, &karpv1.NodePool{}, &karpv1.NodePoolList{})
+	s.AddKnownTypes(gv, &karpv1.NodePool{}, &karpv1.NodePoolList{}, &karpv1.NodeClaim{}, &karpv1.NodeClaimList{})
 	metav1.AddToGroupVersion(s, gv)
 	return s, nil
 }
@@ -269,6 +269,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 // from both is never touched.
 var keptAnnotations = append([]string{
 	annotations.Group, annotations.NodePool, annotations.Skip, annotations.Mode, annotations.LegacyEnabled, annotations.Architectures,
+	annotations.CapacityTimeout, annotations.Fallback,
 	apwebhook.MirrorPodAnnotation, deletioncost.Annotation,
 }, annotations.StrategyNames...)
 
@@ -309,7 +310,16 @@ func StripPod(obj any) (any, error) {
 		spec.ServiceAccountName = pod.Spec.ServiceAccountName
 	}
 	pod.Spec = spec
-	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
+	status := corev1.PodStatus{Phase: pod.Status.Phase}
+	// Capacity fallback reads since when an unbound pod is unschedulable.
+	if pod.Spec.NodeName == "" {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime}}
+			}
+		}
+	}
+	pod.Status = status
 	return pod, nil
 }
 

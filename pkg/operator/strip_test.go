@@ -47,3 +47,22 @@ func TestStripPodKeepsImagesOfGatedPodsOnly(t *testing.T) {
 		t.Errorf("placed pod stripped to %+v", placed.Spec)
 	}
 }
+
+// TestStripPodKeepsPodScheduledOfUnboundPods: capacity fallback needs since
+// when an unbound pod is unschedulable; a bound pod keeps no condition.
+func TestStripPodKeepsPodScheduledOfUnboundPods(t *testing.T) {
+	since := metav1.Now()
+	conds := []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+		{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes...", LastTransitionTime: since},
+	}
+	obj, _ := StripPod(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: conds}})
+	got := obj.(*corev1.Pod).Status.Conditions
+	if len(got) != 1 || got[0].Type != corev1.PodScheduled || got[0].Reason != corev1.PodReasonUnschedulable || !got[0].LastTransitionTime.Equal(&since) || got[0].Message != "" {
+		t.Errorf("unbound pod conditions = %+v", got)
+	}
+	obj, _ = StripPod(&corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds}})
+	if got := obj.(*corev1.Pod).Status.Conditions; got != nil {
+		t.Errorf("bound pod conditions = %+v", got)
+	}
+}

@@ -68,6 +68,9 @@ type Info struct {
 	// workload or its pod template: place by architecture alone when there
 	// is no strategy.
 	ArchitecturesAuto bool
+	// CapacityTimeout is apportion.dev/capacity-timeout as written on the
+	// pod template or the workload (the template wins); "" when absent.
+	CapacityTimeout string
 }
 
 // ErrNotCached is returned when an owner is not (yet) in the cache: the
@@ -150,6 +153,10 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		mode = m
 	}
 	info.Preferred = strings.EqualFold(strings.TrimSpace(mode), annotations.ModePreferred)
+	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
+	if v, ok := pod.Annotations[annotations.CapacityTimeout]; ok {
+		info.CapacityTimeout = v
+	}
 	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures])
 	return info, nil
 }
