@@ -200,7 +200,14 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		}
 	}
 
-	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout)
+	// Node metadata: strays (pods admitted without a decision) count in the
+	// group their node's labels match.
+	nodeMeta := &metav1.PartialObjectMetadata{}
+	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if _, err := mgr.GetCache().GetInformer(ctx, nodeMeta); err != nil {
+		return fmt.Errorf("starting the node informer: %w", err)
+	}
+	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout).WithNodes(mgr.GetClient())
 	if o.Architectures != options.ArchitecturesOff {
 		// The Kubernetes keychain reads the ServiceAccount and the pull
 		// Secrets by name, on cache misses only: a direct client, no

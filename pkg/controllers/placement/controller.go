@@ -19,6 +19,8 @@ import (
 	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -83,7 +85,8 @@ type Controller struct {
 	capacity   Capacity
 	tally      *Tally
 	gateWait   time.Duration
-	images     Images // nil: no image is inspected
+	nodes      client.Reader // node metadata, to count strays; nil: not counted
+	images     Images        // nil: no image is inspected
 	imageWait  time.Duration
 
 	locks      keyedMutex
@@ -222,7 +225,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	defer unlock()
 	rev := Revision(pod.Namespace, key)
 	counts := make([]int64, len(p.strategy.Groups))
-	c.tally.Counts(rev, p.index, counts)
+	c.tally.Counts(rev, p.index, counts, c.strayGroup(ctx, p.strategy))
 	g := p.method.Next(counts, avail)
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
@@ -332,6 +335,35 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
 	log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures, "nodepool", d.NodePool)
 	return reconcile.Result{}, nil
+}
+
+// strayGroup returns the lookup the tally counts strays with: the first
+// group of s whose labels the node carries (-1: none, or the node is not
+// cached). Nil when the controller has no node reader.
+func (c *Controller) strayGroup(ctx context.Context, s *strategy.Strategy) func(node string) int {
+	if c.nodes == nil {
+		return nil
+	}
+	return func(name string) int {
+		node := &metav1.PartialObjectMetadata{}
+		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		if err := c.nodes.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return -1
+		}
+		for i, g := range s.Groups {
+			if labels.SelectorFromSet(g.Selector()).Matches(labels.Set(node.Labels)) {
+				return i
+			}
+		}
+		return -1
+	}
+}
+
+// WithNodes lets the controller count pods admitted without a decision in
+// the group their node's labels match (a metadata cache of nodes).
+func (c *Controller) WithNodes(nodes client.Reader) *Controller {
+	c.nodes = nodes
+	return c
 }
 
 // archOnlyStrategy is the one group, without labels, of a placement by

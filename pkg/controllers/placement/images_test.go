@@ -202,3 +202,20 @@ func TestArchitectureOnlyPlacement(t *testing.T) {
 		t.Fatalf("failed inspection: %+v, want released unconstrained", got.Spec)
 	}
 }
+
+// TestStraysCountByTheirNode: two pods admitted without a decision run on an
+// on-demand node; the next decision counts them as on-demand (seed 004's
+// base) and sends the pod to spot.
+func TestStraysCountByTheirNode(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "od-node", Labels: map[string]string{karpv1.CapacityTypeLabelKey: "on-demand"}}}
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, node, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	f.ctrl.WithNodes(f.client)
+	for i := range 2 {
+		stray := f.gatedPod(t, 100+i, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil; p.Spec.NodeName = "od-node" })
+		f.tally.Observe(stray)
+	}
+	pod := f.reconcile(t, f.gatedPod(t, 0))
+	if pod.Annotations[annotations.Group] != "karpenter.sh/capacity-type=spot" || !strings.Contains(pod.Annotations[annotations.Decision], `"counts":[2,0]`) {
+		t.Fatalf("group %q decision %s: want spot after counting the 2 strays as on-demand", pod.Annotations[annotations.Group], pod.Annotations[annotations.Decision])
+	}
+}

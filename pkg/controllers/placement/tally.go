@@ -28,11 +28,13 @@ type Tally struct {
 	observed map[string]map[string]int64 // revision -> group -> decided live pods
 	pending  map[types.UID]pendingDecision
 	byRev    map[string]map[types.UID]string // revision -> pending pod -> group
+	strays   map[string]map[types.UID]string // revision -> bound undecided pod -> node
 	synced   func() bool
 }
 
 type tallied struct {
 	rev, group string // group "" while the pod is live but undecided
+	stray      bool   // undecided and bound: counted by its node's labels
 }
 
 type pendingDecision struct {
@@ -49,6 +51,7 @@ func NewTally() *Tally {
 		observed: map[string]map[string]int64{},
 		pending:  map[types.UID]pendingDecision{},
 		byRev:    map[string]map[types.UID]string{},
+		strays:   map[string]map[types.UID]string{},
 	}
 }
 
@@ -72,7 +75,17 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 		return
 	}
 	group := pod.Annotations[annotations.Group]
-	t.pods[pod.UID] = tallied{rev: rev, group: group}
+	stray := group == "" && pod.Spec.NodeName != "" && !t.isPending(pod.UID)
+	t.pods[pod.UID] = tallied{rev: rev, group: group, stray: stray}
+	if stray {
+		// Admitted without a decision (webhook down or failed open,
+		// released by the janitor): counted in the group its node's
+		// labels match, so later decisions compensate.
+		if t.strays[rev] == nil {
+			t.strays[rev] = map[types.UID]string{}
+		}
+		t.strays[rev][pod.UID] = pod.Spec.NodeName
+	}
 	if group != "" {
 		if t.observed[rev] == nil {
 			t.observed[rev] = map[string]int64{}
@@ -122,7 +135,9 @@ func (t *Tally) Decided(uid types.UID) bool {
 
 // Counts writes the revision's decided pods per group into counts, indexed
 // by index (group key -> position); groups not in index are not counted.
-func (t *Tally) Counts(rev string, index map[string]int, counts []int64) {
+// Bound pods without a decision count in the group strayGroup returns for
+// their node (-1: none); strayGroup may be nil.
+func (t *Tally) Counts(rev string, index map[string]int, counts []int64, strayGroup func(node string) int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for group, n := range t.observed[rev] {
@@ -135,6 +150,26 @@ func (t *Tally) Counts(rev string, index map[string]int, counts []int64) {
 			counts[i]++
 		}
 	}
+	if strayGroup == nil {
+		return
+	}
+	for _, node := range t.strays[rev] {
+		if i := strayGroup(node); i >= 0 && i < len(counts) {
+			counts[i]++
+		}
+	}
+}
+
+// Strays is the number of bound pods of the revision without a decision.
+func (t *Tally) Strays(rev string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.strays[rev])
+}
+
+func (t *Tally) isPending(uid types.UID) bool {
+	_, ok := t.pending[uid]
+	return ok
 }
 
 // Expire drops pending decisions older than pendingMaxAge.
@@ -167,6 +202,12 @@ func (t *Tally) EventHandler() toolscache.ResourceEventHandler {
 
 func (t *Tally) uncount(uid types.UID) {
 	old, ok := t.pods[uid]
+	if ok && old.stray {
+		delete(t.strays[old.rev], uid)
+		if len(t.strays[old.rev]) == 0 {
+			delete(t.strays, old.rev)
+		}
+	}
 	if !ok || old.group == "" {
 		return
 	}
