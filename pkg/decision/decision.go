@@ -53,8 +53,13 @@ type Record struct {
 	// Revision is the workload revision (pod-template-hash or
 	// controller-revision-hash) the pod was counted in.
 	Revision string `json:"revision,omitempty"`
-	// Counts are the pods per group (strategy order) seen before this one.
+	// Counts are the decided pods per group (strategy order) seen before
+	// this one.
 	Counts []int64 `json:"counts"`
+	// Strays are the revision's running pods without a decision, per group
+	// by their node's labels, that the decision counted too; omitted when
+	// there are none.
+	Strays []int64 `json:"strays,omitempty"`
 	// Reason says how the group was chosen.
 	Reason string `json:"reason"`
 }

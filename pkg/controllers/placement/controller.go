@@ -225,8 +225,18 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	defer unlock()
 	rev := Revision(pod.Namespace, key)
 	counts := make([]int64, len(p.strategy.Groups))
-	c.tally.Counts(rev, p.index, counts, c.strayGroup(ctx, p.strategy))
-	g := p.method.Next(counts, avail)
+	c.tally.Counts(rev, p.index, counts)
+	seen := counts
+	var strays []int64
+	if c.nodes != nil {
+		if strays = c.tally.StrayCounts(rev, len(counts), c.strayGroup(ctx, p.strategy)); strays != nil {
+			seen = make([]int64, len(counts))
+			for i := range counts {
+				seen[i] = counts[i] + strays[i]
+			}
+		}
+	}
+	g := p.method.Next(seen, avail)
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -241,7 +251,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		Architectures: groupArchitectures(p.strategy.Groups[g], archs),
 		Tolerations:   choices[g].Tolerations,
 		Preferred:     info.Preferred,
-		Record:        decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Reason: RecordQuota},
+		Record:        decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
 	}
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)
@@ -339,11 +349,8 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 
 // strayGroup returns the lookup the tally counts strays with: the first
 // group of s whose labels the node carries (-1: none, or the node is not
-// cached). Nil when the controller has no node reader.
+// cached).
 func (c *Controller) strayGroup(ctx context.Context, s *strategy.Strategy) func(node string) int {
-	if c.nodes == nil {
-		return nil
-	}
 	return func(name string) int {
 		node := &metav1.PartialObjectMetadata{}
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))

@@ -215,7 +215,7 @@ func TestStraysCountByTheirNode(t *testing.T) {
 		f.tally.Observe(stray)
 	}
 	pod := f.reconcile(t, f.gatedPod(t, 0))
-	if pod.Annotations[annotations.Group] != "karpenter.sh/capacity-type=spot" || !strings.Contains(pod.Annotations[annotations.Decision], `"counts":[2,0]`) {
+	if pod.Annotations[annotations.Group] != "karpenter.sh/capacity-type=spot" || !strings.Contains(pod.Annotations[annotations.Decision], `"counts":[0,0],"strays":[2,0]`) {
 		t.Fatalf("group %q decision %s: want spot after counting the 2 strays as on-demand", pod.Annotations[annotations.Group], pod.Annotations[annotations.Decision])
 	}
 }

@@ -135,9 +135,7 @@ func (t *Tally) Decided(uid types.UID) bool {
 
 // Counts writes the revision's decided pods per group into counts, indexed
 // by index (group key -> position); groups not in index are not counted.
-// Bound pods without a decision count in the group strayGroup returns for
-// their node (-1: none); strayGroup may be nil.
-func (t *Tally) Counts(rev string, index map[string]int, counts []int64, strayGroup func(node string) int) {
+func (t *Tally) Counts(rev string, index map[string]int, counts []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for group, n := range t.observed[rev] {
@@ -150,14 +148,31 @@ func (t *Tally) Counts(rev string, index map[string]int, counts []int64, strayGr
 			counts[i]++
 		}
 	}
-	if strayGroup == nil {
-		return
-	}
+}
+
+// StrayCounts counts the revision's bound pods without a decision in the
+// group groupOf returns for their node (-1: none), over groups groups; nil
+// when the revision has none (the usual case, without allocation).
+func (t *Tally) StrayCounts(rev string, groups int, groupOf func(node string) int) []int64 {
+	t.mu.Lock()
+	nodes := make([]string, 0, len(t.strays[rev]))
 	for _, node := range t.strays[rev] {
-		if i := strayGroup(node); i >= 0 && i < len(counts) {
-			counts[i]++
+		nodes = append(nodes, node)
+	}
+	t.mu.Unlock()
+	if len(nodes) == 0 {
+		return nil
+	}
+	var out []int64
+	for _, node := range nodes {
+		if i := groupOf(node); i >= 0 && i < groups {
+			if out == nil {
+				out = make([]int64, groups)
+			}
+			out[i]++
 		}
 	}
+	return out
 }
 
 // Strays is the number of bound pods of the revision without a decision.

@@ -32,7 +32,7 @@ func TestTallyFollowsEventsAndPendingDecisions(t *testing.T) {
 	tl := NewTally()
 	counts := func() [2]int64 {
 		c := make([]int64, 2)
-		tl.Counts(rev, index, c, nil)
+		tl.Counts(rev, index, c)
 		return [2]int64{c[0], c[1]}
 	}
 	step := func(what string, want [2]int64) {
@@ -84,38 +84,32 @@ func TestTallyFollowsEventsAndPendingDecisions(t *testing.T) {
 }
 
 // TestTallyCountsStraysByNode: bound pods without a decision count in the
-// group their node's labels give, once bound, and stop counting when they go
-// or get a decision.
+// group their node's labels give, once bound, and stop counting when they go.
 func TestTallyCountsStraysByNode(t *testing.T) {
 	const rev = "web/rs1"
-	index := map[string]int{"a": 0, "b": 1}
 	nodes := map[string]int{"spot-1": 1, "od-1": 0, "other": -1}
 	tl := NewTally()
-	counts := func() [2]int64 {
-		c := make([]int64, 2)
-		tl.Counts(rev, index, c, func(node string) int { return nodes[node] })
-		return [2]int64{c[0], c[1]}
-	}
+	strays := func() []int64 { return tl.StrayCounts(rev, 2, func(node string) int { return nodes[node] }) }
 	bound := func(node string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.NodeName = node } }
 	tl.Observe(tallyPod("s1", ""))
-	if got := counts(); got != [2]int64{0, 0} {
+	if got := strays(); got != nil {
 		t.Fatalf("unbound stray counted: %v", got)
 	}
 	tl.Observe(tallyPod("s1", "", bound("spot-1")))
 	tl.Observe(tallyPod("s2", "", bound("od-1")))
 	tl.Observe(tallyPod("s3", "", bound("other")))
 	tl.Observe(tallyPod("d1", "b", bound("spot-1")))
-	if got := counts(); got != [2]int64{1, 2} || tl.Strays(rev) != 3 {
-		t.Fatalf("counts %v with %d strays, want [1 2] and 3", got, tl.Strays(rev))
+	if got := strays(); len(got) != 2 || got[0] != 1 || got[1] != 1 || tl.Strays(rev) != 3 {
+		t.Fatalf("strays %v of %d, want [1 1] of 3", got, tl.Strays(rev))
+	}
+	c := make([]int64, 2)
+	tl.Counts(rev, map[string]int{"a": 0, "b": 1}, c)
+	if c[0] != 0 || c[1] != 1 {
+		t.Errorf("Counts holds decided pods only: %v", c)
 	}
 	tl.Forget(tallyPod("s1", "", bound("spot-1")))
 	tl.Observe(tallyPod("s2", "", bound("od-1"), func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }))
-	if got := counts(); got != [2]int64{0, 1} || tl.Strays(rev) != 1 {
-		t.Fatalf("after the strays went: counts %v with %d strays", got, tl.Strays(rev))
-	}
-	c := make([]int64, 2)
-	tl.Counts(rev, index, c, nil)
-	if c[0] != 0 || c[1] != 1 {
-		t.Errorf("without a node lookup strays are not counted: %v", c)
+	if got := strays(); got != nil || tl.Strays(rev) != 1 {
+		t.Fatalf("after the strays went: %v of %d", got, tl.Strays(rev))
 	}
 }
