@@ -60,6 +60,17 @@ const IndexOwnerKey = "apportion.ownerKey"
 // unknownGroupCost is below every computed cost.
 const unknownGroupCost = -(1 << 30)
 
+// fallbackCost is the cost of the newest fallback pod; older ones get one
+// more each, all below the costs of the split (>= -(pods-1)).
+const fallbackCost = -(1 << 29)
+
+func newestFirst(a, b *corev1.Pod) int {
+	if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.Name, a.Name)
+}
+
 // Controller maintains deletion costs per revision.
 type Controller struct {
 	kubeClient client.Client
@@ -161,7 +172,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // Costs computes the deletion cost of every pod of one revision; pods with
 // no group of s (undecided, or decided under another strategy) get the
-// lowest.
+// lowest, then the pods placed by capacity fallback (newest first), then the
+// others in the engine's Victim order: a scale-down removes the fallback
+// pods before it touches the split.
 func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
 	m, err := plan.Method(s)
 	if err != nil {
@@ -173,24 +186,30 @@ func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) 
 	}
 	byGroup := make([][]*corev1.Pod, len(s.Groups))
 	costs := make(map[types.UID]int, len(pods))
+	var fallback []*corev1.Pod
 	for _, p := range pods {
 		gi, ok := index[p.Annotations[annotations.Group]]
-		if !ok {
+		switch {
+		case !ok:
 			costs[p.UID] = unknownGroupCost
+			continue
+		case p.Annotations[annotations.Fallback] != "":
+			fallback = append(fallback, p)
 			continue
 		}
 		byGroup[gi] = append(byGroup[gi], p)
+	}
+	// Fallback pods: below every computed cost, above the strays; the
+	// newest goes first.
+	slices.SortFunc(fallback, newestFirst)
+	for k, p := range fallback {
+		costs[p.UID] = fallbackCost + k
 	}
 	counts := make([]int64, len(s.Groups))
 	var n int64
 	for gi, ps := range byGroup {
 		// Newest first: the next victim of a group is at the front.
-		slices.SortFunc(ps, func(a, b *corev1.Pod) int {
-			if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
-				return c
-			}
-			return cmp.Compare(b.Name, a.Name)
-		})
+		slices.SortFunc(ps, newestFirst)
 		counts[gi] = int64(len(ps))
 		n += counts[gi]
 	}

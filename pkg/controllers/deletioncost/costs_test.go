@@ -98,3 +98,38 @@ func TestUnknownGroupGoesFirst(t *testing.T) {
 		t.Errorf("costs %v: the pod of an unknown group should go first", costs)
 	}
 }
+
+// TestFallbackPodsGoFirst: pods placed by capacity fallback are removed
+// before every pod of the split (newest first), after the strays; the rest
+// keeps the Victim order.
+func TestFallbackPodsGoFirst(t *testing.T) {
+	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	pods := podsFor(t, s, []int{0, 0, 1, 1, 0, 1, 0, 0})
+	pods[6].Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	pods[7].Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stray", UID: "stray"}}
+	costs, err := Costs(s, append(pods, stray))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := append([]*corev1.Pod{stray}, pods...)
+	sort.SliceStable(order, func(a, b int) bool { return costs[order[a].UID] < costs[order[b].UID] })
+	if order[0].Name != "stray" || order[1].Name != "p007" || order[2].Name != "p006" {
+		t.Fatalf("deletion order %v: want the stray, then the fallback pods newest first", names(order))
+	}
+	// The remaining six are the worked example's split, in its Victim order.
+	rest, _ := Costs(s, pods[:6])
+	for i := 3; i < len(order)-1; i++ {
+		if rest[order[i].UID] > rest[order[i+1].UID] {
+			t.Fatalf("after the fallback pods, order %v is not the Victim order", names(order))
+		}
+	}
+}
+
+func names(pods []*corev1.Pod) []string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.Name
+	}
+	return out
+}
