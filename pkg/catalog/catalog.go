@@ -85,17 +85,23 @@ var ErrNoPool = errors.New("no NodePool can serve the group")
 // pod's images do not support.
 var ErrArchitecture = errors.New("the group's architecture is not one the images support")
 
+// ErrCapacity is wrapped when the pools that could serve the group are all
+// out of capacity for now.
+var ErrCapacity = errors.New("the NodePools that could serve the group are out of capacity")
+
 // Select returns the first pool, in Karpenter's order, that can provide the
 // group's labels and satisfy the pod's own constraints (nodeSelector, required
 // node affinity, tolerations). pod may be nil when only the group matters.
 // The error explains, per pool, why none fits.
 func (c *Catalog) Select(group map[string]string, pod *corev1.Pod) (Choice, error) {
-	return c.SelectFor(group, pod, nil)
+	return c.SelectFor(group, pod, nil, nil)
 }
 
 // SelectFor is Select for a pod whose images run only on archs (empty: no
-// constraint): the pool must also provide one of them.
-func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []string) (Choice, error) {
+// constraint): the pool must also provide one of them. A pool for which out
+// returns an error (out of capacity) is passed over for the next; out may be
+// nil.
+func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []string, out func(pool string) error) (Choice, error) {
 	groupReqs := scheduling.NewLabelRequirements(group)
 	if len(archs) > 0 {
 		if arch, ok := group[corev1.LabelArchStable]; ok && !slices.Contains(archs, arch) {
@@ -117,6 +123,7 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 		}
 	}
 	var reasons []string
+	skipped := false
 	for _, p := range c.pools {
 		if err := p.Requirements.Compatible(groupReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
 			reasons = append(reasons, fmt.Sprintf("%s: group: %v", p.Name, err))
@@ -133,7 +140,17 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 			reasons = append(reasons, fmt.Sprintf("%s: tainted and not opted in with %s: \"true\"", p.Name, annotations.Tolerate))
 			continue
 		}
+		if out != nil {
+			if err := out(p.Name); err != nil {
+				skipped = true
+				reasons = append(reasons, fmt.Sprintf("%s: %v", p.Name, err))
+				continue
+			}
+		}
 		return Choice{Pool: p, Tolerations: tolerations}, nil
+	}
+	if skipped {
+		return Choice{}, fmt.Errorf("%w: %s", ErrCapacity, strings.Join(reasons, "; "))
 	}
 	if len(c.pools) == 0 {
 		return Choice{}, fmt.Errorf("%w: there are no NodePools", ErrNoPool)

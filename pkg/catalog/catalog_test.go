@@ -151,7 +151,7 @@ func TestSelectForArchitectures(t *testing.T) {
 		{name: "a pool without an arch requirement can serve any", group: map[string]string{"team": "x"}, archs: []string{"arm64"}, want: "any"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			choice, err := c.SelectFor(tc.group, tc.pod, tc.archs)
+			choice, err := c.SelectFor(tc.group, tc.pod, tc.archs, nil)
 			if tc.archErr {
 				if !errors.Is(err, ErrArchitecture) {
 					t.Fatalf("SelectFor = %v, %v; want ErrArchitecture", choice.Pool, err)

@@ -39,6 +39,9 @@ type Decision struct {
 	// Preferred writes the group and the NodePool as a preferred term
 	// instead of required ones; the architectures stay required.
 	Preferred bool
+	// Fallback lists the groups (keys) that were out of capacity when the
+	// decision was made; written as the apportion.dev/fallback annotation.
+	Fallback []string
 	// ArchitectureOnly is a decision without a strategy: no group, only the
 	// architectures and the NodePool. No group annotation is written.
 	ArchitectureOnly bool
@@ -148,6 +151,9 @@ func Apply(pod *corev1.Pod, d Decision) {
 	}
 	if len(d.Architectures) > 0 {
 		pod.Annotations[annotations.Architectures] = strings.Join(d.Architectures, ",")
+	}
+	if len(d.Fallback) > 0 {
+		pod.Annotations[annotations.Fallback] = strings.Join(d.Fallback, ";")
 	}
 	rec, _ := json.Marshal(d.Record) // a struct of strings and ints cannot fail to marshal
 	pod.Annotations[annotations.Decision] = string(rec)

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -64,6 +65,9 @@ const (
 const (
 	RecordQuota        = "quota"
 	RecordArchitecture = "architecture"
+	// RecordFallback: placed while some group of the strategy was out of
+	// capacity (the others shared its part).
+	RecordFallback = "fallback"
 )
 
 // Images tells which architectures a pod's images run on (pkg/imagearch).
@@ -219,7 +223,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if err != nil {
 		return c.release(ctx, pod, ReasonError, err)
 	}
-	avail, archOut := c.available(ctx, ref, p.strategy, pod, images, groupErrs)
+	avail, archOut, capacityOut := c.available(ctx, ref, p.strategy, pod, images, groupErrs)
 
 	unlock := c.locks.lock(key)
 	defer unlock()
@@ -253,6 +257,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		Preferred:     info.Preferred,
 		Record:        decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
 	}
+	if len(capacityOut) > 0 {
+		d.Fallback, d.Record.Reason = capacityOut, RecordFallback
+	}
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)
 	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -276,8 +283,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 
 // available is the set of groups that can be served, with a Warning Event for
 // each one left out. archOut reports whether some group was left out only
-// because of the images' architectures.
-func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference, s *strategy.Strategy, pod *corev1.Pod, images *imagearch.Result, groupErrs []error) (avail apportion.Set, archOut bool) {
+// because of the images' architectures; capacityOut lists the groups left out
+// because they are out of capacity for now.
+func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference, s *strategy.Strategy, pod *corev1.Pod, images *imagearch.Result, groupErrs []error) (avail apportion.Set, archOut bool, capacityOut []string) {
 	avail = apportion.All
 	var plain []error // the groups' answers without the architectures, asked only when needed
 	for i, gerr := range groupErrs {
@@ -285,6 +293,11 @@ func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference,
 			continue
 		}
 		avail = avail.Without(i)
+		if errors.Is(gerr, catalog.ErrCapacity) {
+			capacityOut = append(capacityOut, s.Groups[i].Key())
+			c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split for now: %v", i+1, s.Groups[i].Key(), gerr)
+			continue
+		}
 		if images != nil && plain == nil {
 			if _, errs, err := c.capacity.Choose(ctx, s, pod, nil); err == nil {
 				plain = errs
@@ -298,7 +311,7 @@ func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference,
 		}
 		c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: %v", i+1, s.Groups[i].Key(), gerr)
 	}
-	return avail, archOut
+	return avail, archOut, capacityOut
 }
 
 // placeByArchitecture places a pod without a strategy: the architectures its
@@ -318,7 +331,13 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 	if err != nil {
 		return c.release(ctx, pod, ReasonError, err)
 	}
-	if errs[0] != nil {
+	reason := RecordArchitecture
+	switch {
+	case errors.Is(errs[0], catalog.ErrCapacity):
+		// Every pool that could run them is out of capacity for now: the
+		// architectures alone, and Karpenter picks among its pools.
+		choices[0], reason = catalog.Choice{}, RecordFallback
+	case errs[0] != nil:
 		c.warnOnce(ref, "NoCompatibleArchitecture", "nothing can run the images' architectures (%s): %v; pods are placed without apportion", describeImages(res), errs[0])
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
 	}
@@ -327,7 +346,7 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 		NodePool:         choices[0].PoolName(),
 		Architectures:    res.Architectures,
 		Tolerations:      choices[0].Tolerations,
-		Record:           decision.Record{Reason: RecordArchitecture},
+		Record:           decision.Record{Reason: reason},
 	}
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)

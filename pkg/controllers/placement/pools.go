@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
@@ -31,6 +33,9 @@ type Capacity interface {
 // the NodePool informer's events), so a decision lists no NodePools.
 type NodePoolCapacity struct {
 	Reader client.Reader
+	// Tracker, when set, says which NodePools are out of capacity for now:
+	// a group goes to its next pool, or is left out.
+	Tracker *capacity.Tracker
 
 	mu      sync.Mutex
 	stale   bool
@@ -70,10 +75,23 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 	}
 	choices := make([]catalog.Choice, len(s.Groups))
 	errs := make([]error, len(s.Groups))
+	var out func(string) error
+	if n.Tracker != nil {
+		out = func(pool string) error { return unavailable(n.Tracker, capacity.PoolKey(pool)) }
+	}
 	for i, g := range s.Groups {
-		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs)
+		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs, out)
 	}
 	return choices, errs, nil
+}
+
+// unavailable is the error for a key out of capacity, nil when it is not.
+func unavailable(t *capacity.Tracker, key capacity.Key) error {
+	out, reason, until := t.Unavailable(key)
+	if !out {
+		return nil
+	}
+	return fmt.Errorf("out of capacity (%s) until %s", reason, until.UTC().Format(time.RFC3339))
 }
 
 // NodeLabelCapacity serves a group when some node carries all its labels
@@ -85,6 +103,13 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 // decision does not scan the nodes.
 type NodeLabelCapacity struct {
 	Reader client.Reader
+	// Tracker, when set, says which groups' label sets are out of capacity
+	// for now (their pods stayed unschedulable past the capacity timeout).
+	Tracker *capacity.Tracker
+	// ScaleFromZero serves a group even when no node carries its labels
+	// now: an autoscaler can create one (managed node groups scaled to
+	// zero). Only the Tracker leaves such a group out.
+	ScaleFromZero bool
 
 	mu    sync.Mutex
 	known map[string]bool // group key and architectures -> some node has the labels
@@ -135,9 +160,13 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 			}
 			n.known[key] = served
 		}
-		if !served && len(archs) > 0 {
+		switch {
+		case n.Tracker != nil && unavailable(n.Tracker, capacity.LabelsKey(g.Key())) != nil:
+			errs[i] = fmt.Errorf("%w: nodes with %s: %v", catalog.ErrCapacity, g.Key(), unavailable(n.Tracker, capacity.LabelsKey(g.Key())))
+		case served || n.ScaleFromZero:
+		case len(archs) > 0:
 			errs[i] = fmt.Errorf("no node has the labels %s and one of the architectures %s", g.Key(), archKey)
-		} else if !served {
+		default:
 			errs[i] = fmt.Errorf("no node has the labels %s", g.Key())
 		}
 	}

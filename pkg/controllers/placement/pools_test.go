@@ -2,15 +2,20 @@ package placement_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
@@ -88,5 +93,28 @@ func TestNodeLabelCapacityArchitectures(t *testing.T) {
 		if got := [3]bool{errs[0] == nil, errs[1] == nil, errs[2] == nil}; got != tc.want {
 			t.Errorf("archs %v: served %v, want %v (%v)", tc.archs, got, tc.want, errs)
 		}
+	}
+}
+
+// TestNodeLabelCapacityScaleFromZeroAndTracker: with scale-from-zero a group
+// without nodes is still served; the tracker leaves a group out either way.
+func TestNodeLabelCapacityScaleFromZeroAndTracker(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"pool": "x"}}}).Build()
+	s, err := strategy.Parse("pool=x,weight=1:pool=y,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := capacity.NewTracker(clock.RealClock{}, time.Hour, time.Hour)
+	capa := &placement.NodeLabelCapacity{Reader: c, Tracker: tracker, ScaleFromZero: true}
+	_, errs, err := capa.Choose(ctx, s, &corev1.Pod{}, nil)
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("scale from zero: %v %v, want both groups served", errs, err)
+	}
+	tracker.Mark(capacity.LabelsKey("pool=x"), "timeout")
+	_, errs, _ = capa.Choose(ctx, s, &corev1.Pod{}, nil)
+	if !errors.Is(errs[0], catalog.ErrCapacity) || errs[1] != nil {
+		t.Fatalf("pool=x out: %v, want it left out for capacity", errs)
 	}
 }

@@ -1,0 +1,59 @@
+package placement_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+)
+
+// TestPoolOutOfCapacityFallsBack: with the spot pool out of capacity, seed
+// 004's pods all go on-demand, recorded as fallback; once it is back, new
+// pods go to spot again (the split catches up).
+func TestPoolOutOfCapacityFallsBack(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
+	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &placement.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
+	tracker.Mark(capacity.PoolKey("spot"), "limits")
+	for i := range 4 {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if pod.Annotations[annotations.NodePool] != "od" || pod.Annotations[annotations.Fallback] != "karpenter.sh/capacity-type=spot" ||
+			!strings.Contains(pod.Annotations[annotations.Decision], `"reason":"fallback"`) {
+			t.Fatalf("pod %d: annotations %v, want on-demand by fallback", i, pod.Annotations)
+		}
+	}
+	if ev := drainEvents(f); !strings.Contains(ev, "GroupUnavailable") || !strings.Contains(ev, "out of capacity (limits)") {
+		t.Fatalf("events:\n%s\nwant GroupUnavailable saying why", ev)
+	}
+	f.clock.Step(time.Minute + time.Second)
+	for i := 4; i < 8; i++ {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if pod.Annotations[annotations.NodePool] != "spot" || pod.Annotations[annotations.Fallback] != "" ||
+			!strings.Contains(pod.Annotations[annotations.Decision], `"reason":"quota"`) {
+			t.Fatalf("pod %d after the outage: annotations %v, want spot by quota", i, pod.Annotations)
+		}
+	}
+}
+
+// TestOutOfCapacityPoolPassesToTheNextPool: a group with two pools goes to
+// the second while the first is out, and is not a fallback.
+func TestOutOfCapacityPoolPassesToTheNextPool(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"), nodePool("spot-2", 1, "spot"))
+	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
+	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &placement.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
+	tracker.Mark(capacity.PoolKey("spot"), "timeout")
+	pools := map[string]int{}
+	for i := range 4 {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if pod.Annotations[annotations.Fallback] != "" {
+			t.Fatalf("pod %d marked fallback though its group was served: %v", i, pod.Annotations)
+		}
+		pools[pod.Annotations[annotations.NodePool]]++
+	}
+	if pools["od"] != 2 || pools["spot-2"] != 2 || pools["spot"] != 0 {
+		t.Fatalf("pools %v, want od 2 and spot-2 2", pools)
+	}
+}
