@@ -36,6 +36,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/certs"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
@@ -138,10 +139,13 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		return err
 	}
 
+	// NodePools (or node groups) out of capacity, shared by the detector
+	// that marks them and the placement controller that passes them over.
+	tracker := capacitypkg.NewTracker(clk, o.CapacityTTL, o.CapacityMaxTTL)
 	var capacity placement.Capacity
 	if !apis.Served(NodePoolGVK) {
 		logger.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
-		nodes := &placement.NodeLabelCapacity{Reader: mgr.GetClient()}
+		nodes := &placement.NodeLabelCapacity{Reader: mgr.GetClient(), Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
 		node := &metav1.PartialObjectMetadata{}
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 		inf, err := mgr.GetCache().GetInformer(ctx, node)
@@ -163,7 +167,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		}
 		capacity = nodes
 	} else {
-		pools := &placement.NodePoolCapacity{Reader: mgr.GetClient()}
+		pools := &placement.NodePoolCapacity{Reader: mgr.GetClient(), Tracker: tracker}
 		inf, err := mgr.GetCache().GetInformer(ctx, &karpv1.NodePool{})
 		if err != nil {
 			return fmt.Errorf("starting the NodePool informer: %w", err)

@@ -59,6 +59,17 @@ type Options struct {
 	PullAlwaysCacheTime   time.Duration
 	ImageFailureCacheTime time.Duration
 
+	// Capacity fallback: how long a decided pod may stay unschedulable with
+	// no NodeClaim on its way before its NodePool (or node group) counts
+	// as out of capacity, for how long it stays out (doubling on repeated
+	// outages up to the max), how fast stuck pods are deleted, and whether
+	// node groups without a node now may scale from zero.
+	CapacityTimeout   time.Duration
+	CapacityTTL       time.Duration
+	CapacityMaxTTL    time.Duration
+	CapacityDeleteQPS float64
+	ScaleFromZero     bool
+
 	envErrs []error
 }
 
@@ -108,6 +119,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ImageCacheSize, "image-cache-size", o.envInt("IMAGE_CACHE_SIZE", 10000), "image references whose platforms are kept in memory")
 	fs.DurationVar(&o.IfNotPresentCacheTime, "if-not-present-cache-time", o.envDuration("IF_NOT_PRESENT_CACHE_TIME", 168*time.Hour), "how long the platforms of a tag pulled IfNotPresent (or Never) are cached; digests are cached until evicted")
 	fs.DurationVar(&o.PullAlwaysCacheTime, "pull-always-cache-time", o.envDuration("PULL_ALWAYS_CACHE_TIME", time.Minute), "how long the platforms of a tag pulled Always are cached (0: not cached)")
+	fs.DurationVar(&o.CapacityTimeout, "capacity-timeout", o.envDuration("CAPACITY_TIMEOUT", 3*time.Minute), "how long a placed pod may stay unschedulable, with no NodeClaim of its NodePool on its way, before the NodePool (or node group) counts as out of capacity (per workload: annotation apportion.dev/capacity-timeout)")
+	fs.DurationVar(&o.CapacityTTL, "capacity-ttl", o.envDuration("CAPACITY_TTL", 3*time.Minute), "how long a NodePool (or node group) out of capacity is left out of new decisions; doubled each time it is out again soon after")
+	fs.DurationVar(&o.CapacityMaxTTL, "capacity-max-ttl", o.envDuration("CAPACITY_MAX_TTL", 30*time.Minute), "the longest a NodePool (or node group) is left out at once")
+	fs.Float64Var(&o.CapacityDeleteQPS, "capacity-delete-qps", o.envFloat("CAPACITY_DELETE_QPS", 2), "pods per second that may be deleted (so their controller recreates them elsewhere) when their NodePool is out of capacity; 0 deletes none")
+	fs.BoolVar(&o.ScaleFromZero, "scale-from-zero", o.envBool("SCALE_FROM_ZERO", false), "node-label mode (no Karpenter): serve a group even when no node has its labels now, because its node group can scale from zero")
 	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 
@@ -190,6 +206,15 @@ func (o *Options) validateArchitectures() []error {
 	if o.PullAlwaysCacheTime < 0 {
 		errs = append(errs, fmt.Errorf("--pull-always-cache-time must not be negative, got %s", o.PullAlwaysCacheTime))
 	}
+	if o.CapacityTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--capacity-timeout must be positive, got %s", o.CapacityTimeout))
+	}
+	if o.CapacityTTL <= 0 || o.CapacityMaxTTL < o.CapacityTTL {
+		errs = append(errs, fmt.Errorf("need 0 < --capacity-ttl (%s) <= --capacity-max-ttl (%s)", o.CapacityTTL, o.CapacityMaxTTL))
+	}
+	if o.CapacityDeleteQPS < 0 {
+		errs = append(errs, fmt.Errorf("--capacity-delete-qps must not be negative, got %g", o.CapacityDeleteQPS))
+	}
 	if o.ImageFailureCacheTime <= 0 {
 		errs = append(errs, fmt.Errorf("--image-failure-cache-time must be positive, got %s", o.ImageFailureCacheTime))
 	}
@@ -271,6 +296,10 @@ func envParse[T any](o *Options, key string, def T, parse func(string) (T, error
 func (o *Options) envInt(key string, def int) int { return envParse(o, key, def, strconv.Atoi) }
 
 func (o *Options) envBool(key string, def bool) bool { return envParse(o, key, def, strconv.ParseBool) }
+
+func (o *Options) envFloat(key string, def float64) float64 {
+	return envParse(o, key, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
+}
 
 func (o *Options) envDuration(key string, def time.Duration) time.Duration {
 	return envParse(o, key, def, time.ParseDuration)
