@@ -104,6 +104,24 @@ var (
 		Namespace: namespace, Subsystem: "image", Name: "breaker_open_total",
 		Help: "Times a registry's circuit breaker opened. Labels: registry.",
 	}, []string{LabelRegistry})
+	// CapacityUnavailableTotal counts outages: a NodePool (kind nodepool) or
+	// a group's label set (kind labels) newly marked out of capacity, by
+	// reason (not_ready, limits, launch_failed, timeout).
+	CapacityUnavailableTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "capacity", Name: "unavailable_total",
+		Help: "NodePools or label sets newly marked out of capacity. Labels: kind (nodepool, labels), reason.",
+	}, []string{LabelKind, LabelReason})
+	// CapacityUnavailable is the number of keys out of capacity now, by kind.
+	CapacityUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "capacity", Name: "unavailable",
+		Help: "NodePools or label sets out of capacity now. Labels: kind (nodepool, labels).",
+	}, []string{LabelKind})
+	// CapacityPodsDeletedTotal counts stuck pods deleted so that their
+	// controller recreates them in a group that has capacity.
+	CapacityPodsDeletedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "capacity", Name: "pods_deleted_total",
+		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere.",
+	})
 )
 
 var once sync.Once
@@ -114,6 +132,7 @@ func Register() {
 	once.Do(func() {
 		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
-			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal)
+			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal,
+			CapacityUnavailableTotal, CapacityUnavailable, CapacityPodsDeletedTotal)
 	})
 }

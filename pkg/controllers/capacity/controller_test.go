@@ -1,0 +1,821 @@
+package capacity
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+var now = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+const spotGroup = "karpenter.sh/capacity-type=spot"
+
+// scheme is operator.Scheme's content (operator wires this package, so the
+// test cannot import it).
+func scheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	gv := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
+	s.AddKnownTypes(gv, &karpv1.NodePool{}, &karpv1.NodePoolList{}, &karpv1.NodeClaim{}, &karpv1.NodeClaimList{})
+	metav1.AddToGroupVersion(s, gv)
+	return s
+}
+
+// countingLimiter counts the waits and never blocks.
+type countingLimiter struct {
+	mu    sync.Mutex
+	waits int
+}
+
+func (l *countingLimiter) Wait(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waits++
+	return nil
+}
+
+type fixture struct {
+	t       *testing.T
+	client  client.Client
+	clock   *clocktesting.FakeClock
+	rec     *events.FakeRecorder
+	tracker *capacity.Tracker
+	ctrl    *Controller
+	limiter *countingLimiter
+}
+
+func newFixture(t *testing.T, opts Options, funcs *interceptor.Funcs, deployAnnotations map[string]string, objs ...client.Object) *fixture {
+	t.Helper()
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid", Annotations: deployAnnotations}}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "deploy-uid", Controller: ptr.To(true)}}}}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "sts-uid"}}
+	indexer := &Controller{opts: opts}
+	var c client.Client = fake.NewClientBuilder().WithScheme(scheme(t)).
+		WithIndex(&corev1.Pod{}, PodKeyIndex, indexer.podIndex).
+		WithIndex(&karpv1.NodeClaim{}, ClaimOnTheWayIndex, claimIndex).
+		WithObjects(append(objs, deploy, rs, sts)...).Build()
+	if funcs != nil {
+		c = interceptor.NewClient(c.(client.WithWatch), *funcs)
+	}
+	f := &fixture{t: t, client: c, clock: clocktesting.NewFakeClock(now), rec: events.NewFakeRecorder(100), limiter: &countingLimiter{}}
+	f.tracker = capacity.NewTracker(f.clock, 3*time.Minute, 30*time.Minute)
+	f.ctrl = NewController(f.clock, c, f.rec, f.tracker, opts)
+	f.ctrl.limiter = f.limiter
+	return f
+}
+
+type podOpt func(*corev1.Pod)
+
+// pendingPod is a decided pod of the nginx Deployment in pool, unschedulable
+// since at.
+func pendingPod(name, pool string, at time.Time, opts ...podOpt) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
+			CreationTimestamp: metav1.NewTime(at.Add(-time.Second)),
+			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
+			Annotations:       map[string]string{annotations.Group: spotGroup, annotations.NodePool: pool},
+			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs-uid", Controller: ptr.To(true)}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(at),
+		}}},
+	}
+	for _, o := range opts {
+		o(pod)
+	}
+	return pod
+}
+
+func ownedBy(kind, name, uid string) podOpt {
+	return func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(uid), Controller: ptr.To(true)}}
+	}
+}
+
+func withAnnotation(k, v string) podOpt {
+	return func(p *corev1.Pod) { p.Annotations[k] = v }
+}
+
+func nodePool(name string, ready metav1.ConditionStatus, mutate ...func(*karpv1.NodePool)) *karpv1.NodePool {
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")},
+		Status: karpv1.NodePoolStatus{Conditions: []status.Condition{{Type: status.ConditionReady, Status: ready, Reason: "Testing", Message: "set by the test"}}}}
+	for _, m := range mutate {
+		m(np)
+	}
+	return np
+}
+
+func nodeClaim(name, pool string, created time.Time, conds ...status.Condition) *karpv1.NodeClaim {
+	return &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid"), CreationTimestamp: metav1.NewTime(created),
+		Labels: map[string]string{karpv1.NodePoolLabelKey: pool}},
+		Status: karpv1.NodeClaimStatus{Conditions: conds}}
+}
+
+func (f *fixture) get(name string) (*corev1.Pod, bool) {
+	f.t.Helper()
+	var p corev1.Pod
+	err := f.client.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: name}, &p)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return &p, true
+}
+
+func (f *fixture) reconcile(name string) reconcile.Result {
+	f.t.Helper()
+	p, ok := f.get(name)
+	if !ok {
+		f.t.Fatalf("pod %s not found", name)
+	}
+	res, err := f.ctrl.Reconcile(context.Background(), p)
+	if err != nil {
+		f.t.Fatalf("reconcile %s: %v", name, err)
+	}
+	return res
+}
+
+// drain runs the deleter over what is queued.
+func (f *fixture) drain() {
+	for {
+		name, ok := f.ctrl.deletions.tryPop()
+		if !ok {
+			return
+		}
+		f.ctrl.deleteIfStuck(context.Background(), name)
+	}
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func (f *fixture) out(key capacity.Key) (bool, string) {
+	out, reason, _ := f.tracker.Unavailable(key)
+	return out, reason
+}
+
+func TestNotReadyAfterGrace(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-4*time.Second)))
+	before := testutil.ToFloat64(metrics.CapacityUnavailableTotal.WithLabelValues(capacity.KindNodePool, ReasonNotReady))
+
+	if res := f.reconcile("p1"); res.RequeueAfter != 6*time.Second {
+		t.Errorf("within the grace: RequeueAfter %s, want 6s", res.RequeueAfter)
+	}
+	if out, _ := f.out(spot); out {
+		t.Fatal("marked within the grace")
+	}
+	f.clock.Step(6 * time.Second)
+	f.reconcile("p1")
+	if out, reason := f.out(spot); !out || reason != ReasonNotReady {
+		t.Fatalf("after the grace: out %v reason %q; want not_ready", out, reason)
+	}
+	evs := f.events()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning CapacityUnavailable NodePool spot cannot get capacity (not_ready: the NodePool is not Ready (Testing: set by the test))") {
+		t.Errorf("events %q", evs)
+	}
+	if got := testutil.ToFloat64(metrics.CapacityUnavailableTotal.WithLabelValues(capacity.KindNodePool, ReasonNotReady)) - before; got != 1 {
+		t.Errorf("unavailable_total grew by %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(metrics.CapacityUnavailable.WithLabelValues(capacity.KindNodePool)); got != 1 {
+		t.Errorf("unavailable gauge %v, want 1", got)
+	}
+	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal)
+	f.drain()
+	if _, ok := f.get("p1"); ok {
+		t.Error("stuck pod not deleted")
+	}
+	if got := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal) - deleted; got != 1 {
+		t.Errorf("pods_deleted_total grew by %v, want 1", got)
+	}
+	// A second pod of the key: no second Event, deleted too.
+	if err := f.client.Create(context.Background(), pendingPod("p2", "spot", now)); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("p2")
+	f.drain()
+	if _, ok := f.get("p2"); ok {
+		t.Error("second stuck pod not deleted")
+	}
+	if evs := f.events(); len(evs) != 0 {
+		t.Errorf("events for an outage already reported: %q", evs)
+	}
+}
+
+func TestReadyPoolWithinTimeoutIsNotMarked(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-time.Minute)))
+	if res := f.reconcile("p1"); res.RequeueAfter != 2*time.Minute {
+		t.Errorf("RequeueAfter %s, want the 2m left of the timeout", res.RequeueAfter)
+	}
+	if out, _ := f.out(capacity.PoolKey("spot")); out {
+		t.Fatal("a Ready pool marked before the timeout")
+	}
+}
+
+func TestMissingNodePool(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, pendingPod("p1", "gone", now.Add(-time.Minute)))
+	f.reconcile("p1")
+	if out, reason := f.out(capacity.PoolKey("gone")); !out || reason != ReasonNotReady {
+		t.Fatalf("missing NodePool: out %v reason %q", out, reason)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	q := resource.MustParse
+	for _, tc := range []struct {
+		name         string
+		limits, used corev1.ResourceList
+		want         bool
+	}{
+		{"cpu at limit", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10"), corev1.ResourceMemory: q("40Gi")}, true},
+		{"memory above limit", corev1.ResourceList{corev1.ResourceMemory: q("32Gi")}, corev1.ResourceList{corev1.ResourceMemory: q("40Gi")}, true},
+		{"nodes at limit", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, true},
+		{"below", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("9500m")}, false},
+		{"no usage reported", corev1.ResourceList{corev1.ResourceCPU: q("10")}, nil, false},
+		// Nodes without GPUs can still launch.
+		{"gpu at limit", corev1.ResourceList{"nvidia.com/gpu": q("0")}, corev1.ResourceList{"nvidia.com/gpu": q("0")}, false},
+		{"gpu above limit", corev1.ResourceList{"nvidia.com/gpu": q("2")}, corev1.ResourceList{"nvidia.com/gpu": q("4")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+				np.Spec.Limits = karpv1.Limits(tc.limits)
+				np.Status.Resources = tc.used
+			})
+			f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-Grace)))
+			f.reconcile("p1")
+			out, reason := f.out(capacity.PoolKey("spot"))
+			if out != tc.want || (out && reason != ReasonLimits) {
+				t.Fatalf("out %v reason %q; want out %v for limits", out, reason, tc.want)
+			}
+		})
+	}
+}
+
+// TestLaunchFailure: a NodeClaim deleted before it registered (Karpenter on
+// insufficient capacity) marks the pool once Karpenter had Grace to create
+// another one; one it did create holds the signal back.
+func TestLaunchFailure(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	failedClaim := nodeClaim("spot-x1", "spot", now.Add(-5*time.Second))
+	failedClaim.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+	for _, tc := range []struct {
+		name    string
+		onWay   bool
+		claimAt time.Duration // the replacement NodeClaim's age at the failure
+	}{{name: "none on its way"}, {name: "replacement on its way", onWay: true, claimAt: time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []client.Object{nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-20*time.Second))}
+			if tc.onWay {
+				objs = append(objs, nodeClaim("spot-x2", "spot", now.Add(-tc.claimAt),
+					status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue}))
+			}
+			f := newFixture(t, Options{}, nil, nil, objs...)
+			if !f.ctrl.observeClaim(failedClaim, false) {
+				t.Fatal("deletion before registration not recorded as a failure")
+			}
+			if f.ctrl.observeClaim(failedClaim, true) {
+				t.Error("the same NodeClaim's failure recorded twice")
+			}
+			res := f.reconcile("p1")
+			if out, _ := f.out(spot); out {
+				t.Fatal("marked within Grace of the failure: Karpenter may still create another NodeClaim")
+			}
+			if !tc.onWay && res.RequeueAfter != Grace {
+				t.Errorf("RequeueAfter %s, want Grace after the failure", res.RequeueAfter)
+			}
+			f.clock.Step(Grace)
+			f.reconcile("p1")
+			f.drain()
+			out, reason := f.out(spot)
+			if tc.onWay {
+				if out {
+					t.Fatal("marked while a NodeClaim is on its way")
+				}
+				if _, ok := f.get("p1"); !ok {
+					t.Fatal("pod deleted while a NodeClaim is on its way")
+				}
+				return
+			}
+			if !out || reason != ReasonLaunchFailed {
+				t.Fatalf("out %v reason %q; want launch_failed", out, reason)
+			}
+			if _, ok := f.get("p1"); ok {
+				t.Error("stuck pod not deleted")
+			}
+		})
+	}
+}
+
+func TestLaunchedConditionFailure(t *testing.T) {
+	failed := status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionUnknown, Reason: "LaunchFailed", Message: "no capacity",
+		LastTransitionTime: metav1.NewTime(now.Add(-30 * time.Second))}
+	awaiting := status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionUnknown, Reason: awaitingReason}
+	falseCond := status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionFalse, Reason: "Whatever", LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}
+	registered := status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue}
+	for _, tc := range []struct {
+		name   string
+		conds  []status.Condition
+		failed bool
+	}{
+		{"launch error", []status.Condition{failed}, true},
+		{"launched false", []status.Condition{falseCond}, true},
+		{"awaiting launch", []status.Condition{awaiting}, false},
+		{"no condition yet", nil, false},
+		{"registered", []status.Condition{registered}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := nodeClaim("c", "spot", now.Add(-time.Minute), tc.conds...)
+			if got, _ := launchFailed(nc); got != tc.failed {
+				t.Fatalf("launchFailed %v, want %v", got, tc.failed)
+			}
+			if onWay := len(claimIndex(nc)) > 0; onWay != (!tc.failed && tc.name != "registered") {
+				t.Errorf("indexed as on its way: %v", onWay)
+			}
+		})
+	}
+	if awaitingReason == "" {
+		t.Fatal("operatorpkg's initial reason not found")
+	}
+}
+
+// TestTimeout: a Ready pool marks after the timeout only when no NodeClaim
+// is on its way; a NodeClaim on its way holds it until it is timeout old.
+func TestTimeout(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	onWay := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
+	registeredClaim := nodeClaim("spot-b", "spot", now.Add(-time.Minute), status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue})
+	otherPool := nodeClaim("od-a", "on-demand", now.Add(-time.Minute))
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), onWay, registeredClaim, otherPool,
+		pendingPod("p1", "spot", now.Add(-5*time.Minute)))
+	res := f.reconcile("p1")
+	if out, _ := f.out(spot); out {
+		t.Fatal("marked while a NodeClaim of the pool is on its way")
+	}
+	if res.RequeueAfter != 2*time.Minute {
+		t.Errorf("RequeueAfter %s, want when the NodeClaim turns 3m old", res.RequeueAfter)
+	}
+	// The slow NodeClaim is still not registered 3 minutes after its creation.
+	f.clock.Step(2 * time.Minute)
+	f.reconcile("p1")
+	if out, reason := f.out(spot); !out || reason != ReasonTimeout {
+		t.Fatalf("out %v reason %q; want timeout", out, reason)
+	}
+	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "(timeout: a pod stayed unschedulable for 3m0s with no NodeClaim on its way)") {
+		t.Errorf("events %q", evs)
+	}
+}
+
+func TestTimeoutAfterClaimRegistered(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	claim := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), claim, pendingPod("p1", "spot", now.Add(-5*time.Minute)))
+	f.reconcile("p1")
+	if out, _ := f.out(spot); out {
+		t.Fatal("marked while a NodeClaim is on its way")
+	}
+	// It registers, yet the pod is still unschedulable: the node went to
+	// other pods.
+	claim.Status.Conditions = []status.Condition{{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: metav1.NewTime(now)}}
+	if err := f.client.Status().Update(context.Background(), claim); err != nil {
+		if err := f.client.Update(context.Background(), claim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.reconcile("p1")
+	if out, reason := f.out(spot); !out || reason != ReasonTimeout {
+		t.Fatalf("out %v reason %q; want timeout", out, reason)
+	}
+}
+
+// TestNoDeletionWhileClaimOnTheWay: even while the key is out, a pod whose
+// pool has a NodeClaim on its way is left alone.
+func TestNoDeletionWhileClaimOnTheWay(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	claim := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), claim, pendingPod("p1", "spot", now.Add(-time.Minute)))
+	f.tracker.Mark(spot, ReasonLimits)
+	f.reconcile("p1")
+	f.drain()
+	if _, ok := f.get("p1"); !ok {
+		t.Fatal("pod deleted while a NodeClaim of its pool is on its way")
+	}
+	if f.limiter.waits != 0 {
+		t.Errorf("%d limiter waits for no deletion", f.limiter.waits)
+	}
+	if err := f.client.Delete(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("p1")
+	f.drain()
+	if _, ok := f.get("p1"); ok {
+		t.Fatal("pod not deleted once no NodeClaim is on its way")
+	}
+}
+
+// TestOnlyRecreatedPendingPodsDeleted: the pods of the key that a
+// ReplicaSet or StatefulSet recreates are deleted; nothing else.
+func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
+	at := now.Add(-time.Minute)
+	bound := pendingPod("bound", "spot", at)
+	bound.Spec.NodeName = "node-1"
+	running := pendingPod("running", "spot", at)
+	running.Status.Phase = corev1.PodRunning
+	deleting := pendingPod("deleting", "spot", at)
+	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+	deleting.Finalizers = []string{"test/keep"}
+	undecided := pendingPod("undecided", "spot", at)
+	delete(undecided.Annotations, annotations.Group)
+	gated := pendingPod("gated", "spot", at)
+	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), nodePool("on-demand", metav1.ConditionTrue),
+		pendingPod("trigger", "spot", at),
+		pendingPod("rs-pod", "spot", at),
+		pendingPod("sts-pod", "spot", at, ownedBy("StatefulSet", "db", "sts-uid")),
+		pendingPod("bare", "spot", at, func(p *corev1.Pod) { p.OwnerReferences = nil }),
+		pendingPod("ds-pod", "spot", at, ownedBy("DaemonSet", "agent", "ds-uid")),
+		pendingPod("job-pod", "spot", at, func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "job-uid", Controller: ptr.To(true)}}
+		}),
+		pendingPod("not-controller", "spot", at, func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil }),
+		pendingPod("other-pool", "on-demand", at),
+		bound, running, deleting, undecided, gated,
+	)
+	f.reconcile("trigger")
+	f.drain()
+	for name, want := range map[string]bool{
+		"trigger": false, "rs-pod": false, "sts-pod": false,
+		"bare": true, "ds-pod": true, "job-pod": true, "not-controller": true, "other-pool": true,
+		"bound": true, "running": true, "deleting": true, "undecided": true, "gated": true,
+	} {
+		if _, ok := f.get(name); ok != want {
+			t.Errorf("%s: exists %v, want %v", name, ok, want)
+		}
+	}
+	if f.limiter.waits != 3 {
+		t.Errorf("%d limiter waits, want one per deletion (3)", f.limiter.waits)
+	}
+	// Reconciling the ones left changes nothing.
+	for _, name := range []string{"bare", "ds-pod", "other-pool", "running"} {
+		f.reconcile(name)
+	}
+	f.drain()
+	for _, name := range []string{"bare", "ds-pod", "other-pool", "running"} {
+		if _, ok := f.get(name); !ok {
+			t.Errorf("%s deleted on a later pass", name)
+		}
+	}
+}
+
+// TestDeletePreconditions: the deletion carries the pod's UID and resource
+// version, so a pod bound after the cache read is not deleted.
+func TestDeletePreconditions(t *testing.T) {
+	var seen []client.DeleteOptions
+	bindFirst := false
+	funcs := &interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		var o client.DeleteOptions
+		o.ApplyOptions(opts)
+		seen = append(seen, o)
+		if bindFirst {
+			// The scheduler binds the pod between the cache read and the
+			// deletion.
+			var p corev1.Pod
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &p); err != nil {
+				return err
+			}
+			p.Spec.NodeName = "node-1"
+			if err := c.Update(ctx, &p); err != nil {
+				return err
+			}
+		}
+		return c.Delete(ctx, obj, opts...)
+	}}
+	f := newFixture(t, Options{}, funcs, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)), pendingPod("p2", "spot", now.Add(-time.Minute)))
+	p1, _ := f.get("p1")
+	f.reconcile("p1")
+	if name, ok := f.ctrl.deletions.tryPop(); ok {
+		f.ctrl.deleteIfStuck(context.Background(), name)
+	}
+	if len(seen) != 1 || seen[0].Preconditions == nil || seen[0].Preconditions.UID == nil || *seen[0].Preconditions.UID != p1.UID ||
+		seen[0].Preconditions.ResourceVersion == nil || *seen[0].Preconditions.ResourceVersion != p1.ResourceVersion {
+		t.Fatalf("delete options %+v; want UID %s and resourceVersion %s preconditions", seen, p1.UID, p1.ResourceVersion)
+	}
+	bindFirst = true
+	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal)
+	f.drain()
+	p2, ok := f.get("p2")
+	if !ok || p2.Spec.NodeName != "node-1" {
+		t.Fatal("a pod bound after the cache read was deleted")
+	}
+	if got := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal) - deleted; got != 0 {
+		t.Errorf("refused deletion counted: %v", got)
+	}
+}
+
+func TestWorkloadTimeout(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	f := newFixture(t, Options{}, nil, map[string]string{annotations.CapacityTimeout: "1m"},
+		nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-50*time.Second)))
+	if res := f.reconcile("p1"); res.RequeueAfter != 10*time.Second {
+		t.Errorf("RequeueAfter %s, want the 10s left of the workload's 1m", res.RequeueAfter)
+	}
+	f.clock.Step(10 * time.Second)
+	f.reconcile("p1")
+	if out, reason := f.out(spot); !out || reason != ReasonTimeout {
+		t.Fatalf("after the workload's timeout: out %v reason %q", out, reason)
+	}
+	evs := f.events()
+	if len(evs) != 1 || !strings.Contains(evs[0], "unschedulable for 1m0s") {
+		t.Errorf("events %q", evs)
+	}
+}
+
+func TestPodTemplateTimeoutWins(t *testing.T) {
+	f := newFixture(t, Options{Timeout: time.Hour}, nil, map[string]string{annotations.CapacityTimeout: "1h"},
+		nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-2*time.Minute), withAnnotation(annotations.CapacityTimeout, "90s")))
+	f.reconcile("p1")
+	if out, _ := f.out(capacity.PoolKey("spot")); !out {
+		t.Fatal("the pod template's 90s not applied")
+	}
+}
+
+func TestInvalidTimeoutAnnotation(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	f := newFixture(t, Options{}, nil, map[string]string{annotations.CapacityTimeout: "soon"},
+		nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-2*time.Minute)), pendingPod("p2", "spot", now.Add(-2*time.Minute)))
+	if res := f.reconcile("p1"); res.RequeueAfter != time.Minute {
+		t.Errorf("RequeueAfter %s, want the default's 1m left", res.RequeueAfter)
+	}
+	f.reconcile("p2")
+	if out, _ := f.out(spot); out {
+		t.Fatal("marked before the default timeout")
+	}
+	evs := f.events()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], `Warning InvalidCapacityTimeout apportion.dev/capacity-timeout "soon" is not a positive duration`) ||
+		!strings.HasSuffix(evs[0], "using 3m0s") {
+		t.Fatalf("events %q; want one InvalidCapacityTimeout", evs)
+	}
+	f.clock.Step(time.Minute)
+	f.reconcile("p1")
+	if out, _ := f.out(spot); !out {
+		t.Fatal("not marked after the default timeout")
+	}
+	for _, bad := range []string{"-1m", "0s", "5"} {
+		if d := f.ctrl.timeoutFor(pendingPod("x", "spot", now, withAnnotation(annotations.CapacityTimeout, bad)), nil, &corev1.ObjectReference{UID: "x"}); d != DefaultTimeout {
+			t.Errorf("%q gives %s, want the default", bad, d)
+		}
+	}
+}
+
+func TestNodeLabelMode(t *testing.T) {
+	group := "kubernetes.io/arch=arm64"
+	key := capacity.LabelsKey(group)
+	mk := func(name string, at time.Time, opts ...podOpt) *corev1.Pod {
+		p := pendingPod(name, "", at, opts...)
+		delete(p.Annotations, annotations.NodePool)
+		p.Annotations[annotations.Group] = group
+		return p
+	}
+	other := mk("other-group", now.Add(-time.Hour))
+	other.Annotations[annotations.Group] = "kubernetes.io/arch=amd64"
+	bare := mk("bare", now.Add(-time.Minute), func(p *corev1.Pod) { p.OwnerReferences = nil })
+	f := newFixture(t, Options{NodeLabels: true}, nil, nil, mk("p1", now.Add(-2*time.Minute)), mk("p2", now), bare, other)
+	if res := f.reconcile("p1"); res.RequeueAfter != time.Minute {
+		t.Errorf("RequeueAfter %s, want 1m", res.RequeueAfter)
+	}
+	if out, _ := f.out(key); out {
+		t.Fatal("marked before the timeout")
+	}
+	f.clock.Step(time.Minute)
+	f.reconcile("p1")
+	if out, reason := f.out(key); !out || reason != ReasonTimeout {
+		t.Fatalf("out %v reason %q; want timeout", out, reason)
+	}
+	f.drain()
+	for name, want := range map[string]bool{"p1": false, "p2": false, "bare": true, "other-group": true} {
+		if _, ok := f.get(name); ok != want {
+			t.Errorf("%s exists %v, want %v", name, ok, want)
+		}
+	}
+	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "node labels "+group+" cannot get capacity") {
+		t.Errorf("events %q", evs)
+	}
+}
+
+// TestOldEvidenceAfterOutage: when an outage ends, a pod that stayed stuck
+// (a bare pod is never deleted) does not mark the key again at once; its
+// wait counts from the end of the outage, and the next outage is longer.
+func TestOldEvidenceAfterOutage(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue),
+		pendingPod("bare", "spot", now.Add(-3*time.Minute), func(p *corev1.Pod) { p.OwnerReferences = nil }))
+	f.reconcile("bare")
+	_, _, until := f.tracker.Unavailable(spot)
+	if out, _ := f.out(spot); !out {
+		t.Fatal("not marked")
+	}
+	f.clock.SetTime(until)
+	if res := f.reconcile("bare"); res.RequeueAfter != Grace {
+		t.Errorf("right after the outage: RequeueAfter %s, want Grace", res.RequeueAfter)
+	}
+	f.clock.Step(Grace)
+	if res := f.reconcile("bare"); res.RequeueAfter != 3*time.Minute-Grace {
+		t.Errorf("Grace after the outage: RequeueAfter %s, want the rest of a full timeout", res.RequeueAfter)
+	}
+	if out, _ := f.out(spot); out {
+		t.Fatal("marked again from evidence of the last outage")
+	}
+	f.clock.Step(3*time.Minute - Grace)
+	f.reconcile("bare")
+	_, _, until2 := f.tracker.Unavailable(spot)
+	if got := until2.Sub(f.clock.Now()); got != 6*time.Minute {
+		t.Errorf("second outage lasts %s, want 6m", got)
+	}
+}
+
+func TestDefaultLimiter(t *testing.T) {
+	c := NewController(clocktesting.NewFakeClock(now), nil, nil, capacity.NewTracker(clocktesting.NewFakeClock(now), time.Minute, time.Hour), Options{})
+	l, ok := c.limiter.(*rate.Limiter)
+	if !ok || l.Limit() != DefaultDeleteQPS || l.Burst() != DeleteBurst {
+		t.Fatalf("limiter %#v; want rate %v burst %d", c.limiter, DefaultDeleteQPS, DeleteBurst)
+	}
+	c = NewController(clocktesting.NewFakeClock(now), nil, nil, nil, Options{DeleteQPS: 0.5})
+	if l := c.limiter.(*rate.Limiter); l.Limit() != 0.5 {
+		t.Errorf("limit %v, want 0.5", l.Limit())
+	}
+	if c.opts.Timeout != DefaultTimeout {
+		t.Errorf("timeout %s, want the default", c.opts.Timeout)
+	}
+}
+
+// TestBlockingLimiter: the deleter waits on the limiter before each
+// deletion and stops when its context ends.
+func TestBlockingLimiter(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)))
+	f.ctrl.limiter = rate.NewLimiter(0, 0) // never a token
+	f.reconcile("p1")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f.ctrl.runDeleter(ctx)
+	}()
+	cancel()
+	<-done
+	if _, ok := f.get("p1"); !ok {
+		t.Fatal("deleted without a token from the limiter")
+	}
+}
+
+func TestNodeClaimHandler(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue),
+		pendingPod("p1", "spot", now), pendingPod("p2", "spot", now), pendingPod("od", "on-demand", now))
+	h := f.ctrl.nodeClaimHandler()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx := context.Background()
+
+	fresh := nodeClaim("spot-a", "spot", now)
+	h.Create(ctx, event.CreateEvent{Object: fresh}, q)
+	if q.Len() != 0 {
+		t.Errorf("a NodeClaim on its way enqueued %d pods", q.Len())
+	}
+	deleting := fresh.DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+	h.Update(ctx, event.UpdateEvent{ObjectOld: fresh, ObjectNew: deleting}, q)
+	if q.Len() != 2 {
+		t.Errorf("a failed NodeClaim enqueued %d pods, want the 2 of its pool", q.Len())
+	}
+	if _, ok := f.ctrl.failure("spot"); !ok {
+		t.Error("failure not recorded")
+	}
+	h.Delete(ctx, event.DeleteEvent{Object: deleting}, q)
+	f.ctrl.mu.Lock()
+	left := len(f.ctrl.failedClaims)
+	f.ctrl.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d NodeClaims remembered after their deletion", left)
+	}
+	// A registered NodeClaim's deletion (consolidation) is no failure.
+	g := newFixture(t, Options{}, nil, nil)
+	reg := nodeClaim("spot-b", "spot", now, status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue})
+	g.ctrl.nodeClaimHandler().Delete(ctx, event.DeleteEvent{Object: reg}, q)
+	if _, ok := g.ctrl.failure("spot"); ok {
+		t.Error("a registered NodeClaim's deletion recorded as a launch failure")
+	}
+}
+
+func TestNodePoolHandler(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, pendingPod("p1", "spot", now), pendingPod("od", "on-demand", now))
+	h := f.ctrl.nodePoolHandler()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx := context.Background()
+	ready, notReady := nodePool("spot", metav1.ConditionTrue), nodePool("spot", metav1.ConditionFalse)
+	h.Update(ctx, event.UpdateEvent{ObjectOld: ready, ObjectNew: ready}, q)
+	if q.Len() != 0 {
+		t.Errorf("a Ready NodePool's update enqueued %d pods", q.Len())
+	}
+	h.Update(ctx, event.UpdateEvent{ObjectOld: ready, ObjectNew: notReady}, q)
+	if q.Len() != 1 {
+		t.Errorf("a NodePool turning not Ready enqueued %d pods, want 1", q.Len())
+	}
+}
+
+func TestPodQueue(t *testing.T) {
+	q := newPodQueue()
+	a, b := types.NamespacedName{Namespace: "web", Name: "a"}, types.NamespacedName{Namespace: "web", Name: "b"}
+	q.add(a)
+	q.add(b)
+	q.add(a)
+	if q.len() != 2 {
+		t.Fatalf("len %d, want 2 (a queued once)", q.len())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if n, ok := q.pop(ctx); !ok || n != a {
+		t.Fatalf("pop %v %v, want a", n, ok)
+	}
+	if n, ok := q.pop(ctx); !ok || n != b {
+		t.Fatalf("pop %v %v, want b", n, ok)
+	}
+	got := make(chan types.NamespacedName)
+	go func() {
+		n, _ := q.pop(ctx)
+		got <- n
+	}()
+	q.add(a)
+	if n := <-got; n != a {
+		t.Fatalf("waiting pop got %v, want a", n)
+	}
+	cancel()
+	if _, ok := q.pop(ctx); ok {
+		t.Fatal("pop after the context ended")
+	}
+}
+
+// TestDeleterChecksAgain: the deleter re-checks each queued pod, whatever
+// queued it.
+func TestDeleterChecksAgain(t *testing.T) {
+	spot := capacity.PoolKey("spot")
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), nodePool("on-demand", metav1.ConditionTrue),
+		pendingPod("bare", "spot", now, func(p *corev1.Pod) { p.OwnerReferences = nil }),
+		pendingPod("ds-pod", "spot", now, ownedBy("DaemonSet", "agent", "ds-uid")),
+		pendingPod("available", "on-demand", now))
+	f.tracker.Mark(spot, ReasonTimeout)
+	for _, name := range []string{"bare", "ds-pod", "available", "missing"} {
+		f.ctrl.deletions.add(types.NamespacedName{Namespace: "web", Name: name})
+	}
+	f.drain()
+	for _, name := range []string{"bare", "ds-pod", "available"} {
+		if _, ok := f.get(name); !ok {
+			t.Errorf("%s deleted", name)
+		}
+	}
+	if f.limiter.waits != 0 {
+		t.Errorf("%d limiter waits for pods that are not deleted", f.limiter.waits)
+	}
+}
