@@ -112,7 +112,8 @@ type Options struct {
 	// Timeout is how long a decided pod may stay unschedulable while no
 	// NodeClaim of its pool is on its way (--capacity-timeout).
 	Timeout time.Duration
-	// DeleteQPS is the rate of pod deletions (burst DeleteBurst).
+	// DeleteQPS is the rate of pod deletions (burst DeleteBurst); 0
+	// deletes none (keys are still marked, for placement to pass over).
 	DeleteQPS float64
 	// NodeLabels is node-label mode (no NodePool API): keys are
 	// capacity.LabelsKey(group) and only the timeout signal applies.
@@ -144,15 +145,12 @@ type Controller struct {
 	warned       *ttlcache.Cache[string, struct{}]
 }
 
-// NewController builds the detector. A zero Timeout or DeleteQPS takes its
-// default.
+// NewController builds the detector. A zero Timeout takes the default.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, tracker *capacity.Tracker, opts Options) *Controller {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if opts.DeleteQPS <= 0 {
-		opts.DeleteQPS = DefaultDeleteQPS
-	}
+	opts.DeleteQPS = max(opts.DeleteQPS, 0)
 	return &Controller{
 		kubeClient: kubeClient, clock: clk, recorder: recorder, tracker: tracker, opts: opts,
 		limiter:      rate.NewLimiter(rate.Limit(opts.DeleteQPS), DeleteBurst),
@@ -239,9 +237,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	out, _, lastBack := c.tracker.Unavailable(key)
 	if out {
-		if recreated(pod) {
-			c.deletions.add(client.ObjectKeyFromObject(pod))
-		}
+		c.queueDeletion(pod)
 		return reconcile.Result{}, nil
 	}
 	since, ok := unschedulableSince(pod)
@@ -269,10 +265,16 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		c.report(ctx, key, sig, until, ref)
 		c.queueKey(ctx, key)
 	}
-	if recreated(pod) {
+	c.queueDeletion(pod)
+	return reconcile.Result{}, nil
+}
+
+// queueDeletion queues the pod for the deleter if its controller recreates
+// it and deletions are on.
+func (c *Controller) queueDeletion(pod *corev1.Pod) {
+	if c.opts.DeleteQPS > 0 && recreated(pod) {
 		c.deletions.add(client.ObjectKeyFromObject(pod))
 	}
-	return reconcile.Result{}, nil
 }
 
 // signal is the outcome of an evaluation: a reason to mark the key (with a
@@ -550,6 +552,9 @@ func (c *Controller) report(ctx context.Context, key capacity.Key, sig signal, u
 // queueKey queues every pending pod of key for deletion (the deleter checks
 // each one).
 func (c *Controller) queueKey(ctx context.Context, key capacity.Key) {
+	if c.opts.DeleteQPS <= 0 {
+		return
+	}
 	var pods corev1.PodList
 	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(key)}, client.UnsafeDisableDeepCopy); err != nil {
 		// Each pod's own reconcile queues it while the key is out.
@@ -557,9 +562,7 @@ func (c *Controller) queueKey(ctx context.Context, key capacity.Key) {
 		return
 	}
 	for i := range pods.Items {
-		if recreated(&pods.Items[i]) {
-			c.deletions.add(client.ObjectKeyFromObject(&pods.Items[i]))
-		}
+		c.queueDeletion(&pods.Items[i])
 	}
 }
 
@@ -649,7 +652,7 @@ func (c *Controller) runDeleter(ctx context.Context) error {
 // capacity that its controller will recreate: it is checked before waiting
 // for the rate limiter (a pod that got bound costs no token) and again after.
 func (c *Controller) deleteIfStuck(ctx context.Context, name types.NamespacedName) {
-	if c.stuck(ctx, name) == nil {
+	if c.opts.DeleteQPS <= 0 || c.stuck(ctx, name) == nil {
 		return
 	}
 	if err := c.limiter.Wait(ctx); err != nil {

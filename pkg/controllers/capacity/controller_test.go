@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -13,20 +14,25 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -83,6 +89,9 @@ func newFixture(t *testing.T, opts Options, funcs *interceptor.Funcs, deployAnno
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "deploy-uid", Controller: ptr.To(true)}}}}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "sts-uid"}}
+	if opts.DeleteQPS == 0 {
+		opts.DeleteQPS = DefaultDeleteQPS
+	}
 	indexer := &Controller{opts: opts}
 	var c client.Client = fake.NewClientBuilder().WithScheme(scheme(t)).
 		WithIndex(&corev1.Pod{}, PodKeyIndex, indexer.podIndex).
@@ -678,7 +687,7 @@ func TestOldEvidenceAfterOutage(t *testing.T) {
 }
 
 func TestDefaultLimiter(t *testing.T) {
-	c := NewController(clocktesting.NewFakeClock(now), nil, nil, capacity.NewTracker(clocktesting.NewFakeClock(now), time.Minute, time.Hour), Options{})
+	c := NewController(clocktesting.NewFakeClock(now), nil, nil, capacity.NewTracker(clocktesting.NewFakeClock(now), time.Minute, time.Hour), Options{DeleteQPS: DefaultDeleteQPS})
 	l, ok := c.limiter.(*rate.Limiter)
 	if !ok || l.Limit() != DefaultDeleteQPS || l.Burst() != DeleteBurst {
 		t.Fatalf("limiter %#v; want rate %v burst %d", c.limiter, DefaultDeleteQPS, DeleteBurst)
@@ -817,5 +826,50 @@ func TestDeleterChecksAgain(t *testing.T) {
 	}
 	if f.limiter.waits != 0 {
 		t.Errorf("%d limiter waits for pods that are not deleted", f.limiter.waits)
+	}
+}
+
+// TestZeroQPSDeletesNone: --capacity-delete-qps 0 marks keys but deletes no
+// pod.
+func TestZeroQPSDeletesNone(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)))
+	f.ctrl = NewController(f.clock, f.client, f.rec, f.tracker, Options{DeleteQPS: 0})
+	f.ctrl.limiter = f.limiter
+	f.reconcile("p1")
+	if out, _ := f.out(capacity.PoolKey("spot")); !out {
+		t.Fatal("not marked")
+	}
+	f.reconcile("p1")
+	f.ctrl.deletions.add(types.NamespacedName{Namespace: "web", Name: "p1"})
+	f.drain()
+	if _, ok := f.get("p1"); !ok {
+		t.Fatal("deleted with DeleteQPS 0")
+	}
+}
+
+// TestRegister: the indexes and watches are accepted by a manager, in both
+// modes (nothing is started: no API server is needed).
+func TestRegister(t *testing.T) {
+	for _, nodeLabels := range []bool{false, true} {
+		m, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
+			Scheme:  scheme(t),
+			Metrics: metricsserver.Options{BindAddress: "0"},
+			MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+				rm := meta.NewDefaultRESTMapper(nil)
+				rm.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
+				rm.Add(schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"}, meta.RESTScopeRoot)
+				rm.Add(schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}, meta.RESTScopeRoot)
+				return rm, nil
+			},
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := NewController(clocktesting.NewFakeClock(now), m.GetClient(), events.NewFakeRecorder(1),
+			capacity.NewTracker(clocktesting.NewFakeClock(now), time.Minute, time.Hour), Options{NodeLabels: nodeLabels, DeleteQPS: 2})
+		if err := c.Register(context.Background(), m); err != nil {
+			t.Fatalf("node labels %v: %v", nodeLabels, err)
+		}
 	}
 }
