@@ -237,8 +237,10 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	out, _, lastBack := c.tracker.Unavailable(key)
 	if out {
+		// A pod left (not recreated, or a NodeClaim on its way) is looked
+		// at again when the outage ends.
 		c.queueDeletion(pod)
-		return reconcile.Result{}, nil
+		return reconcile.Result{RequeueAfter: max(lastBack.Sub(c.clock.Now()), time.Second)}, nil
 	}
 	since, ok := unschedulableSince(pod)
 	if !ok {
@@ -266,7 +268,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		c.queueKey(ctx, key)
 	}
 	c.queueDeletion(pod)
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: max(until.Sub(now), time.Second)}, nil
 }
 
 // queueDeletion queues the pod for the deleter if its controller recreates

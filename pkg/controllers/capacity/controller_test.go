@@ -448,7 +448,10 @@ func TestNoDeletionWhileClaimOnTheWay(t *testing.T) {
 	claim := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), claim, pendingPod("p1", "spot", now.Add(-time.Minute)))
 	f.tracker.Mark(spot, ReasonLimits)
-	f.reconcile("p1")
+	f.clock.Step(time.Minute)
+	if res := f.reconcile("p1"); res.RequeueAfter != 2*time.Minute {
+		t.Errorf("RequeueAfter %s, want the end of the outage in 2m", res.RequeueAfter)
+	}
 	f.drain()
 	if _, ok := f.get("p1"); !ok {
 		t.Fatal("pod deleted while a NodeClaim of its pool is on its way")
