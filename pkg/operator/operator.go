@@ -1,7 +1,7 @@
 // Package operator assembles `apportion webhook`: one controller-runtime
 // manager with the admission webhooks, the placement controller (leader
-// only), the gate janitor (every replica) and the deletion-cost controller
-// (leader only), informer caches trimmed to what they need, metrics and
+// only), the gate janitor (every replica), the capacity detector and the
+// deletion-cost controller (leader only), informer caches trimmed to what they need, metrics and
 // health endpoints; with --cert-secret-name, the certificate rotator (every
 // replica), and the webhook server starts once its certificate is written.
 package operator
@@ -37,6 +37,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
+	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/certs"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
@@ -245,6 +246,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	}{
 		placer,
 		gatejanitor.NewController(clk, mgr.GetClient(), recorder, o.GateTimeout),
+		capacityctrl.NewController(clk, mgr.GetClient(), recorder, tracker, capacityctrl.Options{
+			Timeout: o.CapacityTimeout, DeleteQPS: o.CapacityDeleteQPS,
+			NodeLabels: !apis.Served(NodePoolGVK), ScaleFromZero: o.ScaleFromZero,
+		}),
 		deletioncost.NewController(mgr.GetClient()),
 	} {
 		if err := c.Register(ctx, mgr); err != nil {
