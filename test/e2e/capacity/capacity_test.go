@@ -1,0 +1,440 @@
+//go:build e2e
+
+package capacity_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+// recordFallback is the decision record's reason for a pod placed while a
+// group was out of capacity.
+const recordFallback = "fallback"
+
+// checkFallbackPods checks the pods placed by fallback: annotated with the
+// spot group, decided (and running) on on-demand, record reason fallback;
+// and that every other pod runs in the group it was decided for. It returns
+// the fallback pods.
+func checkFallbackPods(t *testing.T, caseName string, pods []corev1.Pod) []corev1.Pod {
+	t.Helper()
+	groups := nodeGroups(t, caseName, pods)
+	var fallback []corev1.Pod
+	for _, p := range pods {
+		decided := p.Annotations[annotations.Group]
+		if decided != groups[p.UID] {
+			t.Errorf("pod %s decided for %s runs on a %s node", p.Name, decided, groups[p.UID])
+		}
+		fb, ok := p.Annotations[annotations.Fallback]
+		if !ok {
+			continue
+		}
+		fallback = append(fallback, p)
+		if fb != spot || decided != onDemand {
+			t.Errorf("fallback pod %s: %s %q, group %s; want %s and %s", p.Name, annotations.Fallback, fb, decided, spot, onDemand)
+		}
+		if r := record(t, p); r.Reason != recordFallback {
+			t.Errorf("fallback pod %s: decision reason %q, want %q", p.Name, r.Reason, recordFallback)
+		}
+	}
+	return fallback
+}
+
+// firstCreated is the earliest creation among pods, after start.
+func firstCreated(pods []corev1.Pod) time.Time {
+	var first time.Time
+	for _, p := range pods {
+		if c := p.CreationTimestamp.Time; first.IsZero() || c.Before(first) {
+			first = c
+		}
+	}
+	return first
+}
+
+// (a) The spot NodePool's cpu limit admits 4 of the 6 spot pods; the other 2
+// go to on-demand. Then the limit is raised, and after the TTL new pods go
+// to spot again; a scale-down then removes the fallback pods first.
+func TestLimitsFallBackThenRecover(t *testing.T) {
+	t.Parallel()
+	const name, spotFits = "limits", 4 // limits-spot: cpu 4, c-2x nodes of two 900m pods
+	ns := newNamespace(t)
+	pods := watchPods(t, ns)
+	d := deployment(ns, name, "limits", 0, "900m", nil)
+	create(t, d)
+	start := time.Now()
+	scale(t, d, 10)
+	want := expected(t, seed004, 10) // on-demand 4, spot 6
+
+	evs := eventsFor(t, ns, name, "CapacityUnavailable", 3*time.Minute)
+	if len(evs) == 0 {
+		t.Fatalf("no CapacityUnavailable Event on Deployment %s within 3m of the scale-up", name)
+	}
+	detected := time.Since(start)
+	msg := evs[0].Message
+	if !strings.Contains(msg, "NodePool limits-spot") || !strings.Contains(msg, "limits") || evs[0].Type != corev1.EventTypeWarning {
+		t.Errorf("CapacityUnavailable Event: %s %q, want a Warning naming NodePool limits-spot and its limits", evs[0].Type, msg)
+	}
+	until := outUntil(t, msg)
+
+	running := waitRunning(t, ns, name, 10, 3*time.Minute)
+	allRunning := time.Since(start)
+	counts := countByNode(t, "limits", running)
+	if counts[spot] != spotFits || counts[onDemand] != 10-spotFits {
+		t.Errorf("counts by node %v, want spot %d (what its limit holds) and on-demand %d", counts, spotFits, 10-spotFits)
+	}
+	fallback := checkFallbackPods(t, "limits", running)
+	if int64(len(fallback)) != want[spot]-spotFits {
+		t.Errorf("%d fallback pods %v, want %d (spot's share %d minus the %d its limit holds)", len(fallback), names(fallback), want[spot]-spotFits, want[spot], spotFits)
+	}
+	deleted := pods.Deleted()
+	if len(deleted) != len(fallback) {
+		t.Errorf("pods deleted %v: want one per fallback pod (%d)", deleted, len(fallback))
+	}
+	firstFallback := firstCreated(fallback).Sub(start)
+	t.Logf("timings: CapacityUnavailable %s after the scale-up, first fallback pod created %s after, all 10 Running %s after; Event: %s",
+		round(detected), round(firstFallback), round(allRunning), msg)
+
+	// Room on spot again; the pool stays out until the end of the outage.
+	waitFor(t, 30*time.Second, "raising the cpu limit of limits-spot", func() error {
+		var np karpv1.NodePool
+		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: "limits-spot"}, &np); err != nil {
+			return err
+		}
+		np.Spec.Limits[corev1.ResourceCPU] = resource.MustParse("40")
+		return env.kube.Update(t.Context(), &np)
+	})
+	if wait := time.Until(until.Add(3 * time.Second)); wait > 0 {
+		t.Logf("waiting %s for the outage to end (%s)", round(wait), until.Format(time.RFC3339))
+		time.Sleep(wait)
+	}
+
+	// The decided counts (fallback pods count on on-demand) give the next
+	// four decisions, which must all be spot: spot is behind its share.
+	s, _ := strategy.Parse(seed004)
+	m, _ := plan.Method(s)
+	seen := make([]int64, len(s.Groups))
+	for _, p := range running {
+		seen[slices.Index(s.Keys(), p.Annotations[annotations.Group])]++
+	}
+	for range 4 {
+		g := m.Next(seen, apportion.All)
+		if s.Keys()[g] != spot {
+			t.Fatalf("the method would put a new pod on %s after %v: the case expects spot", s.Keys()[g], seen)
+		}
+		seen[g]++
+	}
+	before := uids(running)
+	start = time.Now()
+	scale(t, d, 14)
+	running = waitRunning(t, ns, name, 14, 3*time.Minute)
+	t.Logf("timings: 10 -> 14 after the outage, all Running %s after the scale-up", round(time.Since(start)))
+	groups := nodeGroups(t, "limits", running)
+	for _, p := range running {
+		if before[p.UID] {
+			continue
+		}
+		if groups[p.UID] != spot || p.Annotations[annotations.Group] != spot || p.Annotations[annotations.Fallback] != "" {
+			t.Errorf("new pod %s after the outage: decided %s (fallback %q), runs on %s; want spot", p.Name,
+				p.Annotations[annotations.Group], p.Annotations[annotations.Fallback], groups[p.UID])
+		}
+	}
+	fallback = checkFallbackPods(t, "limits", running)
+
+	// Scale-down: the fallback pods go first.
+	waitDeletionCosts(t, ns, name)
+	scale(t, d, int32(14-len(fallback)))
+	var left []corev1.Pod
+	waitFor(t, 2*time.Minute, fmt.Sprintf("%d live pods", 14-len(fallback)), func() error {
+		if left = livePods(t, ns, name); len(left) != 14-len(fallback) {
+			return fmt.Errorf("%d live pods", len(left))
+		}
+		return nil
+	})
+	gone := uids(running)
+	for _, p := range left {
+		delete(gone, p.UID)
+	}
+	for _, p := range fallback {
+		if !gone[p.UID] {
+			t.Errorf("fallback pod %s survived the scale-down 14 -> %d; removed: %v", p.Name, 14-len(fallback), gone)
+		}
+	}
+	t.Logf("scale-down 14 -> %d removed the fallback pods %v; left %v", len(left), names(fallback), countByNode(t, "limits", left))
+}
+
+// (b) A spot NodePool that no instance type can serve — one names an
+// instance type that does not exist, the other one whose spot offerings are
+// gone from the instance types file (the nearest kwok comes to spot capacity
+// running out) — gets no NodeClaim: after --capacity-timeout its pods are
+// recreated and run on on-demand.
+func TestUnsatisfiablePoolFallsBack(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ caseName, pool string }{
+		{"nosuch", "nosuch-spot"},
+		{"nospot", "nospot-spot"},
+	} {
+		t.Run(tc.caseName, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			d := deployment(ns, tc.caseName, tc.caseName, 0, "100m", nil)
+			create(t, d)
+			start := time.Now()
+			scale(t, d, 6)
+			want := expected(t, seed004, 6) // on-demand 3, spot 3
+			evs := eventsFor(t, ns, tc.caseName, "CapacityUnavailable", capacityTimeout+3*time.Minute)
+			if len(evs) == 0 {
+				t.Fatalf("no CapacityUnavailable Event on Deployment %s", tc.caseName)
+			}
+			detected := time.Since(start)
+			if msg := evs[0].Message; !strings.Contains(msg, "NodePool "+tc.pool) {
+				t.Errorf("CapacityUnavailable Event %q does not name NodePool %s", msg, tc.pool)
+			}
+			running := waitRunning(t, ns, tc.caseName, 6, 3*time.Minute)
+			allRunning := time.Since(start)
+			if c := countByNode(t, tc.caseName, running); c[onDemand] != 6 {
+				t.Errorf("counts by node %v, want all 6 on on-demand", c)
+			}
+			fallback := checkFallbackPods(t, tc.caseName, running)
+			if int64(len(fallback)) != want[spot] {
+				t.Errorf("%d fallback pods, want spot's share %d", len(fallback), want[spot])
+			}
+			var claims karpv1.NodeClaimList
+			if err := env.kube.List(t.Context(), &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: tc.pool}); err == nil && len(claims.Items) > 0 {
+				t.Errorf("NodePool %s got %d NodeClaims; the case needs a pool Karpenter cannot launch from", tc.pool, len(claims.Items))
+			}
+			t.Logf("timings: CapacityUnavailable %s after the scale-up (--capacity-timeout %s), first fallback pod created %s after, all 6 Running %s after; Event: %s",
+				round(detected), capacityTimeout, round(firstCreated(fallback).Sub(start)), round(allRunning), evs[0].Message)
+		})
+	}
+}
+
+// checkUntouched asserts a scale-up ran its course without the detector:
+// no pod deleted, no CapacityUnavailable Event, every pod on the group it
+// was decided for with no fallback, and the split exactly the strategy's.
+func checkUntouched(t *testing.T, ns, name, caseName string, pods *podLog, running []corev1.Pod) {
+	t.Helper()
+	if deleted := pods.Deleted(); len(deleted) > 0 {
+		t.Errorf("pods deleted during the scale-up: %v", deleted)
+	}
+	if evs := eventsFor(t, ns, name, "CapacityUnavailable", 5*time.Second); len(evs) > 0 {
+		t.Errorf("CapacityUnavailable Event on a healthy launch: %q", evs[0].Message)
+	}
+	if fb := checkFallbackPods(t, caseName, running); len(fb) > 0 {
+		t.Errorf("fallback pods on a healthy launch: %v", names(fb))
+	}
+	want := expected(t, seed004, len(running))
+	if got := countByNode(t, caseName, running); got[onDemand] != want[onDemand] || got[spot] != want[spot] {
+		t.Errorf("counts by node %v, want exactly %v", got, want)
+	}
+}
+
+// longestPending is the longest any pod waited for a node.
+func longestPending(pods []corev1.Pod) time.Duration {
+	var longest time.Duration
+	for _, p := range pods {
+		longest = max(longest, pendingFor(p))
+	}
+	return longest
+}
+
+// (c) No false positive: a scale-up whose NodeClaims take slowDelay to
+// register (longer than the detector's 10 s grace, within the timeout)
+// loses no pod, gets no Event, and ends exact.
+func TestSlowLaunchIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	const name = "slow"
+	ns := newNamespace(t)
+	pods := watchPods(t, ns)
+	d := deployment(ns, name, "slow", 2, "100m", nil)
+	create(t, d)
+	waitRunning(t, ns, name, 2, 3*time.Minute)
+	start := time.Now()
+	scale(t, d, 10)
+	running := waitRunning(t, ns, name, 10, 3*time.Minute)
+	elapsed := time.Since(start)
+	checkUntouched(t, ns, name, "slow", pods, running)
+	if pods.Created() != 10 {
+		t.Errorf("%d pods were created for 10 replicas", pods.Created())
+	}
+	longest := longestPending(running)
+	t.Logf("timings: 2 -> 10 all Running %s after the scale-up; longest a pod waited for a node %s (grace 10s, --capacity-timeout %s); NodeClaim launches of slow-spot %v",
+		round(elapsed), round(longest), capacityTimeout, claimLaunches(t, "slow-spot"))
+	if longest < 10*time.Second {
+		t.Errorf("no pod waited longer than the detector's 10s grace (%s): the case did not test a slow launch", round(longest))
+	}
+}
+
+// (c, continued) A launch slower than --capacity-timeout, on a workload
+// whose apportion.dev/capacity-timeout allows it, is left alone as well.
+func TestLaunchWithinWorkloadTimeout(t *testing.T) {
+	t.Parallel()
+	const name = "slower"
+	ns := newNamespace(t)
+	pods := watchPods(t, ns)
+	d := deployment(ns, name, "slower", 0, "100m", map[string]string{annotations.CapacityTimeout: "3m"})
+	create(t, d)
+	start := time.Now()
+	scale(t, d, 6)
+	running := waitRunning(t, ns, name, 6, 4*time.Minute)
+	elapsed := time.Since(start)
+	checkUntouched(t, ns, name, "slower", pods, running)
+	longest := longestPending(running)
+	t.Logf("timings: 0 -> 6 all Running %s after the scale-up; longest a pod waited for a node %s (--capacity-timeout %s, workload's 3m); NodeClaim launches of slower-spot %v",
+		round(elapsed), round(longest), capacityTimeout, claimLaunches(t, "slower-spot"))
+	if longest <= capacityTimeout {
+		t.Errorf("no pod waited longer than --capacity-timeout (%s): the case did not test a launch beyond it", round(longest))
+	}
+}
+
+// (d) Strays: pods admitted while the pod webhook is gone carry no decision;
+// once bound they count in the group of their node, the later decisions
+// record them ("strays") and compensate, and the split by node labels of
+// every pod ends within quota. It takes the webhook away from the whole
+// cluster, so it does not run in parallel (the parallel cases wait for it).
+func TestStraysCountByTheirNode(t *testing.T) {
+	const name = "strays"
+	ns := newNamespace(t)
+	d := deployment(ns, name, "strays", 4, "100m", nil)
+	create(t, d)
+	decided := uids(waitRunning(t, ns, name, 4, 3*time.Minute))
+	rs := replicaSetOf(t, ns, name)
+
+	var saved admissionregistrationv1.MutatingWebhookConfiguration
+	if err := env.kube.Get(t.Context(), client.ObjectKey{Name: "apportion"}, &saved); err != nil {
+		t.Fatal(err)
+	}
+	restore := func(ctx context.Context) error {
+		again := saved.DeepCopy()
+		again.ObjectMeta = metav1.ObjectMeta{Name: saved.Name, Labels: saved.Labels, Annotations: saved.Annotations}
+		if err := env.kube.Create(ctx, again); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		if err := restore(context.Background()); err != nil {
+			t.Errorf("registering the pod webhook again: %v", err)
+		}
+	})
+	if err := env.kube.Delete(t.Context(), &saved); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the API server to stop calling the pod webhook", func() error {
+		if webhookGates(t, rs) {
+			return fmt.Errorf("a dry-run pod is still gated")
+		}
+		return nil
+	})
+	start := time.Now()
+	scale(t, d, 8)
+	pods := waitRunning(t, ns, name, 8, 3*time.Minute)
+	t.Logf("timings: 4 -> 8 without the webhook, all Running %s after the scale-up", round(time.Since(start)))
+	var strays []corev1.Pod
+	for _, p := range pods {
+		if decided[p.UID] {
+			continue
+		}
+		if decision.Decided(&p) || decision.HasGate(&p) {
+			t.Fatalf("pod %s was admitted through the webhook after it was removed", p.Name)
+		}
+		strays = append(strays, p)
+	}
+	strayCounts := countByNode(t, "strays", strays)
+	t.Logf("strays %v by their nodes: %v", names(strays), strayCounts)
+
+	if err := restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the API server to call the pod webhook again", func() error {
+		if !webhookGates(t, rs) {
+			return fmt.Errorf("a dry-run pod is not gated")
+		}
+		return nil
+	})
+	start = time.Now()
+	scale(t, d, 24)
+	pods = waitRunning(t, ns, name, 24, 4*time.Minute)
+	t.Logf("timings: 8 -> 24 with the webhook back, all Running %s after the scale-up", round(time.Since(start)))
+
+	s, _ := strategy.Parse(seed004)
+	later := 0
+	for _, p := range pods {
+		if decided[p.UID] || slices.ContainsFunc(strays, func(sp corev1.Pod) bool { return sp.UID == p.UID }) {
+			continue
+		}
+		later++
+		r := record(t, p)
+		got := map[string]int64{}
+		for i, n := range r.Strays {
+			if n > 0 {
+				got[s.Keys()[i]] = n
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(strayCounts) {
+			t.Errorf("pod %s: decision record strays %v (%s), want the strays by their nodes %v", p.Name, r.Strays, p.Annotations[annotations.Decision], strayCounts)
+		}
+	}
+	if later != 16 {
+		t.Errorf("%d pods decided after the webhook came back, want 16", later)
+	}
+	final := countByNode(t, "strays", pods)
+	if msg, ok := quota(t, seed004, final); !ok {
+		t.Errorf("every pod by its node: %s", msg)
+	} else {
+		t.Logf("every pod by its node (strays included): %s", msg)
+	}
+}
+
+// replicaSetOf returns the Deployment's one ReplicaSet.
+func replicaSetOf(t *testing.T, ns, name string) *appsv1.ReplicaSet {
+	t.Helper()
+	var list appsv1.ReplicaSetList
+	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("Deployment %s has %d ReplicaSets, want 1", name, len(list.Items))
+	}
+	return &list.Items[0]
+}
+
+// webhookGates creates a dry-run pod of the ReplicaSet and reports whether
+// the admission chain gave it apportion's scheduling gate, i.e. whether the
+// API server calls the pod webhook now. Dry runs reach the webhook (side
+// effects NoneOnDryRun) and leave no pod behind.
+func webhookGates(t *testing.T, rs *appsv1.ReplicaSet) bool {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: rs.Namespace, GenerateName: rs.Name + "-probe-",
+			Labels: rs.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true),
+			}},
+		},
+		Spec: *rs.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := env.kube.Create(t.Context(), pod, client.DryRunAll); err != nil {
+		t.Fatalf("dry-run pod: %v", err)
+	}
+	return decision.HasGate(pod)
+}

@@ -1,0 +1,358 @@
+//go:build e2e
+
+// Package capacity_test checks capacity fallback end to end (issue 9) on a
+// real control plane with Karpenter's kwok provider (test/cluster): a
+// NodePool that cannot give its pods nodes (at its limits, or no instance
+// type or offering fits) is marked out of capacity, its stuck pods are
+// recreated and placed in the other groups, the pool comes back after the
+// TTL, and scale-down removes the fallback pods first; a slow but healthy
+// launch is left alone; pods admitted without a decision (strays) count in
+// the group of their node.
+//
+// Every case has NodePools of its own (their template label caseLabel, which
+// its pods select), so the cases do not share capacity and run in parallel,
+// except the strays case, which takes the pod webhook away from the whole
+// cluster for a moment and so runs alone first.
+package capacity_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kwokv1alpha1 "sigs.k8s.io/karpenter/kwok/apis/v1alpha1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/test/cluster"
+	"github.com/apportion-dev/apportion/test/framework"
+)
+
+// The replicas' settings, short so that the suite is fast, and chosen
+// against the contract's fixed parts (the detector's 10 s grace, kwok's
+// launch times):
+//   - capacityTimeout 30s: the unsatisfiable pools of the requirements case
+//     wait this long (no NodeClaim is ever created for them); the slow-launch
+//     case's nodes take 15 s to register, and with Karpenter's batch window
+//     and the binding its pods wait ~20 s, so 30 s leaves a margin on a
+//     loaded 2-core machine without making that case vacuous (the launch
+//     outlasts the 10 s grace by far).
+//   - capacityTTL 40s: long enough that the limits case sees the pool stay
+//     out while it raises the limit, short enough to wait out.
+//   - capacityMaxTTL 2m: a repeated outage doubles to 80 s at most here.
+//   - deleteQPS 10: pod deletions never pace the cases (a handful of pods).
+//   - gateTimeout 45s: no pod waits that long for a decision on a healthy
+//     leader; a stuck gate shows up as a failure, not as a long wait.
+const (
+	gateTimeout     = 45 * time.Second
+	capacityTimeout = 30 * time.Second
+	capacityTTL     = 40 * time.Second
+	capacityMaxTTL  = 2 * time.Minute
+	deleteQPS       = "10"
+)
+
+// caseLabel is the NodePool template label (and the pods' nodeSelector) that
+// keeps each case on its own NodePools.
+const caseLabel = "e2e.apportion.dev/case"
+
+// Node classes: default registers nodes at once; slow and slower delay the
+// registration (KWOKNodeClass spec.nodeRegistrationDelay), so a NodeClaim
+// is launching for that long.
+const (
+	classDefault = "default"
+	classSlow    = "slow"
+	classSlower  = "slower"
+	slowDelay    = 15 * time.Second
+	slowerDelay  = 45 * time.Second
+)
+
+// Instance types (see instanceTypesFile): c-2x and c-4x are kwok's own
+// (2 and 4 vCPU, 100m kube-reserved each); noSpotType is c-2x with its spot
+// offerings taken away.
+const (
+	typeC2x    = "c-2x-amd64-linux"
+	typeC4x    = "c-4x-amd64-linux"
+	noSpotType = "nospot-2x-amd64-linux"
+	// noSuchType is an instance type name no provider has.
+	noSuchType = "e2e-no-such-type"
+)
+
+var env struct {
+	c        *cluster.Cluster
+	kube     client.Client
+	bin      string
+	certDir  string
+	lb       *framework.Balancer
+	replicas []*framework.Replica
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	start := time.Now()
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
+		code = 1
+	}
+	if env.c != nil {
+		if code != 0 {
+			for _, r := range env.replicas {
+				fmt.Fprintf(os.Stderr, "--- %s log tail\n%s\n", r.Name, tailLog(r.Name, 60))
+			}
+			env.c.DumpLogs(os.Stderr, 40)
+		}
+		if err := env.c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "capacity e2e: wall time %s\n", time.Since(start).Round(time.Second))
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tmp, err := os.MkdirTemp("", "apportion-e2e-capacity-")
+	if err != nil {
+		return 1, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
+		return 1, err
+	}
+	types, err := instanceTypesFile(ctx, tmp)
+	if err != nil {
+		return 1, err
+	}
+	// E2E_LOG_DIR keeps every component's and replica's log after the run.
+	env.c, err = cluster.Start(ctx, cluster.Options{
+		Karpenter: true, Progress: os.Stderr, LogDir: os.Getenv("E2E_LOG_DIR"),
+		KarpenterEnv: []string{"INSTANCE_TYPES_FILE_PATH=" + types},
+	})
+	if err != nil {
+		return 1, err
+	}
+	env.kube = env.c.Client()
+	if err := createNodeClassesAndPools(ctx); err != nil {
+		return 1, err
+	}
+	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
+		return 1, err
+	}
+	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
+		return 1, err
+	}
+	env.certDir = filepath.Join(tmp, "certs")
+	if err := os.MkdirAll(env.certDir, 0o700); err != nil {
+		return 1, err
+	}
+	if _, _, err := env.c.IssueServingCert(env.certDir); err != nil {
+		return 1, err
+	}
+	if env.lb, err = framework.NewBalancer(env.c); err != nil {
+		return 1, err
+	}
+	defer env.lb.Close()
+	if err := framework.Register(ctx, env.kube, env.c.CABundle(), env.lb.Port); err != nil {
+		return 1, err
+	}
+	// The replica stops before its certificate folder goes.
+	defer func() {
+		for _, r := range env.replicas {
+			r.Stop()
+		}
+	}()
+	if err := startReplica(ctx); err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+// startReplica starts the one `apportion webhook` every case shares (the
+// cases run in parallel against one leader) and waits for it to lead.
+func startReplica(ctx context.Context) error {
+	r, err := framework.StartReplica(env.c, env.bin, env.certDir, "apportion-1", gateTimeout,
+		"--capacity-timeout="+capacityTimeout.String(), "--capacity-ttl="+capacityTTL.String(),
+		"--capacity-max-ttl="+capacityMaxTTL.String(), "--capacity-delete-qps="+deleteQPS)
+	if err != nil {
+		return err
+	}
+	env.replicas = append(env.replicas, r)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := r.WaitReady(wctx); err != nil {
+		return fmt.Errorf("%w: %s", err, tailLog(r.Name, 20))
+	}
+	env.lb.Set(r.Port)
+	for !framework.LeaderAlive(wctx, env.kube) {
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("no placement leader: %w", wctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// instanceTypesFile writes kwok's embedded instance types plus noSpotType
+// (c-2x without its spot offerings) for Karpenter's INSTANCE_TYPES_FILE_PATH.
+//
+// An offering cannot be made unavailable this way: the kwok provider sets
+// every offering it reads Available (setDefaultOptions), so a type without
+// spot offerings is the closest the file can come to spot capacity running
+// out.
+func instanceTypesFile(ctx context.Context, dir string) (string, error) {
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/karpenter")
+	list.Dir = framework.RepoRoot()
+	list.Env = append(os.Environ(), "GOTOOLCHAIN=auto")
+	out, err := list.Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the karpenter module: %w", err)
+	}
+	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "kwok", "cloudprovider", "instance_types.json"))
+	if err != nil {
+		return "", fmt.Errorf("reading kwok's instance types: %w", err)
+	}
+	var types []map[string]any
+	if err := json.Unmarshal(raw, &types); err != nil {
+		return "", fmt.Errorf("kwok's instance types: %w", err)
+	}
+	var noSpot map[string]any
+	for _, it := range types {
+		if it["name"] != typeC2x {
+			continue
+		}
+		// A deep copy through JSON, then only the on-demand offerings.
+		b, _ := json.Marshal(it)
+		_ = json.Unmarshal(b, &noSpot)
+		noSpot["name"] = noSpotType
+		offerings, _ := noSpot["offerings"].([]any)
+		var kept []any
+		for _, o := range offerings {
+			if b, _ := json.Marshal(o); !strings.Contains(string(b), `"spot"`) {
+				kept = append(kept, o)
+			}
+		}
+		if len(kept) == 0 || len(kept) == len(offerings) {
+			return "", fmt.Errorf("%s: %d of %d offerings are on-demand, want some but not all", typeC2x, len(kept), len(offerings))
+		}
+		noSpot["offerings"] = kept
+	}
+	if noSpot == nil {
+		return "", errors.New("kwok's instance types have no " + typeC2x)
+	}
+	b, err := json.MarshalIndent(append(types, noSpot), "", " ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "instance-types.json")
+	return path, os.WriteFile(path, b, 0o644)
+}
+
+// pool describes one NodePool of a case.
+type pool struct {
+	name, caseName, capacityType, class string
+	instanceTypes                       []string
+	weight                              int32
+	cpuLimit                            string // "": no limit but a generous one
+}
+
+// pools are every case's NodePools, created before the tests run so that
+// they are all Ready (Karpenter provisions only from Ready pools).
+var pools = []pool{
+	// limits: spot holds 4 pods (cpu 4 = two c-2x nodes, 900m pods two each).
+	{name: "limits-od", caseName: "limits", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "limits-spot", caseName: "limits", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "4"},
+	// unsatisfiable: a spot pool of an instance type that does not exist.
+	{name: "nosuch-od", caseName: "nosuch", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "nosuch-spot", caseName: "nosuch", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{noSuchType}, weight: 50},
+	// unsatisfiable: a spot pool of a type that has no spot offering.
+	{name: "nospot-od", caseName: "nospot", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "nospot-spot", caseName: "nospot", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{noSpotType}, weight: 50},
+	// slow launches within the timeout.
+	{name: "slow-od", caseName: "slow", capacityType: karpv1.CapacityTypeOnDemand, class: classSlow, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "slow-spot", caseName: "slow", capacityType: karpv1.CapacityTypeSpot, class: classSlow, instanceTypes: []string{typeC4x}, weight: 50},
+	// slower launches than --capacity-timeout, covered by the workload's.
+	{name: "slower-od", caseName: "slower", capacityType: karpv1.CapacityTypeOnDemand, class: classSlower, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "slower-spot", caseName: "slower", capacityType: karpv1.CapacityTypeSpot, class: classSlower, instanceTypes: []string{typeC4x}, weight: 50},
+	// strays.
+	{name: "strays-od", caseName: "strays", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "strays-spot", caseName: "strays", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
+}
+
+func createNodeClassesAndPools(ctx context.Context) error {
+	for name, delay := range map[string]time.Duration{classDefault: 0, classSlow: slowDelay, classSlower: slowerDelay} {
+		nc := &kwokv1alpha1.KWOKNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: kwokv1alpha1.KWOKNodeClassSpec{NodeRegistrationDelay: metav1.Duration{Duration: delay}}}
+		if err := env.kube.Create(ctx, nc); err != nil {
+			return fmt.Errorf("creating KWOKNodeClass %s: %w", name, err)
+		}
+	}
+	for _, p := range pools {
+		if err := env.kube.Create(ctx, p.nodePool()); err != nil {
+			return fmt.Errorf("creating NodePool %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+func (p pool) nodePool() *karpv1.NodePool {
+	limit := p.cpuLimit
+	if limit == "" {
+		limit = "200"
+	}
+	return &karpv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: p.name},
+		Spec: karpv1.NodePoolSpec{
+			Weight: ptr.To(p.weight),
+			Template: karpv1.NodeClaimTemplate{
+				ObjectMeta: karpv1.ObjectMeta{Labels: map[string]string{caseLabel: p.caseName}},
+				Spec: karpv1.NodeClaimTemplateSpec{
+					NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: p.class},
+					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
+						{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{p.capacityType}},
+						{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+						{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},
+						{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: p.instanceTypes},
+					},
+					ExpireAfter: karpv1.MustParseNillableDuration("Never"),
+				},
+			},
+			// Nothing removed behind a case's back.
+			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: karpv1.MustParseNillableDuration("Never")},
+			Limits:     karpv1.Limits{corev1.ResourceCPU: resource.MustParse(limit)},
+		},
+	}
+}
+
+// tailLog returns the last lines of a component's log.
+func tailLog(name string, lines int) string {
+	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = f.Close() }()
+	var all []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		all = append(all, s.Text())
+	}
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
