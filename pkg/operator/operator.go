@@ -37,8 +37,8 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
-	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/certs"
+	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
