@@ -70,83 +70,105 @@ func firstCreated(pods []corev1.Pod) time.Time {
 	return first
 }
 
-// (a) The spot NodePool's cpu limit admits 4 of the 6 spot pods; the other 2
-// go to on-demand. Then the limit is raised, and after the TTL new pods go
-// to spot again; a scale-down then removes the fallback pods first.
+// (a) The spot NodePool at its limits: once 10 pods run (spot 6 on three
+// c-2x nodes), its cpu limit is lowered to what it uses, as an operator
+// capping spot would. A scale-up to 14 then gives spot 3 more pods that
+// Karpenter cannot launch a node for; the detector marks the pool out at
+// once (after its grace, reason limits) and they run on on-demand. The
+// limit is raised, and after the TTL new pods go to spot again; a
+// scale-down then removes the fallback pods first.
 func TestLimitsFallBackThenRecover(t *testing.T) {
 	t.Parallel()
-	const name, spotFits = "limits", 4 // limits-spot: cpu 4, c-2x nodes of two 900m pods
+	const name, pool = "limits", "limits-spot"
 	ns := newNamespace(t)
 	pods := watchPods(t, ns)
-	d := deployment(ns, name, "limits", 0, "900m", nil)
+	d := deployment(ns, name, "limits", 10, "900m", nil)
 	create(t, d)
-	start := time.Now()
-	scale(t, d, 10)
-	want := expected(t, seed004, 10) // on-demand 4, spot 6
+	running := waitRunning(t, ns, name, 10, 3*time.Minute)
+	if c, want := countByNode(t, "limits", running), expected(t, seed004, 10); c[onDemand] != want[onDemand] || c[spot] != want[spot] {
+		t.Fatalf("before the cap: counts by node %v, want %v", c, want)
+	}
+	// The NodePool's usage once it counts the three spot nodes (Karpenter
+	// updates it every few seconds); kwok's node capacity is the NodeClaim's
+	// requests, so three nodes of two 900m pods use cpu 5400m.
+	var used resource.Quantity
+	waitFor(t, time.Minute, "NodePool "+pool+" to count its nodes", func() error {
+		var np karpv1.NodePool
+		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+			return err
+		}
+		if n := ptr.Deref(np.Status.Nodes, 0); n != 3 {
+			return fmt.Errorf("status.nodes %d, want 3", n)
+		}
+		used = np.Status.Resources[corev1.ResourceCPU]
+		return nil
+	})
+	setCPULimit(t, pool, used)
 
+	s, _ := strategy.Parse(seed004)
+	m, _ := plan.Method(s)
+	decided := func(pods []corev1.Pod) []int64 {
+		seen := make([]int64, len(s.Groups))
+		for _, p := range pods {
+			seen[slices.Index(s.Keys(), p.Annotations[annotations.Group])]++
+		}
+		return seen
+	}
+	// next is how many of k more pods the method gives spot from seen.
+	next := func(seen []int64, k int) int64 {
+		seen = slices.Clone(seen)
+		var toSpot int64
+		for range k {
+			g := m.Next(seen, apportion.All)
+			if s.Keys()[g] == spot {
+				toSpot++
+			}
+			seen[g]++
+		}
+		return toSpot
+	}
+	stuck := next(decided(running), 4) // 3 of the 4 new pods are spot's
+	start := time.Now()
+	scale(t, d, 14)
 	evs := eventsFor(t, ns, name, "CapacityUnavailable", 3*time.Minute)
 	if len(evs) == 0 {
 		t.Fatalf("no CapacityUnavailable Event on Deployment %s within 3m of the scale-up", name)
 	}
 	detected := time.Since(start)
 	msg := evs[0].Message
-	if !strings.Contains(msg, "NodePool limits-spot") || !strings.Contains(msg, "limits") || evs[0].Type != corev1.EventTypeWarning {
-		t.Errorf("CapacityUnavailable Event: %s %q, want a Warning naming NodePool limits-spot and its limits", evs[0].Type, msg)
+	if !strings.Contains(msg, "NodePool "+pool) || !strings.Contains(msg, "(limits:") || evs[0].Type != corev1.EventTypeWarning {
+		t.Errorf("CapacityUnavailable Event: %s %q, want a Warning naming NodePool %s and reason limits", evs[0].Type, msg, pool)
 	}
 	until := outUntil(t, msg)
-
-	running := waitRunning(t, ns, name, 10, 3*time.Minute)
+	running = waitRunning(t, ns, name, 14, 3*time.Minute)
 	allRunning := time.Since(start)
-	counts := countByNode(t, "limits", running)
-	if counts[spot] != spotFits || counts[onDemand] != 10-spotFits {
-		t.Errorf("counts by node %v, want spot %d (what its limit holds) and on-demand %d", counts, spotFits, 10-spotFits)
+	if c := countByNode(t, "limits", running); c[spot] != 6 || c[onDemand] != 8 {
+		t.Errorf("counts by node %v, want spot 6 (its nodes at the cap) and on-demand 8", c)
 	}
 	fallback := checkFallbackPods(t, "limits", running)
-	if int64(len(fallback)) != want[spot]-spotFits {
-		t.Errorf("%d fallback pods %v, want %d (spot's share %d minus the %d its limit holds)", len(fallback), names(fallback), want[spot]-spotFits, want[spot], spotFits)
+	if int64(len(fallback)) != stuck {
+		t.Errorf("%d fallback pods %v, want the %d spot was to get", len(fallback), names(fallback), stuck)
 	}
-	deleted := pods.Deleted()
-	if len(deleted) != len(fallback) {
+	if deleted := pods.Deleted(); len(deleted) != len(fallback) {
 		t.Errorf("pods deleted %v: want one per fallback pod (%d)", deleted, len(fallback))
 	}
-	firstFallback := firstCreated(fallback).Sub(start)
-	t.Logf("timings: CapacityUnavailable %s after the scale-up, first fallback pod created %s after, all 10 Running %s after; Event: %s",
-		round(detected), round(firstFallback), round(allRunning), msg)
+	t.Logf("timings: 10 -> 14 at the cap: CapacityUnavailable %s after the scale-up, first fallback pod created %s after, all 14 Running %s after; Event: %s",
+		round(detected), round(firstCreated(fallback).Sub(start)), round(allRunning), msg)
 
 	// Room on spot again; the pool stays out until the end of the outage.
-	waitFor(t, 30*time.Second, "raising the cpu limit of limits-spot", func() error {
-		var np karpv1.NodePool
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: "limits-spot"}, &np); err != nil {
-			return err
-		}
-		np.Spec.Limits[corev1.ResourceCPU] = resource.MustParse("40")
-		return env.kube.Update(t.Context(), &np)
-	})
+	setCPULimit(t, pool, resource.MustParse("200"))
 	if wait := time.Until(until.Add(3 * time.Second)); wait > 0 {
 		t.Logf("waiting %s for the outage to end (%s)", round(wait), until.Format(time.RFC3339))
 		time.Sleep(wait)
 	}
-
-	// The decided counts (fallback pods count on on-demand) give the next
-	// four decisions, which must all be spot: spot is behind its share.
-	s, _ := strategy.Parse(seed004)
-	m, _ := plan.Method(s)
-	seen := make([]int64, len(s.Groups))
-	for _, p := range running {
-		seen[slices.Index(s.Keys(), p.Annotations[annotations.Group])]++
-	}
-	for range 4 {
-		g := m.Next(seen, apportion.All)
-		if s.Keys()[g] != spot {
-			t.Fatalf("the method would put a new pod on %s after %v: the case expects spot", s.Keys()[g], seen)
-		}
-		seen[g]++
+	if k := next(decided(running), 4); k != 4 {
+		t.Fatalf("the method gives spot %d of the next 4 pods after %v: the case expects 4", k, decided(running))
 	}
 	before := uids(running)
 	start = time.Now()
-	scale(t, d, 14)
-	running = waitRunning(t, ns, name, 14, 3*time.Minute)
-	t.Logf("timings: 10 -> 14 after the outage, all Running %s after the scale-up", round(time.Since(start)))
+	scale(t, d, 18)
+	running = waitRunning(t, ns, name, 18, 3*time.Minute)
+	t.Logf("timings: 14 -> 18 after the outage, all Running %s after the scale-up", round(time.Since(start)))
 	groups := nodeGroups(t, "limits", running)
 	for _, p := range running {
 		if before[p.UID] {
@@ -161,10 +183,11 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 
 	// Scale-down: the fallback pods go first.
 	waitDeletionCosts(t, ns, name)
-	scale(t, d, int32(14-len(fallback)))
+	target := 18 - len(fallback)
+	scale(t, d, int32(target))
 	var left []corev1.Pod
-	waitFor(t, 2*time.Minute, fmt.Sprintf("%d live pods", 14-len(fallback)), func() error {
-		if left = livePods(t, ns, name); len(left) != 14-len(fallback) {
+	waitFor(t, 2*time.Minute, fmt.Sprintf("%d live pods", target), func() error {
+		if left = livePods(t, ns, name); len(left) != target {
 			return fmt.Errorf("%d live pods", len(left))
 		}
 		return nil
@@ -175,10 +198,65 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 	}
 	for _, p := range fallback {
 		if !gone[p.UID] {
-			t.Errorf("fallback pod %s survived the scale-down 14 -> %d; removed: %v", p.Name, 14-len(fallback), gone)
+			t.Errorf("fallback pod %s survived the scale-down 18 -> %d; removed: %v", p.Name, target, gone)
 		}
 	}
-	t.Logf("scale-down 14 -> %d removed the fallback pods %v; left %v", len(left), names(fallback), countByNode(t, "limits", left))
+	t.Logf("scale-down 18 -> %d removed the fallback pods %v; left %v", target, names(fallback), countByNode(t, "limits", left))
+}
+
+// setCPULimit sets a NodePool's cpu limit.
+func setCPULimit(t *testing.T, pool string, cpu resource.Quantity) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "setting the cpu limit of "+pool, func() error {
+		var np karpv1.NodePool
+		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+			return err
+		}
+		np.Spec.Limits[corev1.ResourceCPU] = cpu
+		return env.kube.Update(t.Context(), &np)
+	})
+	t.Logf("NodePool %s: cpu limit %s", pool, cpu.String())
+}
+
+// (a, continued) A cpu limit that leaves less room than a node: the spot
+// pool's limit (cpu 3) holds one c-2x node, so Karpenter launches no second
+// one, yet the pool's usage stays below the limit (1.8 with kwok, whose node
+// capacity is the NodeClaim's requests; 2 on a real cloud). The pool is not
+// "at its limits", so the detector can only see it by the timeout: the pod
+// that does not fit still ends up on on-demand, with the Event.
+func TestCPULimitShortOfANode(t *testing.T) {
+	t.Parallel()
+	const name, spotFits = "cpulimit", 2
+	ns := newNamespace(t)
+	d := deployment(ns, name, "cpulimit", 0, "900m", nil)
+	create(t, d)
+	start := time.Now()
+	scale(t, d, 6)
+	want := expected(t, seed004, 6) // on-demand 3, spot 3
+	evs := eventsFor(t, ns, name, "CapacityUnavailable", capacityTimeout+3*time.Minute)
+	if len(evs) == 0 {
+		t.Fatalf("no CapacityUnavailable Event on Deployment %s", name)
+	}
+	detected := time.Since(start)
+	msg := evs[0].Message
+	if !strings.Contains(msg, "NodePool cpulimit-spot") || !(strings.Contains(msg, "(limits:") || strings.Contains(msg, "(timeout:")) {
+		t.Errorf("CapacityUnavailable Event %q: want NodePool cpulimit-spot, reason limits or timeout", msg)
+	}
+	running := waitRunning(t, ns, name, 6, 3*time.Minute)
+	allRunning := time.Since(start)
+	if c := countByNode(t, name, running); c[spot] != spotFits || c[onDemand] != 6-spotFits {
+		t.Errorf("counts by node %v, want spot %d (one node) and on-demand %d", c, spotFits, 6-spotFits)
+	}
+	if fb := checkFallbackPods(t, name, running); int64(len(fb)) != want[spot]-spotFits {
+		t.Errorf("%d fallback pods, want %d", len(fb), want[spot]-spotFits)
+	}
+	var np karpv1.NodePool
+	if err := env.kube.Get(t.Context(), client.ObjectKey{Name: "cpulimit-spot"}, &np); err != nil {
+		t.Fatal(err)
+	}
+	used, limit := np.Status.Resources[corev1.ResourceCPU], np.Spec.Limits[corev1.ResourceCPU]
+	t.Logf("timings: CapacityUnavailable %s after the scale-up, all 6 Running %s after; cpulimit-spot uses cpu %s of %s; Event: %s",
+		round(detected), round(allRunning), used.String(), limit.String(), msg)
 }
 
 // (b) A spot NodePool that no instance type can serve — one names an

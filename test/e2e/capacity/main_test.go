@@ -267,15 +267,20 @@ type pool struct {
 	name, caseName, capacityType, class string
 	instanceTypes                       []string
 	weight                              int32
-	cpuLimit                            string // "": no limit but a generous one
+	cpuLimit                            string // spec.limits cpu; "": a generous one
 }
 
 // pools are every case's NodePools, created before the tests run so that
 // they are all Ready (Karpenter provisions only from Ready pools).
 var pools = []pool{
-	// limits: spot holds 4 pods (cpu 4 = two c-2x nodes, 900m pods two each).
+	// limits: c-2x spot nodes hold two 900m pods each; the case lowers the
+	// cpu limit to what the pool uses.
 	{name: "limits-od", caseName: "limits", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
-	{name: "limits-spot", caseName: "limits", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "4"},
+	{name: "limits-spot", caseName: "limits", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50},
+	// cpulimit: spot's cpu limit 3 holds one c-2x node (two 900m pods), and
+	// its usage stays below the limit.
+	{name: "cpulimit-od", caseName: "cpulimit", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "cpulimit-spot", caseName: "cpulimit", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "3"},
 	// unsatisfiable: a spot pool of an instance type that does not exist.
 	{name: "nosuch-od", caseName: "nosuch", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "nosuch-spot", caseName: "nosuch", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{noSuchType}, weight: 50},
@@ -310,9 +315,9 @@ func createNodeClassesAndPools(ctx context.Context) error {
 }
 
 func (p pool) nodePool() *karpv1.NodePool {
-	limit := p.cpuLimit
-	if limit == "" {
-		limit = "200"
+	cpu := p.cpuLimit
+	if cpu == "" {
+		cpu = "200"
 	}
 	return &karpv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: p.name},
@@ -333,7 +338,7 @@ func (p pool) nodePool() *karpv1.NodePool {
 			},
 			// Nothing removed behind a case's back.
 			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: karpv1.MustParseNillableDuration("Never")},
-			Limits:     karpv1.Limits{corev1.ResourceCPU: resource.MustParse(limit)},
+			Limits:     karpv1.Limits{corev1.ResourceCPU: resource.MustParse(cpu)},
 		},
 	}
 }
