@@ -290,6 +290,10 @@ var pools = []pool{
 	// slow launches within the timeout.
 	{name: "slow-od", caseName: "slow", capacityType: karpv1.CapacityTypeOnDemand, class: classSlow, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "slow-spot", caseName: "slow", capacityType: karpv1.CapacityTypeSpot, class: classSlow, instanceTypes: []string{typeC4x}, weight: 50},
+	// slow launches while the pool is capped at what it has (launching
+	// included).
+	{name: "capped-od", caseName: "capped", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "capped-spot", caseName: "capped", capacityType: karpv1.CapacityTypeSpot, class: classSlow, instanceTypes: []string{typeC4x}, weight: 50},
 	// slower launches than --capacity-timeout, covered by the workload's.
 	{name: "slower-od", caseName: "slower", capacityType: karpv1.CapacityTypeOnDemand, class: classSlower, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "slower-spot", caseName: "slower", capacityType: karpv1.CapacityTypeSpot, class: classSlower, instanceTypes: []string{typeC4x}, weight: 50},
