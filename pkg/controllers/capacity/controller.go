@@ -301,6 +301,19 @@ func (c *Controller) evaluate(ctx context.Context, key capacity.Key, since, last
 		return signal{wake: since.Add(Grace)}, nil
 	}
 	pool := key.Name()
+	// First: is Karpenter launching a node for the pool? Then wait for it
+	// to be initialised, fail, or outlast the timeout (NodeClaim events
+	// come sooner), whatever the pool's state: Karpenter counts launching
+	// NodeClaims in status.resources and launches right up to the limits,
+	// so a pool at its limits may be exactly one whose pods are about to
+	// get their nodes.
+	claimUntil, err := c.onTheWay(ctx, pool, timeout, now)
+	if err != nil {
+		return signal{}, err
+	}
+	if claimUntil.After(now) {
+		return signal{wake: claimUntil}, nil
+	}
 	np := &karpv1.NodePool{}
 	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pool}, np); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -310,16 +323,6 @@ func (c *Controller) evaluate(ctx context.Context, key capacity.Key, since, last
 	}
 	if sig, bad := poolState(np); bad {
 		return sig, nil
-	}
-	claimUntil, err := c.onTheWay(ctx, pool, timeout, now)
-	if err != nil {
-		return signal{}, err
-	}
-	if claimUntil.After(now) {
-		// Karpenter is launching a node for the pool: wait for it to
-		// register, fail, or outlast the timeout (NodeClaim events come
-		// sooner).
-		return signal{wake: claimUntil}, nil
 	}
 	wake := since.Add(timeout)
 	if failed, ok := c.failure(pool); ok && failed.After(lastBack) && now.Sub(failed) < timeout {
@@ -397,20 +400,25 @@ func (c *Controller) onTheWay(ctx context.Context, pool string, timeout time.Dur
 }
 
 // claimIndex indexes a NodeClaim under its NodePool while it may still
-// become a node.
+// become a node that takes pods: until it is initialised (a registered node
+// is not ready for pods yet).
 func claimIndex(o client.Object) []string {
 	nc, ok := o.(*karpv1.NodeClaim)
 	if !ok {
 		return nil
 	}
 	pool := nc.Labels[karpv1.NodePoolLabelKey]
-	if pool == "" || nc.DeletionTimestamp != nil || registered(nc) {
+	if pool == "" || nc.DeletionTimestamp != nil || initialized(nc) {
 		return nil
 	}
 	if failed, _ := launchFailed(nc); failed {
 		return nil
 	}
 	return []string{pool}
+}
+
+func initialized(nc *karpv1.NodeClaim) bool {
+	return nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeInitialized).IsTrue()
 }
 
 func registered(nc *karpv1.NodeClaim) bool {

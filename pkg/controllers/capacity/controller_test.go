@@ -305,6 +305,37 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestLimitsReachedByLaunchingClaims: Karpenter counts launching NodeClaims in
+// status.resources and launches up to the limit: a pool exactly at its limits
+// whose NodeClaim is still on its way (registered, not initialised) is not out,
+// and its pods are not deleted; once the node is initialised and the pod still
+// does not fit, it is.
+func TestLimitsReachedByLaunchingClaims(t *testing.T) {
+	q := resource.MustParse
+	np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+		np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("4")})
+		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("4")}
+	})
+	claim := nodeClaim("spot-a", "spot", now.Add(-20*time.Second), status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue})
+	f := newFixture(t, Options{}, nil, nil, np, claim, pendingPod("p1", "spot", now.Add(-2*Grace)))
+	f.reconcile("p1")
+	f.drain()
+	if out, _ := f.out(capacity.PoolKey("spot")); out {
+		t.Fatal("marked at its limits while its NodeClaim is on its way")
+	}
+	if _, ok := f.get("p1"); !ok {
+		t.Fatal("pod deleted while its NodeClaim is on its way")
+	}
+	claim.Status.Conditions = append(claim.Status.Conditions, status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", LastTransitionTime: metav1.NewTime(now)})
+	if err := f.client.Update(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("p1")
+	if out, reason := f.out(capacity.PoolKey("spot")); !out || reason != ReasonLimits {
+		t.Fatalf("out %v reason %q after the node was initialised; want limits", out, reason)
+	}
+}
+
 // TestLaunchFailure: a NodeClaim deleted before it registered (Karpenter on
 // insufficient capacity) marks the pool once Karpenter had Grace to create
 // another one; one it did create holds the signal back.
@@ -366,6 +397,7 @@ func TestLaunchedConditionFailure(t *testing.T) {
 	awaiting := status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionUnknown, Reason: awaitingReason}
 	falseCond := status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionFalse, Reason: "Whatever", LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}
 	registered := status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue}
+	initialized := status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue}
 	for _, tc := range []struct {
 		name   string
 		conds  []status.Condition
@@ -375,14 +407,17 @@ func TestLaunchedConditionFailure(t *testing.T) {
 		{"launched false", []status.Condition{falseCond}, true},
 		{"awaiting launch", []status.Condition{awaiting}, false},
 		{"no condition yet", nil, false},
+		// Registered but not initialised: the node cannot take pods yet,
+		// so it is still on its way.
 		{"registered", []status.Condition{registered}, false},
+		{"initialized", []status.Condition{registered, initialized}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := nodeClaim("c", "spot", now.Add(-time.Minute), tc.conds...)
 			if got, _ := launchFailed(nc); got != tc.failed {
 				t.Fatalf("launchFailed %v, want %v", got, tc.failed)
 			}
-			if onWay := len(claimIndex(nc)) > 0; onWay != (!tc.failed && tc.name != "registered") {
+			if onWay := len(claimIndex(nc)) > 0; onWay != (!tc.failed && tc.name != "initialized") {
 				t.Errorf("indexed as on its way: %v", onWay)
 			}
 		})
@@ -397,7 +432,8 @@ func TestLaunchedConditionFailure(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	onWay := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
-	registeredClaim := nodeClaim("spot-b", "spot", now.Add(-time.Minute), status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue})
+	registeredClaim := nodeClaim("spot-b", "spot", now.Add(-time.Minute), status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
+		status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})
 	otherPool := nodeClaim("od-a", "on-demand", now.Add(-time.Minute))
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), onWay, registeredClaim, otherPool,
 		pendingPod("p1", "spot", now.Add(-5*time.Minute)))
@@ -419,7 +455,7 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-func TestTimeoutAfterClaimRegistered(t *testing.T) {
+func TestTimeoutAfterClaimInitialized(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	claim := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), claim, pendingPod("p1", "spot", now.Add(-5*time.Minute)))
@@ -427,9 +463,18 @@ func TestTimeoutAfterClaimRegistered(t *testing.T) {
 	if out, _ := f.out(spot); out {
 		t.Fatal("marked while a NodeClaim is on its way")
 	}
-	// It registers, yet the pod is still unschedulable: the node went to
-	// other pods.
+	// It registers: still on its way, the node is not ready for pods.
 	claim.Status.Conditions = []status.Condition{{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: metav1.NewTime(now)}}
+	if err := f.client.Update(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("p1")
+	if out, _ := f.out(spot); out {
+		t.Fatal("marked while the NodeClaim is registered but not initialised")
+	}
+	// It is initialised, yet the pod is still unschedulable: the node went
+	// to other pods.
+	claim.Status.Conditions = append(claim.Status.Conditions, status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", LastTransitionTime: metav1.NewTime(now)})
 	if err := f.client.Status().Update(context.Background(), claim); err != nil {
 		if err := f.client.Update(context.Background(), claim); err != nil {
 			t.Fatal(err)
