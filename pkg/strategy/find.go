@@ -6,16 +6,23 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 )
 
-// Source tells where a strategy annotation was found.
+// Source tells where a strategy was found: an annotation, or a
+// PlacementPolicy.
 type Source struct {
 	// Annotation is the annotation name the strategy was written under.
 	Annotation string
 	// Template is true when it came from the pod template rather than the
 	// workload's own metadata.
 	Template bool
+	// Policy is "namespace/name" of the PlacementPolicy that gave the
+	// strategy (no annotation then).
+	Policy string
 }
 
 func (s Source) String() string {
+	if s.Policy != "" {
+		return "PlacementPolicy " + s.Policy
+	}
 	if s.Template {
 		return "spec.template.metadata.annotations[" + s.Annotation + "]"
 	}

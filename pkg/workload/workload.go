@@ -73,6 +73,29 @@ type Info struct {
 	CapacityTimeout string
 }
 
+// PolicySource finds the PlacementPolicy that gives a strategy to a workload
+// that carries none in its annotations (an annotation always wins).
+type PolicySource interface {
+	// Policy returns the raw strategy (the string syntax), whether the
+	// policy asks for preferred mode, and the policy's "namespace/name",
+	// for the workload top (GroupVersionKind, name, labels) in namespace;
+	// ok is false when no policy targets it. It reads only caches.
+	Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (strategy string, preferred bool, name string, ok bool)
+}
+
+// Option changes how Resolve finds a strategy.
+type Option func(*resolveOptions)
+
+type resolveOptions struct {
+	policies PolicySource
+}
+
+// WithPolicies makes Resolve fall back to PlacementPolicies for workloads
+// without a strategy annotation.
+func WithPolicies(p PolicySource) Option {
+	return func(o *resolveOptions) { o.policies = p }
+}
+
 // ErrNotCached is returned when an owner is not (yet) in the cache: the
 // caller decides whether to wait or to let the pod go.
 var ErrNotCached = errors.New("owner not in cache")
@@ -107,7 +130,11 @@ func IsDaemonSetPod(pod *corev1.Pod) bool {
 // with generateName may not carry it yet). It returns ErrNotCached when an
 // owner is missing from the cache, and (nil, nil) for pods without a
 // workload apportion follows.
-func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod) (*Info, error) {
+func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, opts ...Option) (*Info, error) {
+	var o resolveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil {
 		return nil, nil
@@ -153,6 +180,11 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		mode = m
 	}
 	info.Preferred = strings.EqualFold(strings.TrimSpace(mode), annotations.ModePreferred)
+	if !info.Found && o.policies != nil {
+		if raw, preferred, name, ok := o.policies.Policy(ctx, namespace, top); ok {
+			info.Strategy, info.Source, info.Found, info.Preferred = raw, strategy.Source{Policy: name}, true, preferred
+		}
+	}
 	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
 	if v, ok := pod.Annotations[annotations.CapacityTimeout]; ok {
 		info.CapacityTimeout = v

@@ -93,3 +93,41 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+type fakePolicies map[string]string // workload name -> strategy
+
+func (f fakePolicies) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (string, bool, string, bool) {
+	raw, ok := f[top.Name]
+	return raw, true, namespace + "/p-" + top.Name, ok
+}
+
+// TestResolveWithPolicies: a workload without a strategy annotation gets the
+// policy's; an annotation wins over a policy.
+func TestResolveWithPolicies(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = appsv1.AddToScheme(scheme)
+	cache := memcache.New(scheme)
+	if err := cache.Add(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "plain", UID: "d1"}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "plain-1", UID: "rs1", OwnerReferences: owner("Deployment", "apps/v1", "plain", "d1")}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "annotated", UID: "d2", Annotations: map[string]string{annotations.Strategy: "a=b,weight=1"}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "annotated-1", UID: "rs2", OwnerReferences: owner("Deployment", "apps/v1", "annotated", "d2")}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	policies := fakePolicies{"plain": "x=y,weight=1", "annotated": "x=y,weight=1"}
+	pod := func(rs string, uid types.UID) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: owner("ReplicaSet", "apps/v1", rs, uid)}}
+	}
+	info, err := Resolve(context.Background(), cache, "web", pod("plain-1", "rs1"), WithPolicies(policies))
+	if err != nil || !info.Found || info.Strategy != "x=y,weight=1" || !info.Preferred || info.Source.String() != "PlacementPolicy web/p-plain" {
+		t.Fatalf("policy: %+v, %v", info, err)
+	}
+	info, err = Resolve(context.Background(), cache, "web", pod("annotated-1", "rs2"), WithPolicies(policies))
+	if err != nil || info.Strategy != "a=b,weight=1" || info.Source.Policy != "" {
+		t.Fatalf("annotation must win: %+v, %v", info, err)
+	}
+	if info, _ := Resolve(context.Background(), cache, "web", pod("plain-1", "rs1")); info.Found {
+		t.Fatalf("without WithPolicies: %+v", info)
+	}
+}
