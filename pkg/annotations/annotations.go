@@ -46,6 +46,11 @@ const (
 	// was out of capacity; its value lists the groups that were out. Such
 	// pods are the first a scale-down removes.
 	Fallback = Prefix + "fallback"
+	// OriginalResources is written on a pod whose resources a runtime-class
+	// profile rewrote: JSON with the cpu and memory requests and limits
+	// (and any replaced extended resource) removed, by container and init
+	// container name.
+	OriginalResources = Prefix + "original-resources"
 )
 
 // StrategyNames lists the annotation names a strategy may be written under,
