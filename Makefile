@@ -18,6 +18,10 @@ LDFLAGS := -s -w -X $(MODULE)/pkg/version.Version=$(VERSION) -X $(MODULE)/pkg/ve
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 
+# controller-tools built against the k8s.io/api minor version go.mod uses.
+CONTROLLER_GEN_VERSION := v0.21.0
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
@@ -54,8 +58,20 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 test: ## Run the unit tests with the race detector
 	$(GO) test -race -count=1 ./...
 
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds from pkg/apis
+	$(CONTROLLER_GEN) object paths=./pkg/apis/...
+	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=chart/crds
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(BIN)/controller-gen $@
+
 .PHONY: verify
-verify: $(STATICCHECK) ## gofmt, go vet, staticcheck, go.mod tidiness; fails if anything would change
+verify: $(STATICCHECK) generate ## gofmt, go vet, staticcheck, go.mod tidiness, generated files current; fails if anything would change
+	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds); \
+	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds | head -50; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
