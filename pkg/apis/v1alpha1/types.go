@@ -146,16 +146,16 @@ const (
 
 // Condition reasons.
 const (
-	ReasonApplied            = "Applied"
-	ReasonInvalidStrategy    = "InvalidStrategy"
-	ReasonTargetNotFound     = "TargetNotFound"
-	ReasonNoGroupAvailable   = "NoGroupAvailable"
-	ReasonConflict           = "Conflict"
-	ReasonGroupsAvailable    = "GroupsAvailable"
-	ReasonNoNodePool         = "NoNodePool"
-	ReasonNoConflict         = "NoConflict"
-	ReasonOlderPolicyWins    = "OlderPolicyWins"
-	ReasonAnnotationWins     = "AnnotationWins"
+	ReasonApplied          = "Applied"
+	ReasonInvalidStrategy  = "InvalidStrategy"
+	ReasonTargetNotFound   = "TargetNotFound"
+	ReasonNoGroupAvailable = "NoGroupAvailable"
+	ReasonConflict         = "Conflict"
+	ReasonGroupsAvailable  = "GroupsAvailable"
+	ReasonNoNodePool       = "NoNodePool"
+	ReasonNoConflict       = "NoConflict"
+	ReasonOlderPolicyWins  = "OlderPolicyWins"
+	ReasonAnnotationWins   = "AnnotationWins"
 )
 
 // PlacementPolicyStatus is what the policy does now.
