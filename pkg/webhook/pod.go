@@ -27,6 +27,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/profiles"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -64,6 +65,14 @@ type PodMutator struct {
 	// held for placement by architecture (options.Architectures*; empty
 	// means off).
 	Architectures string
+	// Profiles are the runtime-class profiles by runtimeClassName
+	// (--runtime-class-profiles): pods of those classes get their cpu and
+	// memory replaced by the profile's extended resource in the admission
+	// patch, with or without a placement gate.
+	Profiles map[string]profiles.Profile
+	// Policies, when set, gives a strategy to workloads that carry none in
+	// their annotations (PlacementPolicies).
+	Policies workload.PolicySource
 
 	once   sync.Once
 	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
@@ -91,12 +100,14 @@ var _ admission.Handler = &PodMutator{}
 
 // admissionPod is the part of a pod the mutator reads. Decoding only this
 // keeps admission in the microseconds: containers, volumes and status are
-// skipped.
+// skipped. The whole pod is decoded only when its runtimeClassName has a
+// profile.
 type admissionPod struct {
 	Metadata metav1.ObjectMeta `json:"metadata"`
 	Spec     struct {
-		NodeName        string                     `json:"nodeName,omitempty"`
-		SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates,omitempty"`
+		NodeName         string                     `json:"nodeName,omitempty"`
+		SchedulingGates  []corev1.PodSchedulingGate `json:"schedulingGates,omitempty"`
+		RuntimeClassName *string                    `json:"runtimeClassName,omitempty"`
 	} `json:"spec"`
 }
 
@@ -113,19 +124,54 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 		log.FromContext(ctx).Error(err, "decoding pod, admitting it unchanged", "namespace", req.Namespace)
 		return admission.Allowed("")
 	}
+	ops, err := m.profileOps(req.Namespace, &in, req.Object.Raw)
+	if err != nil {
+		metrics.AdmissionTotal.WithLabelValues(ResultError).Inc()
+		log.FromContext(ctx).Error(err, "applying the runtime-class profile, admitting the pod unchanged",
+			"namespace", req.Namespace, "name", in.Metadata.Name, "generateName", in.Metadata.GenerateName, "runtimeClassName", *in.Spec.RuntimeClassName)
+		return admission.Allowed("")
+	}
 	pod := &corev1.Pod{ObjectMeta: in.Metadata, Spec: corev1.PodSpec{NodeName: in.Spec.NodeName, SchedulingGates: in.Spec.SchedulingGates}}
 	hadGates := len(pod.Spec.SchedulingGates) > 0
+	// The profile's rewrite stands whatever placement says (skipped, no
+	// leader, invalid strategy, or an error resolving the workload): it is
+	// what lets the pod run on its runtime class at all, and it cannot be
+	// made later.
 	result, warnings := m.Mutate(ctx, req.Namespace, pod)
 	metrics.AdmissionTotal.WithLabelValues(result).Inc()
-	if result != ResultGated {
+	if result == ResultGated {
+		gate := corev1.PodSchedulingGate{Name: annotations.PlacementGate}
+		op := jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates", Value: []corev1.PodSchedulingGate{gate}}
+		if hadGates {
+			op = jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates/-", Value: gate}
+		}
+		ops = append(ops, op)
+	}
+	if len(ops) == 0 {
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
-	gate := corev1.PodSchedulingGate{Name: annotations.PlacementGate}
-	op := jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates", Value: []corev1.PodSchedulingGate{gate}}
-	if hadGates {
-		op = jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates/-", Value: gate}
+	return admission.Patched("", ops...).WithWarnings(warnings...)
+}
+
+// profileOps returns the runtime-class profile's patch for the pod, decoding
+// it whole only when its runtimeClassName has a profile. Every pod of the
+// class is rewritten, whoever creates it (a pod with nodeName, a DaemonSet's,
+// an opted-out or already placed one): only excluded namespaces and mirror
+// pods are never touched. A pod rewritten already (reinvocation) gets no
+// operation.
+func (m *PodMutator) profileOps(namespace string, in *admissionPod, raw []byte) ([]jsonpatch.JsonPatchOperation, error) {
+	if in.Spec.RuntimeClassName == nil || len(m.Profiles) == 0 {
+		return nil, nil
 	}
-	return admission.Patched("", op).WithWarnings(warnings...)
+	profile, ok := m.Profiles[*in.Spec.RuntimeClassName]
+	if !ok || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
+		return nil, nil
+	}
+	full := &corev1.Pod{}
+	if err := json.Unmarshal(raw, full); err != nil {
+		return nil, err
+	}
+	return profiles.Patch(full, profile)
 }
 
 // Mutate decides whether the pod is held for placement and, if so, adds the
@@ -150,7 +196,11 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		}
 		return m.gate(ctx, pod)
 	}
-	info, err := workload.Resolve(ctx, m.Reader, namespace, pod)
+	var opts []workload.Option
+	if m.Policies != nil {
+		opts = append(opts, workload.WithPolicies(m.Policies))
+	}
+	info, err := workload.Resolve(ctx, m.Reader, namespace, pod, opts...)
 	switch {
 	case errors.Is(err, workload.ErrNotCached):
 		// A brand-new ReplicaSet the cache has not seen yet: hold the pod

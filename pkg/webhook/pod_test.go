@@ -1,14 +1,17 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -20,7 +23,9 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
+	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/profiles"
 )
 
 type alive bool
@@ -262,4 +267,195 @@ func TestPodMutatorArchitectures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kataProfiles is a --runtime-class-profiles as the mutator gets it.
+func kataProfiles(t testing.TB) map[string]profiles.Profile {
+	t.Helper()
+	list, err := profiles.Parse(`[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]profiles.Profile{list[0].RuntimeClassName: list[0]}
+}
+
+// peerPod makes rsPod a pod of runtimeClassName with cpu and memory in a
+// container, a second container and an init container.
+func peerPod(runtimeClassName string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.RuntimeClassName = ptr.To(runtimeClassName)
+		r := corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")},
+		}
+		p.Spec.Containers = []corev1.Container{{Name: "c", Image: "nginx", Resources: r}, {Name: "log", Image: "busybox", Resources: r}}
+		p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: r}}
+	}
+}
+
+// TestPodMutatorProfiles: pods of a profiled runtime class get the profile's
+// rewrite in the same response as the gate, if any; pods of other classes
+// get exactly what they would without profiles.
+func TestPodMutatorProfiles(t *testing.T) {
+	rewrite := []string{"add /spec/containers/0/resources", "add /spec/containers/1/resources", "add /spec/initContainers/0/resources", "add /metadata/annotations"}
+	gate := "add /spec/schedulingGates"
+	strategyOnDeploy := map[string]string{annotations.Strategy: good}
+	for _, tc := range []struct {
+		name      string
+		leader    bool
+		deployAnn map[string]string
+		namespace string
+		pod       *corev1.Pod
+		want      []string // "op path" of each operation
+	}{
+		{name: "profiled, no strategy: rewritten", leader: true, pod: rsPod(peerPod("kata-remote")), want: rewrite},
+		{name: "profiled, with a strategy: rewritten and gated in one patch", leader: true, deployAnn: strategyOnDeploy, pod: rsPod(peerPod("kata-remote")), want: append(rewrite[:4:4], gate)},
+		{name: "profiled, no leader: rewritten, not gated", deployAnn: strategyOnDeploy, pod: rsPod(peerPod("kata-remote")), want: rewrite},
+		{name: "profiled, invalid strategy: rewritten", leader: true, deployAnn: map[string]string{annotations.Strategy: "a=b,weight=x"}, pod: rsPod(peerPod("kata-remote")), want: rewrite},
+		{name: "profiled bare pod", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.OwnerReferences = nil }), want: rewrite},
+		{name: "profiled pod with nodeName: rewritten", leader: true, deployAnn: strategyOnDeploy, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Spec.NodeName = "n1" }), want: rewrite},
+		{name: "profiled DaemonSet pod: rewritten", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.OwnerReferences[0].Kind = "DaemonSet" }), want: rewrite},
+		{name: "profiled, opted out of placement: rewritten", leader: true, deployAnn: map[string]string{annotations.Strategy: good, annotations.Skip: "true"}, pod: rsPod(peerPod("kata-remote")), want: rewrite},
+		{name: "profiled, existing annotations: the record is one more", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Annotations = map[string]string{"a": "b"} }),
+			want: append(rewrite[:3:3], "add /metadata/annotations/apportion.dev~1original-resources")},
+		{name: "profiled, excluded namespace: untouched", leader: true, namespace: "kube-system", deployAnn: strategyOnDeploy, pod: rsPod(peerPod("kata-remote"))},
+		{name: "profiled mirror pod: untouched", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} })},
+		{name: "other runtime class, no strategy: untouched", leader: true, pod: rsPod(peerPod("runc"))},
+		{name: "other runtime class, with a strategy: the gate only", leader: true, deployAnn: strategyOnDeploy, pod: rsPod(peerPod("runc")), want: []string{gate}},
+		{name: "no runtime class, with a strategy: the gate only", leader: true, deployAnn: strategyOnDeploy, pod: rsPod(), want: []string{gate}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMutator(t, tc.leader, tc.deployAnn)
+			m.Profiles = kataProfiles(t)
+			ns := tc.namespace
+			if ns == "" {
+				ns = "web"
+			}
+			resp := m.Handle(context.Background(), request(t, ns, tc.pod))
+			if !resp.Allowed {
+				t.Fatalf("pod denied: %+v", resp.Result)
+			}
+			var got []string
+			for _, op := range resp.Patches {
+				got = append(got, op.Operation+" "+op.Path)
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("operations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			for _, op := range resp.Patches {
+				switch op.Path {
+				case "/spec/containers/0/resources":
+					if b, _ := json.Marshal(op.Value); string(b) != `{"limits":{"kata.peerpods.io/vm":"1"},"requests":{"kata.peerpods.io/vm":"1"}}` {
+						t.Errorf("first container's resources = %s", b)
+					}
+				case "/spec/containers/1/resources", "/spec/initContainers/0/resources":
+					if b, _ := json.Marshal(op.Value); string(b) != `{}` {
+						t.Errorf("%s = %s", op.Path, b)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPodMutatorProfileIdempotent: a reinvocation with the rewritten, gated
+// pod gets no operation.
+func TestPodMutatorProfileIdempotent(t *testing.T) {
+	m := newMutator(t, true, map[string]string{annotations.Strategy: good})
+	m.Profiles = kataProfiles(t)
+	pod := rsPod(peerPod("kata-remote"))
+	full, err := profiles.Patch(pod, m.Profiles["kata-remote"])
+	if err != nil || len(full) == 0 {
+		t.Fatalf("ops %v, err %v", full, err)
+	}
+	vm := corev1.ResourceList{"kata.peerpods.io/vm": resource.MustParse("1")}
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: vm, Limits: vm}
+	pod.Spec.Containers[1].Resources = corev1.ResourceRequirements{}
+	pod.Spec.InitContainers[0].Resources = corev1.ResourceRequirements{}
+	pod.Annotations = map[string]string{annotations.OriginalResources: `{"containers":{"c":{"requests":{"cpu":"1"}}}}`}
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	if resp := m.Handle(context.Background(), request(t, "web", pod)); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("reinvocation patched: %+v", resp.Patches)
+	}
+}
+
+// TestPodMutatorProfileFailsOpen: a pod whose containers do not decode (the
+// partial decode skips them) is admitted unchanged, not even gated, and
+// counted as an error.
+func TestPodMutatorProfileFailsOpen(t *testing.T) {
+	m := newMutator(t, true, map[string]string{annotations.Strategy: good})
+	m.Profiles = kataProfiles(t)
+	req := request(t, "web", rsPod(peerPod("kata-remote")))
+	req.Object.Raw = bytes.Replace(req.Object.Raw, []byte(`"cpu":"1"`), []byte(`"cpu":"one"`), 1)
+	before := testutil.ToFloat64(metrics.AdmissionTotal.WithLabelValues(ResultError))
+	resp := m.Handle(context.Background(), req)
+	if !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("undecodable peer pod: allowed %v, patches %+v", resp.Allowed, resp.Patches)
+	}
+	if after := testutil.ToFloat64(metrics.AdmissionTotal.WithLabelValues(ResultError)); after != before+1 {
+		t.Errorf("errors counted %v, want %v", after, before+1)
+	}
+}
+
+type policies struct{ strategy string }
+
+func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (string, bool, string, bool) {
+	return p.strategy, false, "web/policy", p.strategy != ""
+}
+
+// TestPodMutatorPolicies: with a PolicySource, a workload without a
+// strategy annotation is gated when a policy gives it one.
+func TestPodMutatorPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		gated  bool
+	}{{good, true}, {"", false}} {
+		m := newMutator(t, true, nil)
+		m.Policies = policies{tc.policy}
+		resp := m.Handle(context.Background(), request(t, "web", rsPod()))
+		if gated := len(resp.Patches) == 1; gated != tc.gated {
+			t.Errorf("policy %q: patches %+v, want gated %v", tc.policy, resp.Patches, tc.gated)
+		}
+	}
+}
+
+// benchmarkProfiles measures one admission of pod with the kata-remote
+// profile configured and the strategy on the Deployment, as
+// BenchmarkPodMutator does.
+func benchmarkProfiles(b *testing.B, pod *corev1.Pod, wantOps int) {
+	m := newMutator(b, true, nil)
+	m.Profiles = kataProfiles(b)
+	scheme := runtime.NewScheme()
+	_ = corev1.AddToScheme(scheme)
+	_ = appsv1.AddToScheme(scheme)
+	cache := memcache.New(scheme)
+	if err := cache.Add(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: map[string]string{annotations.Strategy: good}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}},
+	); err != nil {
+		b.Fatal(err)
+	}
+	m.Reader = cache
+	req := request(b, "web", pod)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := m.Handle(ctx, req); len(resp.Patches) != wantOps {
+			b.Fatalf("%d operations, want %d", len(resp.Patches), wantOps)
+		}
+	}
+}
+
+// BenchmarkPodMutatorOtherRuntimeClass: a pod of a runtime class without a
+// profile costs what any pod does (compare BenchmarkPodMutator): no full
+// decode.
+func BenchmarkPodMutatorOtherRuntimeClass(b *testing.B) {
+	benchmarkProfiles(b, rsPod(peerPod("runc")), 1)
+}
+
+// BenchmarkPodMutatorProfile: a pod of the profiled class, decoded whole and
+// rewritten, and gated.
+func BenchmarkPodMutatorProfile(b *testing.B) {
+	benchmarkProfiles(b, rsPod(peerPod("kata-remote")), 5)
 }
