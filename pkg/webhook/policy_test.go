@@ -1,0 +1,56 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+func TestPolicyValidator(t *testing.T) {
+	const target = `"target":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"}`
+	for _, tc := range []struct {
+		name    string
+		op      admissionv1.Operation
+		obj     string
+		allowed bool
+		msg     string
+	}{
+		{"structured", admissionv1.Create, `{"spec":{` + target + `,"strategy":{"groups":[{"labels":{"karpenter.sh/capacity-type":"on-demand"},"base":2,"weight":1},{"labels":{"karpenter.sh/capacity-type":"spot"},"weight":3}]}}}`, true, ""},
+		{"text", admissionv1.Update, `{"spec":{` + target + `,"strategy":{"text":"` + good + `"}}}`, true, ""},
+		{"distribution (seed 001)", admissionv1.Create, `{"spec":{` + target + `,"distribution":[{"nodeLabel":{"type":"default"},"weight":80},{"nodeLabel":{"type":"spot"},"weight":20}]}}`, true, ""},
+		{"text with a bad weight", admissionv1.Create, `{"spec":{` + target + `,"strategy":{"text":"a=b,weight=x"}}}`, false,
+			`spec.strategy.text: invalid strategy: group 1, item 2 "weight=x": weight must be a non-negative integer, got "x"`},
+		{"groups without weight", admissionv1.Create, `{"spec":{` + target + `,"strategy":{"groups":[{"labels":{"a":"b"}},{"labels":{"c":"d"}}]}}}`, false,
+			"spec.strategy.groups: invalid strategy: every group has weight 0"},
+		{"group with a bad label key", admissionv1.Create, `{"spec":{` + target + `,"strategy":{"groups":[{"labels":{"a":"b"},"weight":1},{"labels":{"Bad Key":"x"},"weight":1}]}}}`, false,
+			`spec.strategy.groups[1]: invalid strategy: group 2, item 1 "Bad Key=x": invalid node label key`},
+		{"distribution with a separator in a value", admissionv1.Create, `{"spec":{` + target + `,"distribution":[{"nodeLabel":{"type":"a:b"},"weight":1}]}}`, false,
+			`spec.distribution[0].nodeLabel["type"]: invalid node label value`},
+		{"two groups with the same labels", admissionv1.Create, `{"spec":{` + target + `,"distribution":[{"nodeLabel":{"type":"spot"},"weight":1},{"nodeLabel":{"type":"spot"},"weight":2}]}}`, false,
+			"spec.distribution[1]: invalid strategy: group 2: same node labels as group 1"},
+		{"both forms", admissionv1.Create, `{"spec":{` + target + `,"strategy":{"text":"a=b,weight=1"},"distribution":[{"nodeLabel":{"type":"spot"},"weight":1}]}}`, false,
+			"exactly one of strategy and distribution"},
+		{"no strategy", admissionv1.Create, `{"spec":{` + target + `}}`, false, "exactly one of strategy and distribution"},
+		{"bad selector", admissionv1.Create, `{"spec":{"target":{"selector":{"matchExpressions":[{"key":"app","operator":"Bogus"}]}},"strategy":{"text":"a=b,weight=1"}}}`, false,
+			"spec.target.selector:"},
+		{"empty selector", admissionv1.Create, `{"spec":{"target":{"selector":{}},"strategy":{"text":"a=b,weight=1"}}}`, false,
+			"an empty selector would match every workload"},
+		{"undecodable: fail open", admissionv1.Create, `{"spec":`, true, ""},
+		{"delete", admissionv1.Delete, `{"spec":{}}`, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: tc.op, Object: runtime.RawExtension{Raw: []byte(tc.obj)}}}
+			resp := PolicyValidator{}.Handle(context.Background(), req)
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v (%+v), want %v", resp.Allowed, resp.Result, tc.allowed)
+			}
+			if tc.msg != "" && !strings.Contains(resp.Result.Message, tc.msg) {
+				t.Errorf("message %q does not contain %q", resp.Result.Message, tc.msg)
+			}
+		})
+	}
+}
