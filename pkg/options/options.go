@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/apportion-dev/apportion/pkg/profiles"
 )
 
 // Options configure the webhook process.
@@ -70,6 +72,11 @@ type Options struct {
 	CapacityDeleteQPS float64
 	ScaleFromZero     bool
 
+	// RuntimeClassProfiles is --runtime-class-profiles, the JSON list of
+	// runtime-class profiles; Validate parses it (see Profiles).
+	RuntimeClassProfiles string
+	profiles             []profiles.Profile
+
 	envErrs []error
 }
 
@@ -124,6 +131,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CapacityMaxTTL, "capacity-max-ttl", o.envDuration("CAPACITY_MAX_TTL", 30*time.Minute), "the longest a NodePool (or node group) is left out at once")
 	fs.Float64Var(&o.CapacityDeleteQPS, "capacity-delete-qps", o.envFloat("CAPACITY_DELETE_QPS", 2), "pods per second that may be deleted (so their controller recreates them elsewhere) when their NodePool is out of capacity; 0 deletes none")
 	fs.BoolVar(&o.ScaleFromZero, "scale-from-zero", o.envBool("SCALE_FROM_ZERO", false), "node-label mode (no Karpenter): serve a group even when no node has its labels now, because its node group can scale from zero")
+	fs.StringVar(&o.RuntimeClassProfiles, "runtime-class-profiles", env("RUNTIME_CLASS_PROFILES", ""), `runtime-class profiles (peer pods), a JSON list: [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]; pods of such a class get their cpu and memory requests and limits replaced by the extended resource on the first container, the removed values recorded in the annotation apportion.dev/original-resources unless keepRequests is false (empty: none)`)
 	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 
@@ -175,6 +183,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--webhook-service-name: %q is not a Service name: %s", o.WebhookServiceName, strings.Join(problems, "; ")))
 	}
 	errs = append(errs, o.validateArchitectures()...)
+	if list, err := profiles.Parse(o.RuntimeClassProfiles); err != nil {
+		errs = append(errs, fmt.Errorf("--runtime-class-profiles: %w", err))
+	} else {
+		o.profiles = list
+	}
 	if o.CertSecretName != "" {
 		errs = append(errs, o.validateSelfManagedCerts()...)
 	} else {
@@ -269,6 +282,19 @@ func checkBindAddress(addr string) error {
 // included.
 func (o *Options) Excluded() []string {
 	return append(append([]string(nil), o.ExcludedNamespaces...), o.SystemNamespace)
+}
+
+// Profiles returns the runtime-class profiles by runtimeClassName (nil when
+// none); valid after Validate.
+func (o *Options) Profiles() map[string]profiles.Profile {
+	if len(o.profiles) == 0 {
+		return nil
+	}
+	out := make(map[string]profiles.Profile, len(o.profiles))
+	for _, p := range o.profiles {
+		out[p.RuntimeClassName] = p
+	}
+	return out
 }
 
 func env(key, def string) string {

@@ -65,6 +65,8 @@ func TestBadInputNamesTheFlag(t *testing.T) {
 		{[]string{"--capacity-timeout=0s"}, "--capacity-timeout"},
 		{[]string{"--capacity-ttl=10m", "--capacity-max-ttl=5m"}, "--capacity-ttl"},
 		{[]string{"--capacity-delete-qps=-1"}, "--capacity-delete-qps"},
+		{[]string{"--runtime-class-profiles=kata-remote"}, "--runtime-class-profiles: want a JSON list"},
+		{[]string{`--runtime-class-profiles=[{"runtimeClassName":"kata-remote","resource":"cpu"}]`}, `--runtime-class-profiles: entry 1 (runtimeClassName "kata-remote"): resource "cpu"`},
 	} {
 		err := parse(t, tc.args...).Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -171,5 +173,32 @@ func TestCertificateAndShutdownEnvironment(t *testing.T) {
 	t.Setenv("GRACEFUL_SHUTDOWN_TIMEOUT", "0s")
 	if err := parse(t).Validate(); err == nil || !strings.Contains(err.Error(), "--graceful-shutdown-timeout") {
 		t.Errorf("zero shutdown timeout: error %v", err)
+	}
+}
+
+func TestRuntimeClassProfiles(t *testing.T) {
+	o := parse(t)
+	if err := o.Validate(); err != nil || o.Profiles() != nil {
+		t.Errorf("default: profiles %v, error %v; want none", o.Profiles(), err)
+	}
+	raw := `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true},{"runtimeClassName":"kata-qemu","resource":"example.com/vm","quantity":2,"keepRequests":false}]`
+	o = parse(t, "--runtime-class-profiles="+raw)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := o.Profiles()
+	if len(got) != 2 || got["kata-remote"].Resource != "kata.peerpods.io/vm" || !got["kata-remote"].KeepRequests ||
+		got["kata-qemu"].Quantity.Value() != 2 || got["kata-qemu"].KeepRequests {
+		t.Errorf("Profiles() = %+v", got)
+	}
+	// The chart's way: the environment, as toJson writes it.
+	t.Setenv("RUNTIME_CLASS_PROFILES", `[{"keepRequests":true,"quantity":"1","resource":"kata.peerpods.io/vm","runtimeClassName":"kata-remote"}]`)
+	o = parse(t)
+	if err := o.Validate(); err != nil || len(o.Profiles()) != 1 {
+		t.Errorf("RUNTIME_CLASS_PROFILES: profiles %v, error %v", o.Profiles(), err)
+	}
+	t.Setenv("RUNTIME_CLASS_PROFILES", "[]")
+	if o = parse(t); o.Validate() != nil || o.Profiles() != nil {
+		t.Errorf("RUNTIME_CLASS_PROFILES=[] (the chart's default): profiles %v", o.Profiles())
 	}
 }
