@@ -188,7 +188,7 @@ func TestRuntimeClassProfiles(t *testing.T) {
 	}
 	got := o.Profiles()
 	if len(got) != 2 || got["kata-remote"].Resource != "kata.peerpods.io/vm" || !got["kata-remote"].KeepRequests ||
-		got["kata-qemu"].Quantity.Value() != 2 || got["kata-qemu"].KeepRequests {
+		got["kata-qemu"].Quantity.String() != "2" || got["kata-qemu"].KeepRequests {
 		t.Errorf("Profiles() = %+v", got)
 	}
 	// The chart's way: the environment, as toJson writes it.
