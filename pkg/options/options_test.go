@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // parse builds Options from args as `apportion webhook` does, with a cert
@@ -187,8 +189,9 @@ func TestRuntimeClassProfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := o.Profiles()
+	qemu := got["kata-qemu"].Quantity
 	if len(got) != 2 || got["kata-remote"].Resource != "kata.peerpods.io/vm" || !got["kata-remote"].KeepRequests ||
-		got["kata-qemu"].Quantity.String() != "2" || got["kata-qemu"].KeepRequests {
+		qemu.Cmp(resource.MustParse("2")) != 0 || got["kata-qemu"].KeepRequests {
 		t.Errorf("Profiles() = %+v", got)
 	}
 	// The chart's way: the environment, as toJson writes it.
