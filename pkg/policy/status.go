@@ -62,7 +62,8 @@ type GroupPool struct {
 // labels of their node, in the first group (in strategy order) whose labels
 // the node carries. Both are summed over those workloads. WithinQuota holds
 // when every such workload's Running pods are within floor/ceil of each
-// group's ideal share at their number, and none runs outside every group.
+// group's ideal share at their number, over the groups a NodePool serves,
+// and none runs outside them.
 func Status(p *v1alpha1.PlacementPolicy, workloads []Workload, pools []GroupPool, now metav1.Time) v1alpha1.PlacementPolicyStatus {
 	st := v1alpha1.PlacementPolicyStatus{
 		ObservedGeneration: p.Generation,
@@ -166,7 +167,12 @@ func Status(p *v1alpha1.PlacementPolicy, workloads []Workload, pools []GroupPool
 			}
 			actual[gi]++
 		}
+		// Pods left in a group no NodePool serves now are off the split
+		// Desired shows, as are pods outside every group.
 		within := anyAvail && unmatched == 0 && m.WithinQuota(actual, avail)
+		for i := range actual {
+			within = within && (avail.Has(i) || actual[i] == 0)
+		}
 		for i := range st.Groups {
 			st.Groups[i].Desired += int32(desired[i])
 			st.Groups[i].Actual += int32(actual[i])

@@ -1,0 +1,182 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+const ct = "karpenter.sh/capacity-type"
+
+// pools serves on-demand from "od" and leaves spot out when noSpot.
+type pools struct{ noSpot bool }
+
+func (p pools) Choose(_ context.Context, s *strategy.Strategy, _ *corev1.Pod, _ []string) ([]catalog.Choice, []error, error) {
+	choices := make([]catalog.Choice, len(s.Groups))
+	errs := make([]error, len(s.Groups))
+	for i, g := range s.Groups {
+		switch v := g.Selector()[ct]; {
+		case v == "spot" && p.noSpot:
+			errs[i] = errors.New("no NodePool can serve the group")
+		default:
+			choices[i].Pool = &catalog.Pool{Name: v}
+		}
+	}
+	return choices, errs, nil
+}
+
+var epoch = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+func structured() *v1alpha1.Strategy {
+	return &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+		{Labels: map[string]string{ct: "on-demand"}, Base: 2, Weight: 1},
+		{Labels: map[string]string{ct: "spot"}, Weight: 3},
+	}}
+}
+
+func newPolicy(name string, age time.Duration, target v1alpha1.Target) *v1alpha1.PlacementPolicy {
+	return &v1alpha1.PlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name), Generation: 3, CreationTimestamp: metav1.NewTime(epoch.Add(-age))},
+		Spec:       v1alpha1.PlacementPolicySpec{Target: target, Strategy: structured(), Mode: v1alpha1.ModeRequired},
+	}
+}
+
+func fixture(t *testing.T, deployAnnotations map[string]string, objs ...client.Object) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, appsv1.AddToScheme, corev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Labels: map[string]string{"team": "a"}, Annotations: deployAnnotations},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](10)}}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}}
+	objs = append(objs, deploy, rs,
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "od-1", Labels: map[string]string{ct: "on-demand"}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Labels: map[string]string{ct: "spot"}}},
+	)
+	pod := func(i int, node string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", i), UID: types.UID(fmt.Sprint("p", i)),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs1", Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	for i := range 10 {
+		node := "spot-1"
+		if i < 4 {
+			node = "od-1"
+		}
+		objs = append(objs, pod(i, node, corev1.PodRunning))
+	}
+	objs = append(objs, pod(10, "", corev1.PodPending), pod(11, "spot-1", corev1.PodSucceeded))
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.PlacementPolicy{}).
+		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex).Build()
+}
+
+func reconcileStatus(t *testing.T, c client.Client, cap Capacity, name string) v1alpha1.PlacementPolicyStatus {
+	t.Helper()
+	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, c, cap, policy.NewSource(c),
+		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}})
+	ctx := context.Background()
+	var p v1alpha1.PlacementPolicy
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ctrl.Reconcile(ctx, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != resyncPeriod {
+		t.Errorf("requeue after %v, want %v", res.RequeueAfter, resyncPeriod)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Status
+}
+
+func condition(st v1alpha1.PlacementPolicyStatus, typ string) metav1.Condition {
+	for _, c := range st.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+func TestReconcileWritesStatus(t *testing.T) {
+	c := fixture(t, nil, newPolicy("split", time.Hour, v1alpha1.Target{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx"}))
+	st := reconcileStatus(t, c, pools{}, "split")
+	want := []v1alpha1.GroupStatus{
+		{Key: ct + "=on-demand", NodePool: "on-demand", Desired: 4, Actual: 4},
+		{Key: ct + "=spot", NodePool: "spot", Desired: 6, Actual: 6},
+	}
+	if len(st.Groups) != 2 || st.Groups[0] != want[0] || st.Groups[1] != want[1] {
+		t.Errorf("groups %+v, want %+v", st.Groups, want)
+	}
+	if st.ObservedGeneration != 3 || st.Replicas != 10 || !st.WithinQuota || st.Target != "Deployment/nginx" {
+		t.Errorf("status %+v", st)
+	}
+	if r := condition(st, v1alpha1.ConditionReady); r.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v", r)
+	}
+}
+
+func TestReconcileConflicts(t *testing.T) {
+	target := v1alpha1.Target{Kind: "Deployment", Name: "nginx"}
+	t.Run("a newer policy loses to the older", func(t *testing.T) {
+		c := fixture(t, nil, newPolicy("old", time.Hour, target),
+			newPolicy("new", time.Minute, v1alpha1.Target{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}}))
+		st := reconcileStatus(t, c, pools{}, "new")
+		if cf := condition(st, v1alpha1.ConditionConflict); cf.Status != metav1.ConditionTrue || cf.Reason != v1alpha1.ReasonOlderPolicyWins {
+			t.Errorf("Conflict %+v", cf)
+		}
+		if st = reconcileStatus(t, c, pools{}, "old"); condition(st, v1alpha1.ConditionConflict).Status != metav1.ConditionFalse || !st.WithinQuota {
+			t.Errorf("the older policy: %+v", st)
+		}
+	})
+	t.Run("the workload's annotation wins", func(t *testing.T) {
+		c := fixture(t, map[string]string{"apportion.dev/strategy": "a=b,weight=1"}, newPolicy("p", time.Hour, target))
+		st := reconcileStatus(t, c, pools{}, "p")
+		if cf := condition(st, v1alpha1.ConditionConflict); cf.Status != metav1.ConditionTrue || cf.Reason != v1alpha1.ReasonAnnotationWins {
+			t.Errorf("Conflict %+v", cf)
+		}
+	})
+	t.Run("group without a NodePool", func(t *testing.T) {
+		c := fixture(t, nil, newPolicy("p", time.Hour, target))
+		st := reconcileStatus(t, c, pools{noSpot: true}, "p")
+		if g := condition(st, v1alpha1.ConditionGroupUnavailable); g.Status != metav1.ConditionTrue || g.Reason != v1alpha1.ReasonNoNodePool {
+			t.Errorf("GroupUnavailable %+v", g)
+		}
+		if st.Groups[0].Desired != 10 || st.WithinQuota {
+			t.Errorf("groups %+v within %v", st.Groups, st.WithinQuota)
+		}
+	})
+	t.Run("target missing", func(t *testing.T) {
+		c := fixture(t, nil, newPolicy("p", time.Hour, v1alpha1.Target{Kind: "StatefulSet", Name: "nginx"}))
+		if r := condition(reconcileStatus(t, c, pools{}, "p"), v1alpha1.ConditionReady); r.Reason != v1alpha1.ReasonTargetNotFound {
+			t.Errorf("Ready %+v", r)
+		}
+	})
+}
