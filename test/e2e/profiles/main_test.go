@@ -42,8 +42,8 @@ const (
 	// NodePool of the node that advertises it (seed 004's strategy sends
 	// its first pods to on-demand, and on-demand-amd64 is that group's
 	// pool by weight).
-	vmResource corev1.ResourceName = "kata.peerpods.io/vm"
-	vmNodePool                     = "on-demand-amd64"
+	vmResource = corev1.ResourceName("kata.peerpods.io/vm")
+	vmNodePool = "on-demand-amd64"
 	// profilesFlag is the chart's RUNTIME_CLASS_PROFILES for kata-remote.
 	profilesFlag = `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]`
 )
