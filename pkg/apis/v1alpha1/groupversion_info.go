@@ -2,27 +2,34 @@
 // strategy kept in its own resource that names the workloads it applies to,
 // for platform teams that set placement for workloads they do not own (seed
 // 001's PodDistributor). The CRD in chart/crds is generated from these types
-// (`make generate`).
+// (`make generate`). The package imports only apimachinery, so that clients
+// can use it cheaply.
 //
 // +kubebuilder:object:generate=true
 // +groupName=apportion.dev
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is apportion.dev/v1alpha1.
 	GroupVersion = schema.GroupVersion{Group: "apportion.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the kinds of this group version.
-	SchemeBuilder = (&scheme.Builder{GroupVersion: GroupVersion}).Register(&PlacementPolicy{}, &PlacementPolicyList{})
+	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds PlacementPolicy and PlacementPolicyList to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
+	AddToScheme = schemeBuilder.AddToScheme
 )
 
 // PlacementPolicyGVK is the PlacementPolicy kind.
 var PlacementPolicyGVK = GroupVersion.WithKind("PlacementPolicy")
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &PlacementPolicy{}, &PlacementPolicyList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
