@@ -18,6 +18,7 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -215,9 +216,15 @@ func (c *Controller) Reconcile(ctx context.Context, p *v1alpha1.PlacementPolicy)
 	if equality.Semantic.DeepEqual(p.Status, status) {
 		return reconcile.Result{RequeueAfter: resyncPeriod}, nil
 	}
-	patch := client.MergeFrom(p.DeepCopy())
-	p.Status = status
-	if err := c.kubeClient.Status().Patch(ctx, p, patch); err != nil {
+	// The whole status, zero values included: a merge patch computed
+	// against the old status would leave out a replicas count or a
+	// withinQuota that is 0 or false on both sides, and kubectl would print
+	// nothing for them.
+	body, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := c.kubeClient.Status().Patch(ctx, p, client.RawPatch(types.MergePatchType, body)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,14 +339,32 @@ func TestPolicy(t *testing.T) {
 		scale(t, d, 16)
 		after := waitRunning(t, ns, "web", 16)
 		checkSplit(t, after, map[string]int{onDemand: 10, spot: 6})
-		waitStatus(t, ns, first.Name, "still placing, no conflict", conditionIs(v1alpha1.ConditionConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict))
+		waitStatus(t, ns, first.Name, "still placing, no conflict, desired 16/0, actual 10/6", all(
+			conditionIs(v1alpha1.ConditionConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict), groups(16, 10, 0, 6),
+			func(st v1alpha1.PlacementPolicyStatus) error {
+				if st.Replicas != 16 {
+					return fmt.Errorf("replicas %d", st.Replicas)
+				}
+				return nil
+			}))
 	})
 
 	// The closing note: what `kubectl get placementpolicies` shows.
 	out := kubectlGet(t, ns)
-	for _, col := range []string{"TARGET", "REPLICAS", "WITHIN QUOTA", "READY", "AGE", "web-split", "Deployment/web", "app=web (1)"} {
+	for _, col := range []string{"TARGET", "REPLICAS", "WITHIN QUOTA", "READY", "AGE"} {
 		if !strings.Contains(out, col) {
-			t.Errorf("kubectl get placementpolicies does not show %q", col)
+			t.Errorf("kubectl get placementpolicies does not show the column %q", col)
+		}
+	}
+	// Replicas is the Deployment's (16) for the policy that places it, 0
+	// for the one that lost; the old pods keep web-split off its quota.
+	for _, row := range []string{"web-split Deployment/web 16 false True", "web-spot app=web (1) 0 false False"} {
+		want := strings.Fields(row)
+		if !slices.ContainsFunc(strings.Split(out, "\n"), func(line string) bool {
+			got := strings.Fields(line)
+			return len(got) > len(want) && slices.Equal(got[:len(want)], want)
+		}) {
+			t.Errorf("kubectl get placementpolicies has no row %q", row)
 		}
 	}
 	kubectlGet(t, ns, "-o", "wide")
