@@ -225,6 +225,14 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 	}
 }
 
+func TestNilSourceFindsNothing(t *testing.T) {
+	var s *Source
+	var src workload.PolicySource = s
+	if _, _, _, ok := src.Policy(context.Background(), "web", top(deployment, "web", nil)); ok {
+		t.Error("a nil Source found a policy")
+	}
+}
+
 func TestSourceCachesByGeneration(t *testing.T) {
 	p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
 	s := newSource(t, p)

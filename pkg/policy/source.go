@@ -133,6 +133,11 @@ func (s *Source) Policies(ctx context.Context, namespace string, top *metav1.Par
 // targeting top. An invalid strategy is returned as written (the placement
 // controller reports it, as it does for an annotation).
 func (s *Source) Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (raw string, preferred bool, name string, ok bool) {
+	if s == nil {
+		// No PlacementPolicy CRD: a nil *Source in a PolicySource field
+		// places by annotations alone.
+		return "", false, "", false
+	}
 	policies, err := s.Policies(ctx, namespace, top)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reading placement policies, placing without them", "namespace", namespace, "workload", top.Name)
