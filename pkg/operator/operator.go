@@ -265,6 +265,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		Excluded: sets.New(o.Excluded()...),
 
 		Architectures: o.Architectures,
+		Profiles:      o.Profiles(),
 	}})
 	hooks.Register(apwebhook.WorkloadValidatorPath, &webhook.Admission{Handler: apwebhook.WorkloadValidator{}})
 
