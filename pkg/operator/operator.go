@@ -36,16 +36,19 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/certs"
 	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/policy"
 	apwebhook "github.com/apportion-dev/apportion/pkg/webhook"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -57,6 +60,9 @@ var NodePoolGVK = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", 
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	gv := NodePoolGVK.GroupVersion()
@@ -132,7 +138,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the discovery client: %w", err)
 	}
-	apis, err := NewAPIWatch(dc, o.APICheckInterval, NodePoolGVK, workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK)
+	apis, err := NewAPIWatch(dc, o.APICheckInterval, NodePoolGVK, workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK, v1alpha1.PlacementPolicyGVK)
 	if err != nil {
 		return err
 	}
@@ -212,7 +218,24 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	if _, err := mgr.GetCache().GetInformer(ctx, nodeMeta); err != nil {
 		return fmt.Errorf("starting the node informer: %w", err)
 	}
-	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout).WithNodes(mgr.GetClient())
+	// PlacementPolicies (when their CRD is installed): indexed by target,
+	// read through one Source at admission, by the placement controller and
+	// the deletion-cost controller.
+	var policies *policy.Source
+	var policySource workload.PolicySource // nil without the CRD
+	if apis.Served(v1alpha1.PlacementPolicyGVK) {
+		if err := policy.IndexPolicies(ctx, mgr.GetFieldIndexer()); err != nil {
+			return fmt.Errorf("indexing placement policies: %w", err)
+		}
+		if _, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.PlacementPolicy{}); err != nil {
+			return fmt.Errorf("starting the PlacementPolicy informer: %w", err)
+		}
+		policies = policy.NewSource(mgr.GetClient())
+		policySource = policies
+	} else {
+		logger.Info("apportion.dev/v1alpha1 PlacementPolicy CRD not found: strategies from annotations only")
+	}
+	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout).WithNodes(mgr.GetClient()).WithPolicies(policySource)
 	if o.Architectures != options.ArchitecturesOff {
 		// The Kubernetes keychain reads the ServiceAccount and the pull
 		// Secrets by name, on cache misses only: a direct client, no
@@ -241,7 +264,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		}
 	}
 
-	for _, c := range []interface {
+	controllers := []interface {
 		Register(context.Context, ctrl.Manager) error
 	}{
 		placer,
@@ -250,8 +273,19 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			Timeout: o.CapacityTimeout, DeleteQPS: o.CapacityDeleteQPS,
 			NodeLabels: !apis.Served(NodePoolGVK), ScaleFromZero: o.ScaleFromZero,
 		}),
-		deletioncost.NewController(mgr.GetClient()),
-	} {
+		deletioncost.NewController(mgr.GetClient()).WithPolicies(policySource),
+	}
+	if policies != nil {
+		var followed []schema.GroupVersionKind
+		for _, gvk := range []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK, workload.RolloutGVK} {
+			if apis.Served(gvk) {
+				followed = append(followed, gvk)
+			}
+		}
+		controllers = append(controllers, policyctrl.NewController(clk, mgr.GetClient(), mgr.GetAPIReader(), capacity, policies,
+			policyctrl.Options{Kinds: followed, NodePools: apis.Served(NodePoolGVK)}))
+	}
+	for _, c := range controllers {
 		if err := c.Register(ctx, mgr); err != nil {
 			return fmt.Errorf("registering controller: %w", err)
 		}
@@ -263,11 +297,13 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
 		Recorder: recorder,
 		Excluded: sets.New(o.Excluded()...),
+		Policies: policySource,
 
 		Architectures: o.Architectures,
 		Profiles:      o.Profiles(),
 	}})
 	hooks.Register(apwebhook.WorkloadValidatorPath, &webhook.Admission{Handler: apwebhook.WorkloadValidator{}})
+	hooks.Register(apwebhook.PolicyValidatorPath, &webhook.Admission{Handler: apwebhook.PolicyValidator{}})
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

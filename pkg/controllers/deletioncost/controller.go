@@ -74,11 +74,22 @@ func newestFirst(a, b *corev1.Pod) int {
 // Controller maintains deletion costs per revision.
 type Controller struct {
 	kubeClient client.Client
+	resolve    []workload.Option
 }
 
 // NewController builds the deletion-cost controller.
 func NewController(kubeClient client.Client) *Controller {
 	return &Controller{kubeClient: kubeClient}
+}
+
+// WithPolicies orders the pods of workloads whose strategy comes from a
+// PlacementPolicy too; src may be nil.
+func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
+	c.resolve = nil
+	if src != nil {
+		c.resolve = []workload.Option{workload.WithPolicies(src)}
+	}
+	return c
 }
 
 // Name is the controller's name in logs and metrics.
@@ -139,7 +150,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if decided == 0 {
 		return reconcile.Result{}, nil // not a revision apportion places
 	}
-	info, err := workload.Resolve(ctx, c.kubeClient, req.Namespace, pods[0])
+	info, err := workload.Resolve(ctx, c.kubeClient, req.Namespace, pods[0], c.resolve...)
 	if err != nil || info == nil || !info.Found {
 		return reconcile.Result{}, nil // nothing to order by; the owner may be gone
 	}

@@ -92,6 +92,7 @@ type Controller struct {
 	nodes      client.Reader // node metadata, to count strays; nil: not counted
 	images     Images        // nil: no image is inspected
 	imageWait  time.Duration
+	resolve    []workload.Option // PlacementPolicies, when their CRD is installed
 
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
@@ -114,6 +115,16 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
 		warned:  ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
 		retrier: NewRetrier()}
+}
+
+// WithPolicies makes workloads without a strategy annotation take the
+// strategy of the PlacementPolicy that targets them; src may be nil.
+func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
+	c.resolve = nil
+	if src != nil {
+		c.resolve = []workload.Option{workload.WithPolicies(src)}
+	}
+	return c
 }
 
 // WithImages makes the controller inspect the images of every pod it places,
@@ -171,7 +182,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		}
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
 	}
-	info, err := workload.Resolve(ctx, c.kubeClient, pod.Namespace, pod)
+	info, err := workload.Resolve(ctx, c.kubeClient, pod.Namespace, pod, c.resolve...)
 	switch {
 	case errors.Is(err, workload.ErrNotCached):
 		if c.clock.Since(pod.CreationTimestamp.Time) < c.gateWait {
