@@ -271,25 +271,39 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if len(capacityOut) > 0 {
 		d.Fallback, d.Record.Reason = capacityOut, RecordFallback
 	}
+	res, written, err := c.write(ctx, pod, d)
+	if written {
+		c.tally.Record(pod.UID, rev, d.Group.Key(), c.clock.Now())
+		log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
+	}
+	return res, err
+}
+
+// write sends decision d for pod in one patch (with an optimistic lock) and
+// reports whether it was written; a conflict decides again from the fresh
+// object, any other failure is retried until the gate timeout.
+func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Decision) (reconcile.Result, bool, error) {
+	group := ""
+	if !d.ArchitectureOnly {
+		group = d.Group.Key()
+	}
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)
 	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, false, nil
 		}
 		if apierrors.IsConflict(err) {
 			// The cache is behind this pod (or the janitor released it):
 			// decide again from the fresh object.
-			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
 		}
-		metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "error").Inc()
-		return c.retrier.Retry(ctx, pod, OperationDecide, err), nil
+		metrics.DecisionsTotal.WithLabelValues(group, d.NodePool, "error").Inc()
+		return c.retrier.Retry(ctx, pod, OperationDecide, err), false, nil
 	}
-	c.tally.Record(pod.UID, rev, d.Group.Key(), c.clock.Now())
-	metrics.DecisionsTotal.WithLabelValues(d.Group.Key(), d.NodePool, "placed").Inc()
+	metrics.DecisionsTotal.WithLabelValues(group, d.NodePool, "placed").Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
-	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
-	return reconcile.Result{}, nil
+	return reconcile.Result{}, true, nil
 }
 
 // available is the set of groups that can be served, with a Warning Event for
@@ -359,22 +373,11 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 		Tolerations:      choices[0].Tolerations,
 		Record:           decision.Record{Reason: reason},
 	}
-	patched := pod.DeepCopy()
-	decision.Apply(patched, d)
-	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
-		}
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
-		}
-		metrics.DecisionsTotal.WithLabelValues("", d.NodePool, "error").Inc()
-		return c.retrier.Retry(ctx, pod, OperationDecide, err), nil
+	result, written, err := c.write(ctx, pod, d)
+	if written {
+		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures, "nodepool", d.NodePool)
 	}
-	metrics.DecisionsTotal.WithLabelValues("", d.NodePool, "placed").Inc()
-	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
-	log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures, "nodepool", d.NodePool)
-	return reconcile.Result{}, nil
+	return result, err
 }
 
 // strayGroup returns the lookup the tally counts strays with: the first
@@ -473,24 +476,23 @@ func (c *Controller) parse(raw string) *parsed {
 // would otherwise repeat it 1,000 times.
 func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	key := string(ref.UID) + "/" + reason + "/" + msg
-	if c.warned.Has(key) {
-		return
-	}
-	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
+	c.warn(string(ref.UID)+"/"+reason+"/"+msg, ref, reason, msg)
 }
 
 // warnEvery is warnOnce keyed by the reason alone: failures whose messages
 // differ from pod to pod (a registry error) still give one Event per workload
 // per warnInterval.
 func (c *Controller) warnEvery(ref *corev1.ObjectReference, reason, format string, args ...any) {
-	key := string(ref.UID) + "/" + reason
+	c.warn(string(ref.UID)+"/"+reason, ref, reason, fmt.Sprintf(format, args...))
+}
+
+// warn records the Event (and logs it) unless key was warned within
+// warnInterval.
+func (c *Controller) warn(key string, ref *corev1.ObjectReference, reason, msg string) {
 	if c.warned.Has(key) {
 		return
 	}
 	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
-	msg := fmt.Sprintf(format, args...)
 	log.Log.Info(msg, "reason", reason, "kind", ref.Kind, "namespace", ref.Namespace, "name", ref.Name)
 	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
 }

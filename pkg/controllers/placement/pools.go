@@ -160,9 +160,13 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 			}
 			n.known[key] = served
 		}
+		var out error
+		if n.Tracker != nil {
+			out = unavailable(n.Tracker, capacity.LabelsKey(g.Key()))
+		}
 		switch {
-		case n.Tracker != nil && unavailable(n.Tracker, capacity.LabelsKey(g.Key())) != nil:
-			errs[i] = fmt.Errorf("%w: nodes with %s: %v", catalog.ErrCapacity, g.Key(), unavailable(n.Tracker, capacity.LabelsKey(g.Key())))
+		case out != nil:
+			errs[i] = fmt.Errorf("%w: nodes with %s: %v", catalog.ErrCapacity, g.Key(), out)
 		case served || n.ScaleFromZero:
 		case len(archs) > 0:
 			errs[i] = fmt.Errorf("no node has the labels %s and one of the architectures %s", g.Key(), archKey)
