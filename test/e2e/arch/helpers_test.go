@@ -79,7 +79,7 @@ var wantPlatforms = map[string][]string{
 // counts when t ends.
 func newRegistry(t *testing.T, images ...string) *framework.Registry {
 	t.Helper()
-	reg, err := framework.StartRegistry(env.c)
+	reg, err := framework.StartRegistry(env.C)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +115,10 @@ func newNamespace(t *testing.T, labels map[string]string) string {
 	}
 	name = strings.TrimRight(name, "-")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if err := env.kube.Create(t.Context(), ns); err != nil {
+	if err := env.Kube.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), ns) })
+	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
 	return name
 }
 
@@ -150,7 +150,7 @@ func deployment(ns, name, image string, replicas int32, ann map[string]string, m
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.kube.Create(t.Context(), obj); err != nil {
+	if err := env.Kube.Create(t.Context(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
 }
@@ -158,13 +158,13 @@ func create(t *testing.T, obj client.Object) {
 // scale sets the Deployment's replicas, retrying on conflicts.
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
+	framework.WaitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
 		var cur appsv1.Deployment
-		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
 			return err
 		}
 		cur.Spec.Replicas = ptr.To(replicas)
-		return env.kube.Update(t.Context(), &cur)
+		return env.Kube.Update(t.Context(), &cur)
 	})
 }
 
@@ -172,7 +172,7 @@ func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 func livePods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+	if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
 		t.Fatal(err)
 	}
 	var out []corev1.Pod
@@ -188,7 +188,7 @@ func livePods(t *testing.T, ns, name string) []corev1.Pod {
 func waitPods(t *testing.T, ns, name string, n int, timeout time.Duration, what string, ok func(*corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	waitFor(t, timeout, fmt.Sprintf("%d %s pods of %s", n, what, name), func() error {
+	framework.WaitFor(t, timeout, fmt.Sprintf("%d %s pods of %s", n, what, name), func() error {
 		pods = livePods(t, ns, name)
 		good := 0
 		for i := range pods {
@@ -228,7 +228,7 @@ func nodesOf(t *testing.T, pods []corev1.Pod) []placement {
 	out := make([]placement, 0, len(pods))
 	for _, p := range pods {
 		var n corev1.Node
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
 			t.Fatalf("node of %s: %v", p.Name, err)
 		}
 		out = append(out, placement{pod: p, node: &n})
@@ -361,7 +361,7 @@ func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []stri
 	deadline := time.Now().Add(wait)
 	for {
 		var list corev1.EventList
-		if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		var out []string
@@ -382,7 +382,7 @@ func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []stri
 func allEvents(t *testing.T, ns string) string {
 	t.Helper()
 	var list corev1.EventList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+	if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
 		return err.Error()
 	}
 	var b strings.Builder

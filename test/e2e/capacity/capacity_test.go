@@ -25,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 // recordFallback is the decision record's reason for a pod placed while a
@@ -92,9 +93,9 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 	// updates it every few seconds); kwok's node capacity is the NodeClaim's
 	// requests, so three nodes of two 900m pods use cpu 5400m.
 	var used resource.Quantity
-	waitFor(t, time.Minute, "NodePool "+pool+" to count its nodes", func() error {
+	framework.WaitFor(t, time.Minute, "NodePool "+pool+" to count its nodes", func() error {
 		var np karpv1.NodePool
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
 			return err
 		}
 		if n := ptr.Deref(np.Status.Nodes, 0); n != 3 {
@@ -186,7 +187,7 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 	target := 18 - len(fallback)
 	scale(t, d, int32(target))
 	var left []corev1.Pod
-	waitFor(t, 2*time.Minute, fmt.Sprintf("%d live pods", target), func() error {
+	framework.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d live pods", target), func() error {
 		if left = livePods(t, ns, name); len(left) != target {
 			return fmt.Errorf("%d live pods", len(left))
 		}
@@ -207,13 +208,13 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 // setCPULimit sets a NodePool's cpu limit.
 func setCPULimit(t *testing.T, pool string, cpu resource.Quantity) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "setting the cpu limit of "+pool, func() error {
+	framework.WaitFor(t, 30*time.Second, "setting the cpu limit of "+pool, func() error {
 		var np karpv1.NodePool
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
 			return err
 		}
 		np.Spec.Limits[corev1.ResourceCPU] = cpu
-		return env.kube.Update(t.Context(), &np)
+		return env.Kube.Update(t.Context(), &np)
 	})
 	t.Logf("NodePool %s: cpu limit %s", pool, cpu.String())
 }
@@ -251,7 +252,7 @@ func TestCPULimitShortOfANode(t *testing.T) {
 		t.Errorf("%d fallback pods, want %d", len(fb), want[spot]-spotFits)
 	}
 	var np karpv1.NodePool
-	if err := env.kube.Get(t.Context(), client.ObjectKey{Name: "cpulimit-spot"}, &np); err != nil {
+	if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: "cpulimit-spot"}, &np); err != nil {
 		t.Fatal(err)
 	}
 	used, limit := np.Status.Resources[corev1.ResourceCPU], np.Spec.Limits[corev1.ResourceCPU]
@@ -296,7 +297,7 @@ func TestUnsatisfiablePoolFallsBack(t *testing.T) {
 				t.Errorf("%d fallback pods, want spot's share %d", len(fallback), want[spot])
 			}
 			var claims karpv1.NodeClaimList
-			if err := env.kube.List(t.Context(), &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: tc.pool}); err == nil && len(claims.Items) > 0 {
+			if err := env.Kube.List(t.Context(), &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: tc.pool}); err == nil && len(claims.Items) > 0 {
 				t.Errorf("NodePool %s got %d NodeClaims; the case needs a pool Karpenter cannot launch from", tc.pool, len(claims.Items))
 			}
 			t.Logf("timings: CapacityUnavailable %s after the scale-up (--capacity-timeout %s), first fallback pod created %s after, all 6 Running %s after; Event: %s",
@@ -381,9 +382,9 @@ func TestCappedWhileLaunching(t *testing.T) {
 	start := time.Now()
 	scale(t, d, 6)
 	var used resource.Quantity
-	waitFor(t, time.Minute, "a NodeClaim of "+pool+" counted in its usage", func() error {
+	framework.WaitFor(t, time.Minute, "a NodeClaim of "+pool+" counted in its usage", func() error {
 		var np karpv1.NodePool
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
 			return err
 		}
 		if ptr.Deref(np.Status.Nodes, 0) == 0 {
@@ -442,13 +443,13 @@ func TestStraysCountByTheirNode(t *testing.T) {
 	rs := replicaSetOf(t, ns, name)
 
 	var saved admissionregistrationv1.MutatingWebhookConfiguration
-	if err := env.kube.Get(t.Context(), client.ObjectKey{Name: "apportion"}, &saved); err != nil {
+	if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: "apportion"}, &saved); err != nil {
 		t.Fatal(err)
 	}
 	restore := func(ctx context.Context) error {
 		again := saved.DeepCopy()
 		again.ObjectMeta = metav1.ObjectMeta{Name: saved.Name, Labels: saved.Labels, Annotations: saved.Annotations}
-		if err := env.kube.Create(ctx, again); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := env.Kube.Create(ctx, again); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 		return nil
@@ -458,10 +459,10 @@ func TestStraysCountByTheirNode(t *testing.T) {
 			t.Errorf("registering the pod webhook again: %v", err)
 		}
 	})
-	if err := env.kube.Delete(t.Context(), &saved); err != nil {
+	if err := env.Kube.Delete(t.Context(), &saved); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the API server to stop calling the pod webhook", func() error {
+	framework.WaitFor(t, 30*time.Second, "the API server to stop calling the pod webhook", func() error {
 		if webhookGates(t, rs) {
 			return fmt.Errorf("a dry-run pod is still gated")
 		}
@@ -487,7 +488,7 @@ func TestStraysCountByTheirNode(t *testing.T) {
 	if err := restore(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the API server to call the pod webhook again", func() error {
+	framework.WaitFor(t, 30*time.Second, "the API server to call the pod webhook again", func() error {
 		if !webhookGates(t, rs) {
 			return fmt.Errorf("a dry-run pod is not gated")
 		}
@@ -531,7 +532,7 @@ func TestStraysCountByTheirNode(t *testing.T) {
 func replicaSetOf(t *testing.T, ns, name string) *appsv1.ReplicaSet {
 	t.Helper()
 	var list appsv1.ReplicaSetList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+	if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 1 {
@@ -556,7 +557,7 @@ func webhookGates(t *testing.T, rs *appsv1.ReplicaSet) bool {
 		},
 		Spec: *rs.Spec.Template.Spec.DeepCopy(),
 	}
-	if err := env.kube.Create(t.Context(), pod, client.DryRunAll); err != nil {
+	if err := env.Kube.Create(t.Context(), pod, client.DryRunAll); err != nil {
 		t.Fatalf("dry-run pod: %v", err)
 	}
 	return decision.HasGate(pod)

@@ -31,6 +31,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 const (
@@ -48,10 +49,10 @@ func newNamespace(t *testing.T) string {
 	}
 	name = strings.TrimRight(name, "-")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.kube.Create(t.Context(), ns); err != nil {
+	if err := env.Kube.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), ns) })
+	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
 	return name
 }
 
@@ -86,7 +87,7 @@ func deployment(ns, name, caseName string, replicas int32, cpu string, ann map[s
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.kube.Create(t.Context(), obj); err != nil {
+	if err := env.Kube.Create(t.Context(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
 }
@@ -94,35 +95,21 @@ func create(t *testing.T, obj client.Object) {
 // scale sets the Deployment's replicas, retrying on conflicts.
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
-	waitFor(t, 30*time.Second, fmt.Sprintf("scaling %s to %d", d.Name, replicas), func() error {
+	framework.WaitFor(t, 30*time.Second, fmt.Sprintf("scaling %s to %d", d.Name, replicas), func() error {
 		var cur appsv1.Deployment
-		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
 			return err
 		}
 		cur.Spec.Replicas = ptr.To(replicas)
-		return env.kube.Update(t.Context(), &cur)
+		return env.Kube.Update(t.Context(), &cur)
 	})
-}
-
-// waitFor polls check every 250ms until it returns nil or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
 }
 
 // livePods are the pods matching app=name that are not terminating.
 func livePods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+	if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
 		t.Fatal(err)
 	}
 	var out []corev1.Pod
@@ -139,7 +126,7 @@ func livePods(t *testing.T, ns, name string) []corev1.Pod {
 func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	waitFor(t, timeout, fmt.Sprintf("%d running pods of %s", n, name), func() error {
+	framework.WaitFor(t, timeout, fmt.Sprintf("%d running pods of %s", n, name), func() error {
 		pods = livePods(t, ns, name)
 		running := 0
 		for _, p := range pods {
@@ -162,7 +149,7 @@ func nodeGroups(t *testing.T, caseName string, pods []corev1.Pod) map[types.UID]
 	out := map[types.UID]string{}
 	for _, p := range pods {
 		var n corev1.Node
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
 			t.Fatalf("node of %s: %v", p.Name, err)
 		}
 		if n.Labels[caseLabel] != caseName {
@@ -246,7 +233,7 @@ func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []core
 	deadline := time.Now().Add(wait)
 	for {
 		var list corev1.EventList
-		if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		var out []corev1.Event
@@ -290,7 +277,7 @@ type podLog struct {
 // watchPods starts recording the pods of ns until the test ends.
 func watchPods(t *testing.T, ns string) *podLog {
 	t.Helper()
-	wc, err := client.NewWithWatch(env.c.RESTConfig(), client.Options{Scheme: env.kube.Scheme()})
+	wc, err := client.NewWithWatch(env.C.RESTConfig(), client.Options{Scheme: env.Kube.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +335,7 @@ func waitDeletionCosts(t *testing.T, ns, app string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "up-to-date deletion costs on the pods of "+app, func() error {
+	framework.WaitFor(t, time.Minute, "up-to-date deletion costs on the pods of "+app, func() error {
 		live := livePods(t, ns, app)
 		pods := make([]*corev1.Pod, len(live))
 		for i := range live {
@@ -391,7 +378,7 @@ func names(pods []corev1.Pod) []string {
 func claimLaunches(t *testing.T, pool string) []time.Duration {
 	t.Helper()
 	var list karpv1.NodeClaimList
-	if err := env.kube.List(t.Context(), &list, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
+	if err := env.Kube.List(t.Context(), &list, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
 		t.Fatal(err)
 	}
 	var out []time.Duration

@@ -16,7 +16,6 @@
 package capacity_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	kwokv1alpha1 "sigs.k8s.io/karpenter/kwok/apis/v1alpha1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -90,121 +88,28 @@ const (
 	noSuchType = "e2e-no-such-type"
 )
 
-var env struct {
-	c        *cluster.Cluster
-	kube     client.Client
-	bin      string
-	certDir  string
-	lb       *framework.Balancer
-	replicas []*framework.Replica
-}
+// env is the cluster and the replica every case shares (the cases run in
+// parallel against one leader).
+var env framework.Suite
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	start := time.Now()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
-		code = 1
-	}
-	if env.c != nil {
-		if code != 0 {
-			for _, r := range env.replicas {
-				fmt.Fprintf(os.Stderr, "--- %s log tail\n%s\n", r.Name, tailLog(r.Name, 60))
+	os.Exit(framework.RunSuite(m, &env, framework.SuiteOptions{
+		Name: "capacity",
+		Configure: func(ctx context.Context, s *framework.Suite, opts *cluster.Options) error {
+			types, err := instanceTypesFile(ctx, s.Dir)
+			if err != nil {
+				return err
 			}
-			env.c.DumpLogs(os.Stderr, 40)
-		}
-		if err := env.c.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
-		}
-	}
-	fmt.Fprintf(os.Stderr, "capacity e2e: wall time %s\n", time.Since(start).Round(time.Second))
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	tmp, err := os.MkdirTemp("", "apportion-e2e-capacity-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
-		return 1, err
-	}
-	types, err := instanceTypesFile(ctx, tmp)
-	if err != nil {
-		return 1, err
-	}
-	// E2E_LOG_DIR keeps every component's and replica's log after the run.
-	env.c, err = cluster.Start(ctx, cluster.Options{
-		Karpenter: true, Progress: os.Stderr, LogDir: os.Getenv("E2E_LOG_DIR"),
-		KarpenterEnv: []string{"INSTANCE_TYPES_FILE_PATH=" + types},
-	})
-	if err != nil {
-		return 1, err
-	}
-	env.kube = env.c.Client()
-	if err := createNodeClassesAndPools(ctx); err != nil {
-		return 1, err
-	}
-	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
-		return 1, err
-	}
-	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
-		return 1, err
-	}
-	env.certDir = filepath.Join(tmp, "certs")
-	if err := os.MkdirAll(env.certDir, 0o700); err != nil {
-		return 1, err
-	}
-	if _, _, err := env.c.IssueServingCert(env.certDir); err != nil {
-		return 1, err
-	}
-	if env.lb, err = framework.NewBalancer(env.c); err != nil {
-		return 1, err
-	}
-	defer env.lb.Close()
-	if err := framework.Register(ctx, env.kube, env.c.CABundle(), env.lb.Port); err != nil {
-		return 1, err
-	}
-	// The replica stops before its certificate folder goes.
-	defer func() {
-		for _, r := range env.replicas {
-			r.Stop()
-		}
-	}()
-	if err := startReplica(ctx); err != nil {
-		return 1, err
-	}
-	return m.Run(), nil
-}
-
-// startReplica starts the one `apportion webhook` every case shares (the
-// cases run in parallel against one leader) and waits for it to lead.
-func startReplica(ctx context.Context) error {
-	r, err := framework.StartReplica(env.c, env.bin, env.certDir, "apportion-1", gateTimeout,
-		"--capacity-timeout="+capacityTimeout.String(), "--capacity-ttl="+capacityTTL.String(),
-		"--capacity-max-ttl="+capacityMaxTTL.String(), "--capacity-delete-qps="+deleteQPS)
-	if err != nil {
-		return err
-	}
-	env.replicas = append(env.replicas, r)
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := r.WaitReady(wctx); err != nil {
-		return fmt.Errorf("%w: %s", err, tailLog(r.Name, 20))
-	}
-	env.lb.Set(r.Port)
-	for !framework.LeaderAlive(wctx, env.kube) {
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("no placement leader: %w", wctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return nil
+			opts.KarpenterEnv = []string{"INSTANCE_TYPES_FILE_PATH=" + types}
+			return nil
+		},
+		Prepare:     func(ctx context.Context, _ *framework.Suite) error { return createNodeClassesAndPools(ctx) },
+		Replicas:    1,
+		GateTimeout: gateTimeout,
+		Args: []string{"--capacity-timeout=" + capacityTimeout.String(), "--capacity-ttl=" + capacityTTL.String(),
+			"--capacity-max-ttl=" + capacityMaxTTL.String(), "--capacity-delete-qps=" + deleteQPS},
+	}))
 }
 
 // instanceTypesFile writes kwok's embedded instance types plus noSpotType
@@ -306,12 +211,12 @@ func createNodeClassesAndPools(ctx context.Context) error {
 	for name, delay := range map[string]time.Duration{classDefault: 0, classSlow: slowDelay, classSlower: slowerDelay} {
 		nc := &kwokv1alpha1.KWOKNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: kwokv1alpha1.KWOKNodeClassSpec{NodeRegistrationDelay: metav1.Duration{Duration: delay}}}
-		if err := env.kube.Create(ctx, nc); err != nil {
+		if err := env.Kube.Create(ctx, nc); err != nil {
 			return fmt.Errorf("creating KWOKNodeClass %s: %w", name, err)
 		}
 	}
 	for _, p := range pools {
-		if err := env.kube.Create(ctx, p.nodePool()); err != nil {
+		if err := env.Kube.Create(ctx, p.nodePool()); err != nil {
 			return fmt.Errorf("creating NodePool %s: %w", p.name, err)
 		}
 	}
@@ -345,23 +250,4 @@ func (p pool) nodePool() *karpv1.NodePool {
 			Limits:     karpv1.Limits{corev1.ResourceCPU: resource.MustParse(cpu)},
 		},
 	}
-}
-
-// tailLog returns the last lines of a component's log.
-func tailLog(name string, lines int) string {
-	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	defer func() { _ = f.Close() }()
-	var all []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		all = append(all, s.Text())
-	}
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }

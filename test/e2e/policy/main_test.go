@@ -10,19 +10,16 @@
 package policy_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,7 +30,6 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/webhook"
-	"github.com/apportion-dev/apportion/test/cluster"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -42,108 +38,40 @@ const (
 	replicas    = 2
 )
 
-var env struct {
-	c        *cluster.Cluster
-	kube     client.Client // knows PlacementPolicies
-	bin      string
-	certDir  string
-	lb       *framework.Balancer
-	replicas []*framework.Replica
-}
+// env is the cluster and the replicas every test shares; its client knows
+// PlacementPolicies.
+var env framework.Suite
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	start := time.Now()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
-		code = 1
-	}
-	if env.c != nil {
-		if code != 0 {
-			for _, r := range env.replicas {
-				fmt.Fprintf(os.Stderr, "--- %s log tail\n%s\n", r.Name, tailLog(r.Name, 60))
+	os.Exit(framework.RunSuite(m, &env, framework.SuiteOptions{
+		Name: "policy", NodePools: true,
+		Prepare: func(ctx context.Context, s *framework.Suite) error {
+			scheme := runtime.NewScheme()
+			if err := clientgoscheme.AddToScheme(scheme); err != nil {
+				return err
 			}
-			env.c.DumpLogs(os.Stderr, 40)
-		}
-		if err := env.c.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
-		}
-	}
-	fmt.Fprintf(os.Stderr, "policy e2e: wall time %s\n", time.Since(start).Round(time.Second))
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	tmp, err := os.MkdirTemp("", "apportion-e2e-policy-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
-		return 1, err
-	}
-	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: os.Getenv("E2E_LOG_DIR")})
-	if err != nil {
-		return 1, err
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return 1, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return 1, err
-	}
-	karpenter := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
-	scheme.AddKnownTypes(karpenter, &karpv1.NodePool{}, &karpv1.NodePoolList{})
-	metav1.AddToGroupVersion(scheme, karpenter)
-	if env.kube, err = client.New(env.c.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
-		return 1, err
-	}
-	root := framework.RepoRoot()
-	if err := framework.Apply(ctx, env.kube, filepath.Join(root, "test", "testdata", "karpenter")); err != nil {
-		return 1, err
-	}
-	if err := framework.Apply(ctx, env.kube, filepath.Join(root, "chart", "crds")); err != nil {
-		return 1, err
-	}
-	if err := waitCRD(ctx); err != nil {
-		return 1, err
-	}
-	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
-		return 1, err
-	}
-	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
-		return 1, err
-	}
-	env.certDir = filepath.Join(tmp, "certs")
-	if err := os.MkdirAll(env.certDir, 0o700); err != nil {
-		return 1, err
-	}
-	if _, _, err := env.c.IssueServingCert(env.certDir); err != nil {
-		return 1, err
-	}
-	if env.lb, err = framework.NewBalancer(env.c); err != nil {
-		return 1, err
-	}
-	defer env.lb.Close()
-	if err := framework.Register(ctx, env.kube, env.c.CABundle(), env.lb.Port); err != nil {
-		return 1, err
-	}
-	if err := registerPolicyWebhook(ctx, env.c.CABundle(), env.lb.Port); err != nil {
-		return 1, err
-	}
-	defer func() {
-		for _, r := range env.replicas {
-			r.Stop()
-		}
-	}()
-	if err := startReplicas(ctx); err != nil {
-		return 1, err
-	}
-	return m.Run(), nil
+			if err := v1alpha1.AddToScheme(scheme); err != nil {
+				return err
+			}
+			karpenter := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
+			scheme.AddKnownTypes(karpenter, &karpv1.NodePool{}, &karpv1.NodePoolList{})
+			metav1.AddToGroupVersion(scheme, karpenter)
+			kube, err := client.New(s.C.RESTConfig(), client.Options{Scheme: scheme})
+			if err != nil {
+				return err
+			}
+			s.Kube = kube
+			if err := framework.Apply(ctx, s.Kube, filepath.Join(framework.RepoRoot(), "chart", "crds")); err != nil {
+				return err
+			}
+			return waitCRD(ctx)
+		},
+		Replicas: replicas, GateTimeout: gateTimeout,
+		Ready: func(ctx context.Context, s *framework.Suite) error {
+			return registerPolicyWebhook(ctx, s.C.CABundle(), s.LB.Port)
+		},
+	}))
 }
 
 // waitCRD waits until PlacementPolicies can be listed (the CRD is
@@ -151,7 +79,7 @@ func run(m *testing.M) (int, error) {
 func waitCRD(ctx context.Context) error {
 	for {
 		var list v1alpha1.PlacementPolicyList
-		err := env.kube.List(ctx, &list)
+		err := env.Kube.List(ctx, &list)
 		if err == nil {
 			return nil
 		}
@@ -186,71 +114,8 @@ func registerPolicyWebhook(ctx context.Context, caBundle []byte, port int) error
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
-	if err := env.kube.Create(ctx, cfg); err != nil {
+	if err := env.Kube.Create(ctx, cfg); err != nil {
 		return fmt.Errorf("registering the PlacementPolicy webhook: %w", err)
 	}
 	return nil
-}
-
-// startReplicas starts the replicas behind the balancer and waits for them
-// to serve and for a leader.
-func startReplicas(ctx context.Context) error {
-	ports := make([]int, 0, replicas)
-	for i := range replicas {
-		r, err := framework.StartReplica(env.c, env.bin, env.certDir, fmt.Sprintf("apportion-%d", i+1), gateTimeout)
-		if err != nil {
-			return err
-		}
-		env.replicas = append(env.replicas, r)
-		ports = append(ports, r.Port)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, r := range env.replicas {
-		if err := r.WaitReady(wctx); err != nil {
-			return fmt.Errorf("%w: %s", err, tailLog(r.Name, 20))
-		}
-	}
-	env.lb.Set(ports...)
-	for !framework.LeaderAlive(wctx, env.kube) {
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("no placement leader: %w", wctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// tailLog returns the last lines of a component's log.
-func tailLog(name string, lines int) string {
-	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	defer func() { _ = f.Close() }()
-	var all []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		all = append(all, s.Text())
-	}
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
-
-// waitFor polls check every 250ms until it returns nil or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
 }

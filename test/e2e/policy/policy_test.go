@@ -25,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 const (
@@ -63,10 +64,10 @@ func newNamespace(t *testing.T) string {
 	}
 	name = strings.TrimRight(name, "-")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.kube.Create(t.Context(), ns); err != nil {
+	if err := env.Kube.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), ns) })
+	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
 	return name
 }
 
@@ -102,20 +103,20 @@ func placementPolicy(ns, name, target string, s *v1alpha1.Strategy) *v1alpha1.Pl
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.kube.Create(t.Context(), obj); err != nil {
+	if err := env.Kube.Create(t.Context(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
 }
 
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
+	framework.WaitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
 		var cur appsv1.Deployment
-		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
+		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
 			return err
 		}
 		cur.Spec.Replicas = ptr.To(replicas)
-		return env.kube.Update(t.Context(), &cur)
+		return env.Kube.Update(t.Context(), &cur)
 	})
 }
 
@@ -130,9 +131,9 @@ type placed struct {
 func waitRunning(t *testing.T, ns, name string, n int) []placed {
 	t.Helper()
 	var out []placed
-	waitFor(t, 3*time.Minute, fmt.Sprintf("%d Running pods of %s", n, name), func() error {
+	framework.WaitFor(t, 3*time.Minute, fmt.Sprintf("%d Running pods of %s", n, name), func() error {
 		var list corev1.PodList
-		if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+		if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
 			return err
 		}
 		out = out[:0]
@@ -144,7 +145,7 @@ func waitRunning(t *testing.T, ns, name string, n int) []placed {
 				return fmt.Errorf("pod %s not Running on a node yet (phase %s, node %q)", p.Name, p.Status.Phase, p.Spec.NodeName)
 			}
 			var node corev1.Node
-			if err := env.kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
+			if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
 				return err
 			}
 			out = append(out, placed{pod: p, capacity: node.Labels[ct]})
@@ -188,8 +189,8 @@ func condition(st v1alpha1.PlacementPolicyStatus, typ string) metav1.Condition {
 func waitStatus(t *testing.T, ns, name, what string, ok func(v1alpha1.PlacementPolicyStatus) error) v1alpha1.PlacementPolicyStatus {
 	t.Helper()
 	var p v1alpha1.PlacementPolicy
-	waitFor(t, 90*time.Second, "status of PlacementPolicy "+name+": "+what, func() error {
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+	framework.WaitFor(t, 90*time.Second, "status of PlacementPolicy "+name+": "+what, func() error {
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
 			return err
 		}
 		if p.Status.ObservedGeneration != p.Generation {
@@ -250,7 +251,7 @@ func withinQuota(want bool) func(v1alpha1.PlacementPolicyStatus) error {
 // kubectlGet prints `kubectl get placementpolicies` of ns into the log.
 func kubectlGet(t *testing.T, ns string, args ...string) string {
 	t.Helper()
-	out, err := env.c.Command("kubectl", append([]string{"get", "placementpolicies", "-n", ns}, args...)...).CombinedOutput()
+	out, err := env.C.Command("kubectl", append([]string{"get", "placementpolicies", "-n", ns}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Errorf("kubectl get placementpolicies: %v: %s", err, out)
 	}
@@ -292,12 +293,12 @@ func TestPolicy(t *testing.T) {
 			before[p.pod.UID] = p.pod.Spec.NodeName
 		}
 		var cur v1alpha1.PlacementPolicy
-		waitFor(t, 30*time.Second, "editing the policy", func() error {
-			if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(first), &cur); err != nil {
+		framework.WaitFor(t, 30*time.Second, "editing the policy", func() error {
+			if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(first), &cur); err != nil {
 				return err
 			}
 			cur.Spec.Strategy = only(onDemand)
-			return env.kube.Update(t.Context(), &cur)
+			return env.Kube.Update(t.Context(), &cur)
 		})
 		waitStatus(t, ns, first.Name, "the new strategy", func(st v1alpha1.PlacementPolicyStatus) error {
 			if want := ct + "=on-demand,weight=1:" + ct + "=spot"; st.Strategy != want {
@@ -405,7 +406,7 @@ func TestDistributionForm(t *testing.T) {
 	waitStatus(t, ns, p.Name, "desired 4/1, actual 4/1", all(groups(4, 4, 1, 1), withinQuota(true),
 		conditionIs(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonApplied)))
 	var got v1alpha1.PlacementPolicy
-	if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(p), &got); err != nil {
+	if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(p), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Spec.Mode != v1alpha1.ModeRequired {
@@ -437,9 +438,9 @@ func TestInvalidRejected(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"}, Spec: tc.spec}
 			p.Spec.Target = v1alpha1.Target{Kind: "Deployment", Name: "web"}
-			err := env.kube.Create(t.Context(), p)
+			err := env.Kube.Create(t.Context(), p)
 			if err == nil {
-				_ = env.kube.Delete(context.Background(), p)
+				_ = env.Kube.Delete(context.Background(), p)
 				t.Fatalf("created, want refused with %q", tc.msg)
 			}
 			if !strings.Contains(err.Error(), tc.msg) {
@@ -457,7 +458,7 @@ spec:
   target: {apiVersion: apps/v1, kind: Deployment, name: web}
   strategy: {text: "%s=on-demand,base=2,weight=1:%s=spot,weight=three"}
 `, ns, ct, ct)
-	cmd := env.c.Command("kubectl", "apply", "-f", "-")
+	cmd := env.C.Command("kubectl", "apply", "-f", "-")
 	cmd.Stdin = strings.NewReader(manifest)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "group 2") {

@@ -21,6 +21,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/profiles"
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 // seed004 is seed 004's strategy: the first two pods go on-demand.
@@ -41,10 +42,10 @@ func newNamespace(t *testing.T) string {
 	}
 	name = strings.TrimRight(name, "-")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.kube.Create(t.Context(), ns); err != nil {
+	if err := env.Kube.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), ns) })
+	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
 	return name
 }
 
@@ -85,9 +86,9 @@ func deployment(ns, name string, ann map[string]string) *appsv1.Deployment {
 func waitBoundPod(t *testing.T, ns, name string) corev1.Pod {
 	t.Helper()
 	var pod corev1.Pod
-	waitFor(t, 90*time.Second, "the pod of "+name+" to be bound", func() error {
+	framework.WaitFor(t, 90*time.Second, "the pod of "+name+" to be bound", func() error {
 		var list corev1.PodList
-		if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+		if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
 			return err
 		}
 		if len(list.Items) != 1 {
@@ -161,7 +162,7 @@ func checkRewritten(t *testing.T, pod corev1.Pod) {
 // advertises the extended resource.
 func TestPeerPodRewritten(t *testing.T) {
 	ns := newNamespace(t)
-	if err := env.kube.Create(t.Context(), deployment(ns, "peer", nil)); err != nil {
+	if err := env.Kube.Create(t.Context(), deployment(ns, "peer", nil)); err != nil {
 		t.Fatal(err)
 	}
 	pod := waitBoundPod(t, ns, "peer")
@@ -176,7 +177,7 @@ func TestPeerPodRewritten(t *testing.T) {
 // the strategy's base) and bound to the node advertising the resource.
 func TestPeerPodWithStrategy(t *testing.T) {
 	ns := newNamespace(t)
-	if err := env.kube.Create(t.Context(), deployment(ns, "peer", map[string]string{annotations.LegacyStrategy: seed004})); err != nil {
+	if err := env.Kube.Create(t.Context(), deployment(ns, "peer", map[string]string{annotations.LegacyStrategy: seed004})); err != nil {
 		t.Fatal(err)
 	}
 	pod := waitBoundPod(t, ns, "peer")
@@ -201,11 +202,11 @@ func TestOtherRuntimeClassUnchanged(t *testing.T) {
 	// from launching a node for it): only admission matters here.
 	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "e2e.apportion.dev/hold"}}
 	sent := pod.DeepCopy()
-	if err := env.kube.Create(t.Context(), pod); err != nil {
+	if err := env.Kube.Create(t.Context(), pod); err != nil {
 		t.Fatal(err)
 	}
 	var got corev1.Pod
-	if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(pod), &got); err != nil {
+	if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(pod), &got); err != nil {
 		t.Fatal(err)
 	}
 	for _, pair := range []struct {
