@@ -92,7 +92,7 @@ func (s *Suite) run(m *testing.M, o SuiteOptions) (int, error) {
 	if s.Bin, err = BuildApportion(ctx, s.Dir, os.Stderr); err != nil {
 		return 1, err
 	}
-	opts := cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: os.Getenv("E2E_LOG_DIR")}
+	opts := cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: LogDir(o.Name)}
 	if o.Configure != nil {
 		if err := o.Configure(ctx, s, &opts); err != nil {
 			return 1, err
@@ -211,4 +211,16 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, check func() erro
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
+}
+
+// LogDir is the folder a suite's cluster writes its logs to: a folder named
+// after the suite under E2E_LOG_DIR when that is set (kept after the run, so
+// suites running side by side do not mix their logs), else "" (the
+// cluster's own folder, removed with it).
+func LogDir(suite string) string {
+	root := os.Getenv("E2E_LOG_DIR")
+	if root == "" {
+		return ""
+	}
+	return filepath.Join(root, suite)
 }

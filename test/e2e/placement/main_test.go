@@ -70,7 +70,7 @@ func run(m *testing.M) (int, error) {
 	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
 		return 1, err
 	}
-	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr})
+	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: framework.LogDir("placement")})
 	if err != nil {
 		return 1, err
 	}
