@@ -211,6 +211,14 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		}
 	}
 
+	// The placement Lease, read at every admission to know whether a leader
+	// is alive: started now, so readiness (cachesSynced) covers it.
+	if o.LeaderElect {
+		if _, err := mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{}); err != nil {
+			return fmt.Errorf("starting the Lease informer: %w", err)
+		}
+	}
+
 	// Node metadata: strays (pods admitted without a decision) count in the
 	// group their node's labels match.
 	nodeMeta := &metav1.PartialObjectMetadata{}
@@ -309,6 +317,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("webhook", hooks.StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
 		return err
 	}
 	logger.Info("starting", "identity", hostname, "leaderElection", o.LeaderElect, "gateTimeout", o.GateTimeout.String(),

@@ -1,0 +1,40 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+)
+
+// cacheSyncer is the part of the manager's cache readiness looks at.
+type cacheSyncer interface {
+	WaitForCacheSync(ctx context.Context) bool
+}
+
+// cachesSynced is a readiness check that passes once the manager's informers
+// have synced, and from then on. The webhook server listens before the
+// caches start (controller-runtime starts webhooks first), and until they
+// have synced an admission reads "cache not started" or blocks on the sync:
+// a pod would be admitted without its gate, or wait out the webhook timeout
+// and fail open. A replica that only becomes Ready after the sync gets no
+// admission before it, whether it is new in a rollout or replaces a stopped
+// leader in the middle of a burst.
+func cachesSynced(c cacheSyncer) healthz.Checker {
+	var synced atomic.Bool
+	return func(req *http.Request) error {
+		if synced.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("informer caches not synced yet")
+		}
+		synced.Store(true)
+		return nil
+	}
+}
