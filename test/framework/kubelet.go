@@ -234,6 +234,9 @@ func (p *PodProcess) terminate(grace time.Duration) {
 	}
 }
 
+// PreStop is the pod's preStop sleep (0 without one).
+func (p *PodProcess) PreStop() time.Duration { return p.preStop }
+
 // Stopping reports whether the kubelet has begun stopping the process
 // (its pod was deleted).
 func (p *PodProcess) Stopping() bool { return p.stopAt.Load() != 0 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -370,10 +372,25 @@ func testSIGTERM(t *testing.T) {
 	if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: leader.Name}, &pod); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 30*time.Second, "the leader's endpoint ready", func() error {
+		var list discoveryv1.EndpointSliceList
+		if err := env.kube.List(t.Context(), &list, client.InNamespace(namespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: release}); err != nil {
+			return err
+		}
+		if !readyEndpoint(list.Items, leader.IP) {
+			return fmt.Errorf("%s is not a ready endpoint of Service %s", leader.IP, release)
+		}
+		return nil
+	})
+	deleted := time.Now()
 	if err := env.kube.Delete(t.Context(), &pod); err != nil {
 		t.Fatalf("deleting the leader's pod: %v", err)
 	}
 	t.Logf("deleted the leader's pod %s %s after the scale-up", leader.Name, time.Since(start).Round(time.Millisecond))
+	// How long the API server still sent admissions to the leaving pod: its
+	// preStop sleep must cover it, or requests meet a closed port and fail open.
+	dropped := endpointDrop(t, leader.IP, deleted)
 	select {
 	case <-leader.Exited:
 	case <-time.After(time.Minute):
@@ -401,9 +418,84 @@ func testSIGTERM(t *testing.T) {
 	}
 	t.Logf("200 pods in %s, the leader SIGTERMed mid-burst: %d without a decision, %d released by timeout, by group %v",
 		time.Since(start).Round(time.Millisecond), len(undecided), len(timedOut), counts)
+	drop := <-dropped
+	t.Logf("the leader's endpoint was no longer ready %s after its pod's deletion (preStop sleep %s)", drop, leader.PreStop())
 	if len(undecided) > 0 || len(timedOut) > 0 {
-		t.Fatalf("pods admitted without a decision: %v; released by the janitor: %v", undecided, timedOut)
+		t.Fatalf("pods admitted without a decision: %v; released by the janitor: %v\nthe API server failing open since the scale-up:\n%s\nthe leader (exit %d):\n%s",
+			undecided, timedOut, failingOpen(start), leader.ExitCode(), logTail(leader.LogName, 15))
 	}
+}
+
+// failingOpen sums up the API server's "failing open" warnings about
+// apportion's webhooks logged since start: how many, and why.
+func failingOpen(start time.Time) string {
+	b, err := os.ReadFile(filepath.Join(env.c.LogDir(), "kube-apiserver.log"))
+	if err != nil {
+		return err.Error()
+	}
+	reasons := map[string]int{}
+	var first, last string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		_, msg, ok := strings.Cut(line, "failing open ")
+		if !ok || !strings.Contains(msg, "apportion.dev") || len(line) < 21 {
+			continue
+		}
+		// klog: "W1123 07:16:30.900327 ..."; the year is the test's.
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.UTC)
+		if err != nil || at.AddDate(start.UTC().Year(), 0, 0).Before(start.UTC()) {
+			continue
+		}
+		if first == "" {
+			first = line[1:21]
+		}
+		last = line[1:21]
+		if i := strings.LastIndex(msg, ": "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		reasons[msg]++
+	}
+	if len(reasons) == 0 {
+		return "  none"
+	}
+	var out []string
+	for r, n := range reasons {
+		out = append(out, fmt.Sprintf("  %d× %s", n, r))
+	}
+	sort.Strings(out)
+	return fmt.Sprintf("  from %s to %s\n%s", first, last, strings.Join(out, "\n"))
+}
+
+// endpointDrop reports, once, how long after since the Service's
+// EndpointSlices stopped listing ip as ready (the API server's webhook
+// client only dials ready endpoints), or -1 if that took over a minute.
+func endpointDrop(t *testing.T, ip string, since time.Time) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			var list discoveryv1.EndpointSliceList
+			err := env.kube.List(context.Background(), &list, client.InNamespace(namespace),
+				client.MatchingLabels{discoveryv1.LabelServiceName: release})
+			if err == nil && !readyEndpoint(list.Items, ip) {
+				out <- time.Since(since).Round(100 * time.Millisecond)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		out <- -1
+	}()
+	return out
+}
+
+func readyEndpoint(items []discoveryv1.EndpointSlice, ip string) bool {
+	for _, s := range items {
+		for _, e := range s.Endpoints {
+			if ptr.Deref(e.Conditions.Ready, true) && slices.Contains(e.Addresses, ip) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // leaderProcess is the replica holding the placement Lease.

@@ -69,8 +69,8 @@ func run(m *testing.M) (int, error) {
 	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
 		return 1, err
 	}
-	// E2E_LOG_DIR keeps every component's and pod's log after the run.
-	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: os.Getenv("E2E_LOG_DIR")})
+	// E2E_LOG_DIR keeps every component's and pod's log after the run (framework.LogDir).
+	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: framework.LogDir("chart")})
 	if err != nil {
 		return 1, err
 	}
