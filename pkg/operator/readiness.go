@@ -16,13 +16,15 @@ type cacheSyncer interface {
 }
 
 // cachesSynced is a readiness check that passes once the manager's informers
-// have synced, and from then on. The webhook server listens before the
-// caches start (controller-runtime starts webhooks first), and until they
-// have synced an admission reads "cache not started" or blocks on the sync:
+// have synced, and from then on. With cert-manager or provided certificates
+// the webhook server listens as soon as the manager starts, before the caches
+// (controller-runtime starts webhooks first; with self-managed certificates
+// it waits for the rotator, which starts after the caches). Until the caches
+// have synced, an admission reads "cache not started" or blocks on the sync:
 // a pod would be admitted without its gate, or wait out the webhook timeout
-// and fail open. A replica that only becomes Ready after the sync gets no
-// admission before it, whether it is new in a rollout or replaces a stopped
-// leader in the middle of a burst.
+// and fail open. A replica Ready only after the sync gets no admission
+// before it, whether it is new in a rollout or replaces a stopped leader in
+// the middle of a burst.
 func cachesSynced(c cacheSyncer) healthz.Checker {
 	var synced atomic.Bool
 	return func(req *http.Request) error {
