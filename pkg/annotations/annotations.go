@@ -46,6 +46,10 @@ const (
 	// was out of capacity; its value lists the groups that were out. Such
 	// pods are the first a scale-down removes.
 	Fallback = Prefix + "fallback"
+	// Rebalance: "true" on a workload or its pod template lets apportion
+	// (started with --rebalance) replace its fallback pods, one at a time
+	// through the Eviction API, once a group they fell back from is back.
+	Rebalance = Prefix + "rebalance"
 	// OriginalResources is written on a pod whose resources a runtime-class
 	// profile rewrote: JSON with the cpu and memory requests and limits
 	// (and any replaced extended resource) removed, by container and init

@@ -122,6 +122,12 @@ var (
 		Namespace: namespace, Subsystem: "capacity", Name: "pods_deleted_total",
 		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere.",
 	})
+	// RebalanceEvictionsTotal counts evictions of fallback pods once their
+	// group was back (apportion.dev/rebalance).
+	RebalanceEvictionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "rebalance", Name: "evictions_total",
+		Help: "Evictions of fallback pods whose group has capacity again. Labels: result (evicted, disruption_budget, error).",
+	}, []string{LabelResult})
 )
 
 var once sync.Once
@@ -133,6 +139,6 @@ func Register() {
 		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
 			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal,
-			CapacityUnavailableTotal, CapacityUnavailable, CapacityPodsDeletedTotal)
+			CapacityUnavailableTotal, CapacityUnavailable, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)
 	})
 }

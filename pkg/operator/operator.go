@@ -44,6 +44,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
+	"github.com/apportion-dev/apportion/pkg/controllers/rebalance"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -116,7 +117,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	metrics.Register()
 	logger := log.FromContext(ctx)
 	clk := clock.RealClock{}
-	recorder := mgr.GetEventRecorder("apportion")
+	recorder := truncatingRecorder{mgr.GetEventRecorder("apportion")}
 
 	if o.CertSecretName != "" {
 		rotator := certs.NewRotator(clk, mgr.GetAPIReader(), mgr.GetClient(), certs.Config{
@@ -293,6 +294,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		controllers = append(controllers, policyctrl.NewController(clk, mgr.GetClient(), mgr.GetAPIReader(), capacity, policies,
 			policyctrl.Options{Kinds: followed, NodePools: apis.Served(NodePoolGVK)}))
 	}
+	if o.Rebalance {
+		controllers = append(controllers, rebalance.NewController(clk, mgr.GetClient(), recorder, capacity, policySource, rebalanceQPS))
+	}
 	for _, c := range controllers {
 		if err := c.Register(ctx, mgr); err != nil {
 			return fmt.Errorf("registering controller: %w", err)
@@ -327,13 +331,17 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	return mgr.Start(ctx)
 }
 
+// rebalanceQPS paces the evictions of fallback pods cluster-wide; each
+// workload also waits for its last eviction's replacement to run.
+const rebalanceQPS = 1
+
 // keptAnnotations are the pod annotations apportion reads; the others (a
 // decision record, kubectl's last-applied configuration, ...) are dropped.
 // Patches are computed between two copies of the cached pod, so a key absent
 // from both is never touched.
 var keptAnnotations = append([]string{
 	annotations.Group, annotations.NodePool, annotations.Skip, annotations.Mode, annotations.LegacyEnabled, annotations.Architectures,
-	annotations.CapacityTimeout, annotations.Fallback,
+	annotations.CapacityTimeout, annotations.Fallback, annotations.Rebalance,
 	apwebhook.MirrorPodAnnotation, deletioncost.Annotation,
 }, annotations.StrategyNames...)
 

@@ -71,6 +71,9 @@ type Info struct {
 	// CapacityTimeout is apportion.dev/capacity-timeout as written on the
 	// pod template or the workload (the template wins); "" when absent.
 	CapacityTimeout string
+	// Rebalance is apportion.dev/rebalance: "true" on the pod template or
+	// the workload.
+	Rebalance bool
 }
 
 // PolicySource finds the PlacementPolicy that gives a strategy to a workload
@@ -190,6 +193,7 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		info.CapacityTimeout = v
 	}
 	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures])
+	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
 	return info, nil
 }
 

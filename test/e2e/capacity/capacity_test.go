@@ -84,77 +84,7 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 	ns := newNamespace(t)
 	pods := watchPods(t, ns)
 	d := deployment(ns, name, "limits", 10, "900m", nil)
-	create(t, d)
-	running := waitRunning(t, ns, name, 10, 3*time.Minute)
-	if c, want := countByNode(t, "limits", running), expected(t, seed004, 10); c[onDemand] != want[onDemand] || c[spot] != want[spot] {
-		t.Fatalf("before the cap: counts by node %v, want %v", c, want)
-	}
-	// The NodePool's usage once it counts the three spot nodes (Karpenter
-	// updates it every few seconds); kwok's node capacity is the NodeClaim's
-	// requests, so three nodes of two 900m pods use cpu 5400m.
-	var used resource.Quantity
-	framework.WaitFor(t, time.Minute, "NodePool "+pool+" to count its nodes", func() error {
-		var np karpv1.NodePool
-		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
-			return err
-		}
-		if n := ptr.Deref(np.Status.Nodes, 0); n != 3 {
-			return fmt.Errorf("status.nodes %d, want 3", n)
-		}
-		used = np.Status.Resources[corev1.ResourceCPU]
-		return nil
-	})
-	setCPULimit(t, pool, used)
-
-	s, _ := strategy.Parse(seed004)
-	m, _ := plan.Method(s)
-	decided := func(pods []corev1.Pod) []int64 {
-		seen := make([]int64, len(s.Groups))
-		for _, p := range pods {
-			seen[slices.Index(s.Keys(), p.Annotations[annotations.Group])]++
-		}
-		return seen
-	}
-	// next is how many of k more pods the method gives spot from seen.
-	next := func(seen []int64, k int) int64 {
-		seen = slices.Clone(seen)
-		var toSpot int64
-		for range k {
-			g := m.Next(seen, apportion.All)
-			if s.Keys()[g] == spot {
-				toSpot++
-			}
-			seen[g]++
-		}
-		return toSpot
-	}
-	stuck := next(decided(running), 4) // 3 of the 4 new pods are spot's
-	start := time.Now()
-	scale(t, d, 14)
-	evs := eventsFor(t, ns, name, "CapacityUnavailable", 3*time.Minute)
-	if len(evs) == 0 {
-		t.Fatalf("no CapacityUnavailable Event on Deployment %s within 3m of the scale-up", name)
-	}
-	detected := time.Since(start)
-	msg := evs[0].Message
-	if !strings.Contains(msg, "NodePool "+pool) || !strings.Contains(msg, "(limits:") || evs[0].Type != corev1.EventTypeWarning {
-		t.Errorf("CapacityUnavailable Event: %s %q, want a Warning naming NodePool %s and reason limits", evs[0].Type, msg, pool)
-	}
-	until := outUntil(t, msg)
-	running = waitRunning(t, ns, name, 14, 3*time.Minute)
-	allRunning := time.Since(start)
-	if c := countByNode(t, "limits", running); c[spot] != 6 || c[onDemand] != 8 {
-		t.Errorf("counts by node %v, want spot 6 (its nodes at the cap) and on-demand 8", c)
-	}
-	fallback := checkFallbackPods(t, "limits", running)
-	if int64(len(fallback)) != stuck {
-		t.Errorf("%d fallback pods %v, want the %d spot was to get", len(fallback), names(fallback), stuck)
-	}
-	if deleted := pods.Deleted(); len(deleted) != len(fallback) {
-		t.Errorf("pods deleted %v: want one per fallback pod (%d)", deleted, len(fallback))
-	}
-	t.Logf("timings: 10 -> 14 at the cap: CapacityUnavailable %s after the scale-up, first fallback pod created %s after, all 14 Running %s after; Event: %s",
-		round(detected), round(firstCreated(fallback).Sub(start)), round(allRunning), msg)
+	running, _, until := fallBackAtTheCap(t, d, pool, pods)
 
 	// Room on spot again; the pool stays out until the end of the outage.
 	setCPULimit(t, pool, resource.MustParse("200"))
@@ -162,11 +92,11 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 		t.Logf("waiting %s for the outage to end (%s)", round(wait), until.Format(time.RFC3339))
 		time.Sleep(wait)
 	}
-	if k := next(decided(running), 4); k != 4 {
-		t.Fatalf("the method gives spot %d of the next 4 pods after %v: the case expects 4", k, decided(running))
+	if seen := decided(t, running); toSpot(t, seen, 4) != 4 {
+		t.Fatalf("the method gives spot %d of the next 4 pods after %v: the case expects 4", toSpot(t, seen, 4), seen)
 	}
 	before := uids(running)
-	start = time.Now()
+	start := time.Now()
 	scale(t, d, 18)
 	running = waitRunning(t, ns, name, 18, 3*time.Minute)
 	t.Logf("timings: 14 -> 18 after the outage, all Running %s after the scale-up", round(time.Since(start)))
@@ -180,7 +110,7 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 				p.Annotations[annotations.Group], p.Annotations[annotations.Fallback], groups[p.UID])
 		}
 	}
-	fallback = checkFallbackPods(t, "limits", running)
+	fallback := checkFallbackPods(t, "limits", running)
 
 	// Scale-down: the fallback pods go first.
 	waitDeletionCosts(t, ns, name)
@@ -203,6 +133,104 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 		}
 	}
 	t.Logf("scale-down 18 -> %d removed the fallback pods %v; left %v", target, names(fallback), countByNode(t, "limits", left))
+}
+
+// fallBackAtTheCap runs the first half of the limits cases: d (seed 004,
+// 10 pods of 900m) runs 4/6, with spot 6 on three c-2x nodes of pool; the
+// pool's cpu limit is lowered to what it uses, and a scale-up to 14 gives
+// spot 3 more pods that Karpenter cannot launch a node for: the detector
+// marks the pool out (reason limits) and they run on on-demand. It returns
+// the 14 running pods, the fallback pods, and when the outage ends.
+func fallBackAtTheCap(t *testing.T, d *appsv1.Deployment, pool string, pods *podLog) (running, fallback []corev1.Pod, until time.Time) {
+	t.Helper()
+	ns, name, caseName := d.Namespace, d.Name, d.Spec.Template.Spec.NodeSelector[caseLabel]
+	create(t, d)
+	running = waitRunning(t, ns, name, 10, 3*time.Minute)
+	if c, want := countByNode(t, caseName, running), expected(t, seed004, 10); c[onDemand] != want[onDemand] || c[spot] != want[spot] {
+		t.Fatalf("before the cap: counts by node %v, want %v", c, want)
+	}
+	// The NodePool's usage once it counts the three spot nodes (Karpenter
+	// updates it every few seconds); kwok's node capacity is the NodeClaim's
+	// requests, so three nodes of two 900m pods use cpu 5400m.
+	var used resource.Quantity
+	framework.WaitFor(t, time.Minute, "NodePool "+pool+" to count its nodes", func() error {
+		var np karpv1.NodePool
+		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: pool}, &np); err != nil {
+			return err
+		}
+		if n := ptr.Deref(np.Status.Nodes, 0); n != 3 {
+			return fmt.Errorf("status.nodes %d, want 3", n)
+		}
+		used = np.Status.Resources[corev1.ResourceCPU]
+		return nil
+	})
+	setCPULimit(t, pool, used)
+
+	stuck := toSpot(t, decided(t, running), 4) // 3 of the 4 new pods are spot's
+	start := time.Now()
+	scale(t, d, 14)
+	evs := eventsFor(t, ns, name, "CapacityUnavailable", 3*time.Minute)
+	if len(evs) == 0 {
+		t.Fatalf("no CapacityUnavailable Event on Deployment %s within 3m of the scale-up", name)
+	}
+	detected := time.Since(start)
+	msg := evs[0].Message
+	if !strings.Contains(msg, "NodePool "+pool) || !strings.Contains(msg, "(limits:") || evs[0].Type != corev1.EventTypeWarning {
+		t.Errorf("CapacityUnavailable Event: %s %q, want a Warning naming NodePool %s and reason limits", evs[0].Type, msg, pool)
+	}
+	until = outUntil(t, msg)
+	running = waitRunning(t, ns, name, 14, 3*time.Minute)
+	allRunning := time.Since(start)
+	if c := countByNode(t, caseName, running); c[spot] != 6 || c[onDemand] != 8 {
+		t.Errorf("counts by node %v, want spot 6 (its nodes at the cap) and on-demand 8", c)
+	}
+	fallback = checkFallbackPods(t, caseName, running)
+	if int64(len(fallback)) != stuck {
+		t.Errorf("%d fallback pods %v, want the %d spot was to get", len(fallback), names(fallback), stuck)
+	}
+	if deleted := pods.Deleted(); len(deleted) != len(fallback) {
+		t.Errorf("pods deleted %v: want one per fallback pod (%d)", deleted, len(fallback))
+	}
+	t.Logf("timings: 10 -> 14 at the cap: CapacityUnavailable %s after the scale-up, first fallback pod created %s after, all 14 Running %s after; Event: %s",
+		round(detected), round(firstCreated(fallback).Sub(start)), round(allRunning), msg)
+	return running, fallback, until
+}
+
+// decided counts pods by their decided group, in seed 004's group order.
+func decided(t *testing.T, pods []corev1.Pod) []int64 {
+	t.Helper()
+	s, err := strategy.Parse(seed004)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]int64, len(s.Groups))
+	for _, p := range pods {
+		seen[slices.Index(s.Keys(), p.Annotations[annotations.Group])]++
+	}
+	return seen
+}
+
+// toSpot is how many of k more pods seed 004's method gives spot after seen.
+func toSpot(t *testing.T, seen []int64, k int) int64 {
+	t.Helper()
+	s, err := strategy.Parse(seed004)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := plan.Method(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = slices.Clone(seen)
+	var n int64
+	for range k {
+		g := m.Next(seen, apportion.All)
+		if s.Keys()[g] == spot {
+			n++
+		}
+		seen[g]++
+	}
+	return n
 }
 
 // setCPULimit sets a NodePool's cpu limit.

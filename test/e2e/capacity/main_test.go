@@ -7,7 +7,8 @@
 // recreated and placed in the other groups, the pool comes back after the
 // TTL, and scale-down removes the fallback pods first; a slow but healthy
 // launch is left alone; pods admitted without a decision (strays) count in
-// the group of their node.
+// the group of their node; with apportion.dev/rebalance, the fallback pods
+// are replaced once the pool is back.
 //
 // Every case has NodePools of its own (their template label caseLabel, which
 // its pods select), so the cases do not share capacity and run in parallel,
@@ -54,6 +55,8 @@ import (
 //   - deleteQPS 10: pod deletions never pace the cases (a handful of pods).
 //   - gateTimeout 45s: no pod waits that long for a decision on a healthy
 //     leader; a stuck gate shows up as a failure, not as a long wait.
+//   - --rebalance: only the rebalance case's workload carries
+//     apportion.dev/rebalance, so the other cases' fallback pods stay.
 const (
 	gateTimeout     = 45 * time.Second
 	capacityTimeout = 30 * time.Second
@@ -108,7 +111,7 @@ func TestMain(m *testing.M) {
 		Replicas:    1,
 		GateTimeout: gateTimeout,
 		Args: []string{"--capacity-timeout=" + capacityTimeout.String(), "--capacity-ttl=" + capacityTTL.String(),
-			"--capacity-max-ttl=" + capacityMaxTTL.String(), "--capacity-delete-qps=" + deleteQPS},
+			"--capacity-max-ttl=" + capacityMaxTTL.String(), "--capacity-delete-qps=" + deleteQPS, "--rebalance"},
 	}))
 }
 
@@ -182,6 +185,9 @@ var pools = []pool{
 	// cpu limit to what the pool uses.
 	{name: "limits-od", caseName: "limits", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "limits-spot", caseName: "limits", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50},
+	// rebalance: the limits case again, with apportion.dev/rebalance.
+	{name: "rebalance-od", caseName: "rebalance", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "rebalance-spot", caseName: "rebalance", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50},
 	// cpulimit: spot's cpu limit 3 holds one c-2x node (two 900m pods), and
 	// its usage stays below the limit.
 	{name: "cpulimit-od", caseName: "cpulimit", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},

@@ -1,0 +1,302 @@
+// Package rebalance replaces fallback pods once their group is back, for the
+// workloads that ask for it (apportion.dev/rebalance: "true"; the operator
+// registers it with --rebalance). It runs on the elected leader.
+//
+// A fallback pod was placed while some group of its strategy was out of
+// capacity (annotation apportion.dev/fallback lists those groups). When one
+// of them can be chosen again (its NodePool or label set is no longer marked
+// out), the pod is evicted through the Eviction API, so PodDisruptionBudgets
+// apply; its controller recreates it and placement puts the new pod where the
+// strategy's quota now says, which is the group that came back, short of the
+// pods it lost.
+//
+// One at a time per workload: a pod is evicted only while every other pod of
+// its controller runs, and after an eviction only once a pod its controller
+// created since runs. A replacement that cannot get capacity stays Pending, which stops the
+// workload's rebalancing; the capacity detector then marks the group out
+// again and deletes the stuck pod, as for any other pod. Evictions across
+// the cluster are paced by one limiter.
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// OwnerIndex indexes pods by their controller's UID.
+const OwnerIndex = "rebalance.controller-uid"
+
+// Pacing.
+const (
+	// Recheck is when a fallback pod is looked at again while its group is
+	// still out, or its workload busy.
+	Recheck = 15 * time.Second
+	// Blocked is when an eviction refused by a PodDisruptionBudget, or
+	// failed, is tried again.
+	Blocked = 30 * time.Second
+	// forget bounds how long an eviction holds its workload back when no
+	// replacement comes (the workload was scaled down meanwhile).
+	forget = 10 * time.Minute
+)
+
+// Capacity says which groups of a strategy can be chosen for a pod now
+// (placement's NodePoolCapacity or NodeLabelCapacity): errs[i] is nil when
+// group i can.
+type Capacity interface {
+	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error)
+}
+
+// Limiter paces the evictions; *rate.Limiter is one.
+type Limiter interface {
+	Wait(ctx context.Context) error
+}
+
+// Controller evicts fallback pods whose group is back.
+type Controller struct {
+	clk      clock.Clock
+	kube     client.Client
+	recorder events.EventRecorder
+	capacity Capacity
+	policies workload.PolicySource
+	limiter  Limiter
+
+	mu      sync.Mutex
+	evicted map[types.UID]eviction // controller UID -> its last eviction
+}
+
+// eviction: when, and the pods the controller had then; a pod not among
+// them is a replacement.
+type eviction struct {
+	at    time.Time
+	known sets.Set[types.UID]
+}
+
+// NewController builds the controller; QPS bounds evictions cluster-wide.
+func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, capacity Capacity, policies workload.PolicySource, qps float64) *Controller {
+	return &Controller{
+		clk: clk, kube: kube, recorder: recorder, capacity: capacity, policies: policies,
+		limiter: rate.NewLimiter(rate.Limit(qps), 1),
+		evicted: map[types.UID]eviction{},
+	}
+}
+
+// WithLimiter replaces the limiter (tests).
+func (c *Controller) WithLimiter(l Limiter) *Controller {
+	c.limiter = l
+	return c
+}
+
+// Name is the controller's name in logs and metrics.
+func (c *Controller) Name() string { return "rebalance" }
+
+// Register adds the owner index and the pod controller to the manager.
+func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
+	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, OwnerIndex, ownerIndex); err != nil {
+		return fmt.Errorf("indexing pods by controller: %w", err)
+	}
+	return controllerruntime.NewControllerManagedBy(m).
+		Named(c.Name()).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			pod, ok := o.(*corev1.Pod)
+			return ok && candidate(pod)
+		}))).
+		// One worker: two pods of one workload are never weighed at once.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
+
+func ownerIndex(o client.Object) []string {
+	if owner := metav1.GetControllerOfNoCopy(o); owner != nil {
+		return []string{string(owner.UID)}
+	}
+	return nil
+}
+
+// candidate: a fallback pod that runs, of a ReplicaSet or StatefulSet (which
+// recreate what is evicted).
+func candidate(pod *corev1.Pod) bool {
+	if pod.Annotations[annotations.Fallback] == "" || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	owner := metav1.GetControllerOfNoCopy(pod)
+	if owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") {
+		return false
+	}
+	return owner.Kind == workload.ReplicaSetGVK.Kind || owner.Kind == workload.StatefulSetGVK.Kind
+}
+
+// Reconcile weighs one fallback pod and evicts it when its group is back and
+// its workload is settled.
+func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	if !candidate(pod) {
+		return reconcile.Result{}, nil
+	}
+	info, err := workload.Resolve(ctx, c.kube, pod.Namespace, pod, workload.WithPolicies(c.policies))
+	if errors.Is(err, workload.ErrNotCached) {
+		return reconcile.Result{RequeueAfter: Recheck}, nil
+	}
+	if err != nil || info == nil || !info.Rebalance || !info.Found {
+		return reconcile.Result{}, nil
+	}
+	s, err := strategy.Parse(info.Strategy)
+	if err != nil {
+		return reconcile.Result{}, nil // the placement controller reports it
+	}
+	back, err := c.back(ctx, s, pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(back) == 0 {
+		return reconcile.Result{RequeueAfter: Recheck}, nil
+	}
+	owner := metav1.GetControllerOfNoCopy(pod)
+	known, busy, err := c.busy(ctx, pod, owner.UID)
+	if err != nil || busy {
+		return reconcile.Result{RequeueAfter: Recheck}, err
+	}
+	if err := c.limiter.Wait(ctx); err != nil {
+		return reconcile.Result{}, nil // shutting down
+	}
+	return c.evict(ctx, pod, owner.UID, known, info, back), nil
+}
+
+// back lists the groups the pod fell back from that can be chosen again.
+// The pod is weighed as it was before its decision: without the required
+// node affinity the decision added (its group's labels and NodePool), which
+// pins it to the group it runs in. The user's own constraints, and the
+// architectures, stay.
+func (c *Controller) back(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod) ([]string, error) {
+	_, errs, err := c.capacity.Choose(ctx, s, undecided(s, pod), nil)
+	if err != nil {
+		return nil, err
+	}
+	out := strings.Split(pod.Annotations[annotations.Fallback], ";")
+	var back []string
+	for i, g := range s.Groups {
+		if i < len(errs) && errs[i] == nil && slices.Contains(out, g.Key()) {
+			back = append(back, g.Key())
+		}
+	}
+	return back, nil
+}
+
+// undecided is a copy of pod without the required node affinity expressions
+// on the keys its decision set.
+func undecided(s *strategy.Strategy, pod *corev1.Pod) *corev1.Pod {
+	probe := pod.DeepCopy()
+	drop := map[string]bool{karpv1.NodePoolLabelKey: true}
+	for _, g := range s.Groups {
+		if g.Key() == pod.Annotations[annotations.Group] {
+			for _, l := range g.Labels {
+				drop[l.Key] = true
+			}
+		}
+	}
+	a := probe.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return probe
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = slices.DeleteFunc(terms[i].MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return drop[r.Key] })
+	}
+	return probe
+}
+
+// busy: some other pod of the controller is not running (pending, gated,
+// stopping), or no pod that came after the last eviction runs yet. It
+// returns the controller's pods.
+func (c *Controller) busy(ctx context.Context, pod *corev1.Pod, owner types.UID) (sets.Set[types.UID], bool, error) {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingFields{OwnerIndex: string(owner)}); err != nil {
+		return nil, true, err
+	}
+	c.mu.Lock()
+	last, evicted := c.evicted[owner]
+	if evicted && c.clk.Since(last.at) > forget {
+		delete(c.evicted, owner)
+		evicted = false
+	}
+	c.mu.Unlock()
+	known := sets.New[types.UID]()
+	replaced := !evicted
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		known.Insert(p.UID)
+		if p.UID == pod.UID {
+			continue
+		}
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning || decision.HasGate(p) {
+			return nil, true, nil
+		}
+		if evicted && !last.known.Has(p.UID) {
+			replaced = true
+		}
+	}
+	return known, !replaced, nil
+}
+
+func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID, known sets.Set[types.UID], info *workload.Info, back []string) reconcile.Result {
+	logger := log.FromContext(ctx).WithValues("namespace", pod.Namespace, "name", pod.Name, "back", strings.Join(back, ";"))
+	req := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+	}
+	err := c.kube.SubResource("eviction").Create(ctx, pod, req)
+	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.evicted[owner] = eviction{at: c.clk.Now(), known: known}
+		c.mu.Unlock()
+		metrics.RebalanceEvictionsTotal.WithLabelValues("evicted").Inc()
+		logger.Info("evicted a fallback pod: a group it fell back from has capacity again")
+		// The pod as related object: one Event per eviction (the
+		// recorder merges Events that differ only in their note).
+		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+		c.recorder.Eventf(ref, related, corev1.EventTypeNormal, "Rebalanced", "Evict",
+			"evicted fallback pod %s: %s can be chosen again; its replacement is placed by the strategy", pod.Name, strings.Join(back, ", "))
+		return reconcile.Result{}
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return reconcile.Result{} // gone or replaced meanwhile
+	case apierrors.IsTooManyRequests(err):
+		metrics.RebalanceEvictionsTotal.WithLabelValues("disruption_budget").Inc()
+		logger.V(1).Info("eviction refused for now (PodDisruptionBudget)", "error", err.Error())
+		return reconcile.Result{RequeueAfter: Blocked}
+	default:
+		metrics.RebalanceEvictionsTotal.WithLabelValues("error").Inc()
+		logger.Error(err, "evicting a fallback pod")
+		return reconcile.Result{RequeueAfter: Blocked}
+	}
+}

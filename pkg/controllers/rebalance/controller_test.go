@@ -1,0 +1,249 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+)
+
+const (
+	seed004  = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	onDemand = "karpenter.sh/capacity-type=on-demand"
+	spot     = "karpenter.sh/capacity-type=spot"
+)
+
+// fakeCapacity leaves out the groups in out.
+type fakeCapacity struct{ out map[string]bool }
+
+func (f *fakeCapacity) Choose(_ context.Context, s *strategy.Strategy, pod *corev1.Pod, _ []string) ([]catalog.Choice, []error, error) {
+	if pod.Spec.NodeSelector["team"] != "web" {
+		return nil, nil, errors.New("weighed without the pod's own node selector")
+	}
+	for _, term := range pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, r := range term.MatchExpressions {
+			if r.Key == "karpenter.sh/capacity-type" || r.Key == "karpenter.sh/nodepool" {
+				return nil, nil, errors.New("weighed with the decision's node affinity")
+			}
+		}
+		if len(term.MatchExpressions) != 1 || term.MatchExpressions[0].Key != corev1.LabelArchStable {
+			return nil, nil, fmt.Errorf("the pod's own architecture requirement is gone: %v", term.MatchExpressions)
+		}
+	}
+	errs := make([]error, len(s.Groups))
+	for i, g := range s.Groups {
+		if f.out[g.Key()] {
+			errs[i] = fmt.Errorf("out of capacity")
+		}
+	}
+	return make([]catalog.Choice, len(s.Groups)), errs, nil
+}
+
+type noWait struct{}
+
+func (noWait) Wait(context.Context) error { return nil }
+
+type fixture struct {
+	t        *testing.T
+	clk      *clocktesting.FakeClock
+	kube     client.Client
+	capacity *fakeCapacity
+	recorder *events.FakeRecorder
+	c        *Controller
+	rs       *appsv1.ReplicaSet
+	n        int
+}
+
+// newFixture: a Deployment with seed 004's strategy (rebalance as given)
+// and its ReplicaSet; spot is out.
+func newFixture(t *testing.T, rebalance string, funcs *interceptor.Funcs) *fixture {
+	ann := map[string]string{annotations.Strategy: seed004}
+	if rebalance != "" {
+		ann[annotations.Rebalance] = rebalance
+	}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid", Annotations: ann}}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: deploy.UID, Controller: ptr.To(true)}}}}
+	b := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(deploy, rs).WithIndex(&corev1.Pod{}, OwnerIndex, ownerIndex)
+	if funcs != nil {
+		b = b.WithInterceptorFuncs(*funcs)
+	}
+	f := &fixture{t: t, clk: clocktesting.NewFakeClock(time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)), kube: b.Build(),
+		capacity: &fakeCapacity{out: map[string]bool{spot: true}}, recorder: events.NewFakeRecorder(10), rs: rs}
+	f.c = NewController(f.clk, f.kube, f.recorder, f.capacity, nil, 1).WithLimiter(noWait{})
+	return f
+}
+
+// pod adds a pod of the ReplicaSet decided in group, running unless
+// pending, and returns its name.
+func (f *fixture) pod(group, fallback string, pending bool) string {
+	f.n++
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", f.n), UID: types.UID(fmt.Sprintf("pod-%d", f.n)),
+		CreationTimestamp: metav1.NewTime(f.clk.Now()),
+		Annotations:       map[string]string{annotations.Strategy: seed004, annotations.Group: group},
+		OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: f.rs.Name, UID: f.rs.UID, Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"team": "web"}, Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+				{Key: "karpenter.sh/capacity-type", Operator: corev1.NodeSelectorOpIn, Values: []string{strings.TrimPrefix(group, "karpenter.sh/capacity-type=")}},
+				{Key: "karpenter.sh/nodepool", Operator: corev1.NodeSelectorOpIn, Values: []string{"pool"}},
+			}}}},
+		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if fallback != "" {
+		p.Annotations[annotations.Fallback] = fallback
+	}
+	if pending {
+		p.Status.Phase = corev1.PodPending
+	} else {
+		p.Spec.NodeName = "node-" + p.Name
+	}
+	if err := f.kube.Create(context.Background(), p); err != nil {
+		f.t.Fatal(err)
+	}
+	return p.Name
+}
+
+// reconcile runs Reconcile on the pod and reports whether it still exists.
+func (f *fixture) reconcile(name string) (exists bool, requeue time.Duration) {
+	f.t.Helper()
+	ctx := context.Background()
+	var p corev1.Pod
+	if err := f.kube.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+		f.t.Fatal(err)
+	}
+	res, err := f.c.Reconcile(ctx, &p)
+	if err != nil {
+		f.t.Fatalf("Reconcile %s: %v", name, err)
+	}
+	err = f.kube.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &p)
+	if err != nil && !apierrors.IsNotFound(err) {
+		f.t.Fatal(err)
+	}
+	return err == nil, res.RequeueAfter
+}
+
+func TestEvictsOnceTheGroupIsBack(t *testing.T) {
+	f := newFixture(t, "true", nil)
+	f.pod(onDemand, "", false)
+	f.pod(onDemand, "", false)
+	f.pod(spot, "", false)
+	fb := f.pod(onDemand, spot, false)
+
+	if exists, requeue := f.reconcile(fb); !exists || requeue != Recheck {
+		t.Fatalf("spot still out: pod exists %v, requeue %s; want kept and a recheck in %s", exists, requeue, Recheck)
+	}
+	f.capacity.out = nil
+	if exists, _ := f.reconcile(fb); exists {
+		t.Fatal("spot back: the fallback pod was not evicted")
+	}
+	select {
+	case e := <-f.recorder.Events:
+		if !strings.Contains(e, "Rebalanced") || !strings.Contains(e, fb) || !strings.Contains(e, spot) {
+			t.Errorf("Event %q: want Rebalanced naming the pod and the group", e)
+		}
+	default:
+		t.Error("no Rebalanced Event")
+	}
+}
+
+func TestOneAtATimePerWorkload(t *testing.T) {
+	f := newFixture(t, "true", nil)
+	f.capacity.out = nil
+	f.pod(onDemand, "", false)
+	first := f.pod(onDemand, spot, false)
+	second := f.pod(onDemand, spot, false)
+	if exists, _ := f.reconcile(first); exists {
+		t.Fatal("the first fallback pod was not evicted")
+	}
+	// No replacement yet: the second waits.
+	if exists, requeue := f.reconcile(second); !exists || requeue != Recheck {
+		t.Fatalf("second fallback pod before the replacement: exists %v, requeue %s; want kept", exists, requeue)
+	}
+	// The replacement exists but is Pending: still waits.
+	f.clk.Step(2 * time.Second)
+	pending := f.pod(spot, "", true)
+	if exists, _ := f.reconcile(second); !exists {
+		t.Fatal("evicted while the replacement was Pending")
+	}
+	// The replacement runs: the second goes.
+	var p corev1.Pod
+	if err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: pending}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.NodeName = "node-x"
+	if err := f.kube.Update(context.Background(), &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if err := f.kube.Status().Update(context.Background(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if exists, _ := f.reconcile(second); exists {
+		t.Fatal("the second fallback pod was not evicted once the replacement ran")
+	}
+}
+
+func TestLeftAlone(t *testing.T) {
+	cases := map[string]func(f *fixture) string{
+		"workload not annotated": func(f *fixture) string { return f.pod(onDemand, spot, false) },
+		"not a fallback pod":     func(f *fixture) string { return f.pod(onDemand, "", false) },
+		"another pod pending": func(f *fixture) string {
+			f.pod(spot, "", true)
+			return f.pod(onDemand, spot, false)
+		},
+		"fell back from another group": func(f *fixture) string { return f.pod(spot, onDemand, false) },
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			rebalance := "true"
+			if name == "workload not annotated" {
+				rebalance = ""
+			}
+			f := newFixture(t, rebalance, nil)
+			f.capacity.out = map[string]bool{onDemand: true}
+			if name != "fell back from another group" {
+				f.capacity.out = nil
+			}
+			pod := setup(f)
+			if exists, _ := f.reconcile(pod); !exists {
+				t.Fatalf("%s: pod %s was evicted", name, pod)
+			}
+		})
+	}
+}
+
+func TestDisruptionBudgetRefusal(t *testing.T) {
+	evictions := 0
+	f := newFixture(t, "true", &interceptor.Funcs{
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subResource client.Object, opts ...client.SubResourceCreateOption) error {
+			evictions++
+			return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+		},
+	})
+	f.capacity.out = nil
+	fb := f.pod(onDemand, spot, false)
+	exists, requeue := f.reconcile(fb)
+	if !exists || requeue != Blocked || evictions != 1 {
+		t.Fatalf("PDB refusal: exists %v, requeue %s, evictions %d; want kept, retried in %s, one attempt", exists, requeue, evictions, Blocked)
+	}
+}
