@@ -136,10 +136,11 @@ helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certifi
 	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
 	    done; \
 	  done; \
-	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook"; \
+	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance"; \
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
-	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false \
-	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 >/dev/null
+	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
+	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep -q 'pods/eviction' \
+	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }
 	$(GO) test -count=1 ./test/chartdocs/
 
 .PHONY: clean
