@@ -55,10 +55,10 @@
 // A pod labelled ProcessPodLabel (any value) is one whose process the test
 // runs itself: kwok's pod-ready and pod-complete stages leave it alone, so it
 // stays Pending, not Ready and without an IP until the test writes its status
-// (Running and Ready with a pod IP, or Succeeded); kwok's pod-delete stage
-// still removes it once deleted. The launcher writes kwok's stages, those of
-// build.sh's stages.yaml with that exclusion added to the two selectors, into
-// the run folder.
+// (Running and Ready with a pod IP, or Succeeded), and once deleted it stays
+// until the test removes it (grace period 0). The launcher writes kwok's
+// stages, those of build.sh's stages.yaml with that exclusion added to the
+// selectors of pod-ready, pod-complete and pod-delete, into the run folder.
 //
 // # Shutdown
 //

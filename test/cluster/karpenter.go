@@ -33,14 +33,17 @@ const kwokNodeAnnotation = "kwok.x-k8s.io/node=fake"
 const PodCIDR = "10.244.0.0/16"
 
 // ProcessPodLabel marks a pod whose process the test runs itself: kwok's
-// pod-ready and pod-complete stages leave such a pod alone (it stays
-// Pending, without a pod IP, until the test writes its status: Running and
-// Ready with a pod IP, or Succeeded), while the pod-delete stage still
-// removes it once deleted. Any value counts, even "".
+// pod stages leave such a pod alone. It stays Pending, without a pod IP,
+// until the test writes its status (Running and Ready with a pod IP, or
+// Succeeded), and once deleted it stays, terminating, until the test
+// removes it (grace period 0) after its process has exited, as a kubelet
+// would. kwok's pod-delete stage would remove it at once, and with it the
+// validity of the ServiceAccount token bound to it, while the process still
+// runs its preStop sleep and shutdown. Any value counts, even "".
 const ProcessPodLabel = "e2e.apportion.dev/process"
 
 // processPodStages are the kwok stages that must skip ProcessPodLabel pods.
-var processPodStages = []string{"pod-ready", "pod-complete"}
+var processPodStages = []string{"pod-ready", "pod-complete", "pod-delete"}
 
 // installCRDs creates the CRDs shipped with the tools (NodePool, NodeClaim,
 // NodeOverlay, CapacityBuffer, KWOKNodeClass) and waits until each is

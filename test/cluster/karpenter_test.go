@@ -96,7 +96,7 @@ spec:
     delete: true
 `
 
-func TestKwokConfigKeepsProcessPodsOutOfReadyAndComplete(t *testing.T) {
+func TestKwokConfigKeepsProcessPodsOutOfPodStages(t *testing.T) {
 	out, err := kwokConfig([]byte(stagesSample))
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestKwokConfigKeepsProcessPodsOutOfReadyAndComplete(t *testing.T) {
 		before, _, _ := unstructured.NestedSlice(in[name].Object, "spec", "selector", "matchExpressions")
 		after, _, _ := unstructured.NestedSlice(stage.Object, "spec", "selector", "matchExpressions")
 		switch name {
-		case "pod-ready", "pod-complete":
+		case "pod-ready", "pod-complete", "pod-delete":
 			if len(after) != len(before)+1 || fmt.Sprint(after[len(after)-1]) != fmt.Sprint(want) {
 				t.Errorf("stage %s: matchExpressions %v, want %v and then %v", name, after, before, want)
 			}
@@ -134,6 +134,10 @@ func TestKwokConfigNeedsTheStagesItPatches(t *testing.T) {
 	_, err := kwokConfig([]byte(stagesSample[:i] + stagesSample[j:]))
 	if err == nil || !strings.Contains(err.Error(), "pod-complete") {
 		t.Errorf("without a pod-complete stage: error %v, want one naming pod-complete", err)
+	}
+	_, err = kwokConfig([]byte(stagesSample[:j]))
+	if err == nil || !strings.Contains(err.Error(), "pod-delete") {
+		t.Errorf("without a pod-delete stage: error %v, want one naming pod-delete", err)
 	}
 }
 

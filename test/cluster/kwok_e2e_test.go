@@ -29,7 +29,8 @@ import (
 // ProcessPodLabel Pending. The test then plays that pod's kubelet: it
 // writes the pod Running and Ready at an IP it puts on lo, serves a webhook
 // there behind a Service and sees the API server call it through the
-// endpoint. Deleting the labelled pod still removes it (kwok's pod-delete).
+// endpoint. Deleted, the labelled pod stays (terminating) until the test
+// removes it with a grace period of 0, as a kubelet would.
 func TestKwokLeavesProcessPodsAlone(t *testing.T) {
 	c := StartForTest(t, Options{Karpenter: true})
 	ctx := t.Context()
@@ -108,6 +109,20 @@ func TestKwokLeavesProcessPodsAlone(t *testing.T) {
 	if err := cl.Delete(ctx, process); err != nil {
 		t.Fatalf("deleting pod process: %v", err)
 	}
+	// kwok had every chance to remove it; the pod stays, terminating.
+	deadline = time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(process), process); err != nil {
+			t.Fatalf("pod process, deleted with its grace period: %v; kwok must leave its removal to the test", err)
+		}
+		if process.DeletionTimestamp == nil {
+			t.Fatal("pod process has no deletion timestamp after its deletion")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := cl.Delete(ctx, process, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("removing pod process: %v", err)
+	}
 	waitUntil(t, time.Minute, "pod process gone", func() error {
 		err := cl.Get(ctx, client.ObjectKeyFromObject(process), &corev1.Pod{})
 		if apierrors.IsNotFound(err) {
@@ -118,7 +133,7 @@ func TestKwokLeavesProcessPodsAlone(t *testing.T) {
 		}
 		return errors.New("still there")
 	})
-	t.Logf("kwok's pod-delete stage removed the deleted pod process")
+	t.Logf("the deleted pod process stayed until the test removed it")
 }
 
 // testServiceWebhookAtPodIP plays kubelet for pod: the webhook server runs

@@ -56,7 +56,9 @@ const podIPPrefix = "10.254.0."
 //     the readiness probe answers, Succeeded or Failed when a pod of a Job
 //     exits;
 //   - on deletion, waits the preStop sleep, sends SIGTERM and, after the
-//     rest of the grace period, SIGKILL.
+//     rest of the grace period, SIGKILL; once the process has exited it
+//     removes the pod object, so the pod (and the token bound to it) lasts
+//     as long as its process, as with a kubelet.
 type Kubelet struct {
 	c    *cluster.Cluster
 	kube client.Client
@@ -176,6 +178,12 @@ func (k *Kubelet) sync(ctx context.Context) {
 			if err := k.start(ctx, pod); err != nil {
 				k.logf("starting pod %s/%s: %v", pod.Namespace, pod.Name, err)
 			}
+		case pod.DeletionTimestamp != nil && (!known || p.done()):
+			// Nothing runs (any more): remove the pod object, as the
+			// kubelet does once its containers are gone. Until then it
+			// stays, and with it the token bound to it (kwok's pod-delete
+			// stage, which would remove it at once, skips these pods).
+			k.remove(ctx, pod)
 		case known && pod.DeletionTimestamp != nil && !stopping:
 			k.kill(p)
 		case known && pod.DeletionTimestamp == nil && p.ready.Load() && !p.done() && !podReady(pod):
@@ -187,8 +195,8 @@ func (k *Kubelet) sync(ctx context.Context) {
 			k.markReady(pod, p)
 		}
 	}
-	// Pods gone without us seeing their deletion timestamp (kwok deletes
-	// them at once): stop their processes as the kubelet would.
+	// Pods gone without us seeing their deletion timestamp (deleted with a
+	// grace period of 0): stop their processes as the kubelet would.
 	k.mu.Lock()
 	var gone []*PodProcess
 	for uid, p := range k.procs {
@@ -199,6 +207,17 @@ func (k *Kubelet) sync(ctx context.Context) {
 	k.mu.Unlock()
 	for _, p := range gone {
 		k.kill(p)
+	}
+}
+
+// remove deletes the pod object for good (grace period 0, this UID only).
+func (k *Kubelet) remove(ctx context.Context, pod *corev1.Pod) {
+	err := k.kube.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+	switch {
+	case err == nil:
+		k.logf("removed pod %s/%s", pod.Namespace, pod.Name)
+	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+		k.logf("removing pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}
 }
 
