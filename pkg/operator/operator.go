@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -81,10 +82,15 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	hostname, _ := os.Hostname()
 	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	tlsMin := func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }
+	// HTTP/1.1 only: a draining replica retires each connection with
+	// "Connection: close" (see drain), which HTTP/2 has no per-response
+	// way to do; it also keeps HTTP/2's rapid-reset attacks out.
+	http1Only := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
+	drainer := newDrain(clock.RealClock{})
 	server := &startAfter{Server: webhook.NewServer(webhook.Options{
 		Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
-		TLSOpts: []func(*tls.Config){tlsMin},
-	})}
+		TLSOpts: []func(*tls.Config){tlsMin, http1Only},
+	}), drain: drainer}
 	gracefulShutdownTimeout := o.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
@@ -304,7 +310,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	}
 
 	hooks := mgr.GetWebhookServer()
-	hooks.Register(apwebhook.PodMutatorPath, &webhook.Admission{Handler: &apwebhook.PodMutator{
+	hooks.Register(apwebhook.PodMutatorPath, drainer.handler(&webhook.Admission{Handler: &apwebhook.PodMutator{
 		Reader:   mgr.GetClient(),
 		Leader:   &apwebhook.LeaseLiveness{Reader: mgr.GetClient(), Clock: clk, Namespace: o.SystemNamespace, Name: o.LeaderElectionID, Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
 		Recorder: recorder,
@@ -313,9 +319,17 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 
 		Architectures: o.Architectures,
 		Profiles:      o.Profiles(),
-	}})
-	hooks.Register(apwebhook.WorkloadValidatorPath, &webhook.Admission{Handler: apwebhook.WorkloadValidator{}})
-	hooks.Register(apwebhook.PolicyValidatorPath, &webhook.Admission{Handler: apwebhook.PolicyValidator{}})
+	}}))
+	hooks.Register(apwebhook.WorkloadValidatorPath, drainer.handler(&webhook.Admission{Handler: apwebhook.WorkloadValidator{}}))
+	hooks.Register(apwebhook.PolicyValidatorPath, drainer.handler(&webhook.Admission{Handler: apwebhook.PolicyValidator{}}))
+	if o.PodName != "" {
+		// Drain as soon as this replica's pod is being deleted: during
+		// its preStop sleep, before SIGTERM.
+		if err := mgr.Add(&ownPod{reader: mgr.GetClient(), drain: drainer, clk: clock.RealClock{}, interval: 500 * time.Millisecond,
+			key: client.ObjectKey{Namespace: o.SystemNamespace, Name: o.PodName}}); err != nil {
+			return err
+		}
+	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
@@ -38,6 +39,9 @@ type startAfter struct {
 	webhook.Server
 	// ready is set before the manager starts; nil means start at once.
 	ready <-chan struct{}
+	// drain, when set, begins when the manager stops the server, which
+	// then keeps serving until it has drained for drainMin.
+	drain *drain
 }
 
 var _ webhook.Server = (*startAfter)(nil)
@@ -51,5 +55,20 @@ func (s *startAfter) Start(ctx context.Context) error {
 			return nil
 		}
 	}
-	return s.Server.Start(ctx)
+	if s.drain == nil {
+		return s.Server.Start(ctx)
+	}
+	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-inner.Done():
+			return
+		}
+		s.drain.begin(ctx, "stopping")
+		time.Sleep(s.drain.left(drainMin))
+		cancel()
+	}()
+	return s.Server.Start(inner)
 }

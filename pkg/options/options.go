@@ -72,6 +72,8 @@ type Options struct {
 	CapacityDeleteQPS float64
 	ScaleFromZero     bool
 	Rebalance         bool
+	// PodName is this replica's own pod (in SystemNamespace).
+	PodName string
 
 	// RuntimeClassProfiles is --runtime-class-profiles, the JSON list of
 	// runtime-class profiles; Validate parses it (see Profiles).
@@ -131,6 +133,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CapacityTTL, "capacity-ttl", o.envDuration("CAPACITY_TTL", 3*time.Minute), "how long a NodePool (or node group) out of capacity is left out of new decisions; doubled each time it is out again soon after")
 	fs.DurationVar(&o.CapacityMaxTTL, "capacity-max-ttl", o.envDuration("CAPACITY_MAX_TTL", 30*time.Minute), "the longest a NodePool (or node group) is left out at once")
 	fs.Float64Var(&o.CapacityDeleteQPS, "capacity-delete-qps", o.envFloat("CAPACITY_DELETE_QPS", 2), "pods per second that may be deleted (so their controller recreates them elsewhere) when their NodePool is out of capacity; 0 deletes none")
+	fs.StringVar(&o.PodName, "pod-name", env("POD_NAME", ""), "this replica's own pod, in --system-namespace (the chart sets it): once the pod is being deleted, the webhook server closes each admission connection after its next response, so the API server moves to the other replicas before SIGTERM")
 	fs.BoolVar(&o.Rebalance, "rebalance", o.envBool("REBALANCE", false), "replace the fallback pods of workloads annotated apportion.dev/rebalance: \"true\", one at a time per workload through the Eviction API (PodDisruptionBudgets apply), once a group they fell back from is back; needs pods/eviction create")
 	fs.BoolVar(&o.ScaleFromZero, "scale-from-zero", o.envBool("SCALE_FROM_ZERO", false), "node-label mode (no Karpenter): serve a group even when no node has its labels now, because its node group can scale from zero")
 	fs.StringVar(&o.RuntimeClassProfiles, "runtime-class-profiles", env("RUNTIME_CLASS_PROFILES", ""), `runtime-class profiles (peer pods), a JSON list: [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]; pods of such a class get their cpu and memory requests and limits replaced by the extended resource on the first container, the removed values recorded in the annotation apportion.dev/original-resources unless keepRequests is false (empty: none)`)

@@ -1,0 +1,92 @@
+package operator
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// drainMin is how long the webhook server drains on SIGTERM, at least,
+// before it stops (when its pod's deletion was not seen earlier).
+const drainMin = time.Second
+
+// drain moves the API server's admission calls off a replica that is going
+// away. The API server keeps its connections to a webhook's pod open and
+// reuses them after the pod has left the Service's endpoints; when the pod
+// then stops, a call sent as the server closes an idle connection fails with
+// EOF and the pod is admitted without its gate. While draining, every
+// response carries "Connection: close": the API server closes the connection
+// after reading it, and its next call dials one of the endpoints left. It
+// begins when the replica's own pod is being deleted (seen in the pod cache,
+// during the preStop sleep), or at SIGTERM. The webhook server speaks
+// HTTP/1.1 only, where that header works (HTTP/2 has no per-response way to
+// retire a connection).
+type drain struct {
+	clk   clock.PassiveClock
+	since atomic.Int64 // UnixNano when draining began; 0: not draining
+}
+
+func newDrain(clk clock.PassiveClock) *drain { return &drain{clk: clk} }
+
+// begin starts draining, once; later calls change nothing.
+func (d *drain) begin(ctx context.Context, why string) {
+	if d.since.CompareAndSwap(0, d.clk.Now().UnixNano()) {
+		log.FromContext(ctx).Info("draining the webhook server: each admission connection is closed after its next response", "why", why)
+	}
+}
+
+// left is how much of min is left since draining began (min when it has not).
+func (d *drain) left(minimum time.Duration) time.Duration {
+	since := d.since.Load()
+	if since == 0 {
+		return minimum
+	}
+	return max(0, minimum-d.clk.Since(time.Unix(0, since)))
+}
+
+// handler adds "Connection: close" to h's responses while draining.
+func (d *drain) handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d.since.Load() != 0 {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ownPod watches the replica's own pod in the cache and begins draining
+// once it is being deleted. It runs on every replica.
+type ownPod struct {
+	reader   client.Reader
+	drain    *drain
+	key      client.ObjectKey
+	interval time.Duration
+	clk      clock.WithTicker
+}
+
+// NeedLeaderElection is false: every replica serves admissions.
+func (o *ownPod) NeedLeaderElection() bool { return false }
+
+// Start checks the pod every interval until it is being deleted or ctx ends.
+func (o *ownPod) Start(ctx context.Context) error {
+	t := o.clk.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		var pod corev1.Pod
+		if err := o.reader.Get(ctx, o.key, &pod); err == nil && pod.DeletionTimestamp != nil {
+			o.drain.begin(ctx, "pod "+o.key.String()+" is being deleted")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+	}
+}
