@@ -87,38 +87,19 @@ func deployment(ns, name, caseName string, replicas int32, cpu string, ann map[s
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.Kube.Create(t.Context(), obj); err != nil {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
+	framework.Create(t, env.Kube, obj)
 }
 
 // scale sets the Deployment's replicas, retrying on conflicts.
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
-	framework.WaitFor(t, 30*time.Second, fmt.Sprintf("scaling %s to %d", d.Name, replicas), func() error {
-		var cur appsv1.Deployment
-		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
-			return err
-		}
-		cur.Spec.Replicas = ptr.To(replicas)
-		return env.Kube.Update(t.Context(), &cur)
-	})
+	framework.Scale(t, env.Kube, client.ObjectKeyFromObject(d), replicas)
 }
 
 // livePods are the pods matching app=name that are not terminating.
 func livePods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
-	var list corev1.PodList
-	if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
-		t.Fatal(err)
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			out = append(out, p)
-		}
-	}
-	return out
+	return framework.LivePods(t, env.Kube, ns, name)
 }
 
 // waitRunning waits until the Deployment has exactly n live pods, all

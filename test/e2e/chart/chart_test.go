@@ -23,7 +23,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -635,9 +634,7 @@ func newNamespace(t *testing.T, name string) string {
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.kube.Create(t.Context(), obj); err != nil {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
+	framework.Create(t, env.kube, obj)
 }
 
 func deployment(ns, name string, replicas int32, ann map[string]string) *appsv1.Deployment {
@@ -662,21 +659,7 @@ func deployment(ns, name string, replicas int32, ann map[string]string) *appsv1.
 
 func scale(t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
-	for range 10 {
-		var d appsv1.Deployment
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
-			t.Fatal(err)
-		}
-		d.Spec.Replicas = ptr.To(replicas)
-		err := env.kube.Update(t.Context(), &d)
-		if err == nil {
-			return
-		}
-		if !apierrors.IsConflict(err) {
-			t.Fatal(err)
-		}
-	}
-	t.Fatalf("scaling %s/%s: too many conflicts", ns, name)
+	framework.Scale(t, env.kube, client.ObjectKey{Namespace: ns, Name: name}, replicas)
 }
 
 func listPods(t *testing.T, ns, app string) []corev1.Pod {

@@ -142,13 +142,5 @@ func logTail(name string, lines int) string {
 // waitFor polls check every 250ms until it returns nil or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("waiting %s for %s: %v", timeout, what, err)
+	framework.WaitFor(t, timeout, what, check)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 const (
@@ -77,9 +78,7 @@ func deployment(ns, name string, replicas int32, ann map[string]string, mutate .
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.kube.Create(t.Context(), obj); err != nil {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
+	framework.Create(t, env.kube, obj)
 }
 
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
@@ -91,30 +90,13 @@ func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 // conflicts with the controllers that write it too.
 func updateDeployment(t *testing.T, d *appsv1.Deployment, what string, change func(*appsv1.Deployment)) {
 	t.Helper()
-	waitFor(t, 30*time.Second, what+" "+d.Name, func() error {
-		var cur appsv1.Deployment
-		if err := env.kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
-			return err
-		}
-		change(&cur)
-		return env.kube.Update(t.Context(), &cur)
-	})
+	framework.UpdateDeployment(t, env.kube, client.ObjectKeyFromObject(d), what, change)
 }
 
 // livePods are the pods matching app=name that are not terminating.
 func livePods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
-	var list corev1.PodList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
-		t.Fatal(err)
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			out = append(out, p)
-		}
-	}
-	return out
+	return framework.LivePods(t, env.kube, ns, name)
 }
 
 // waitPods waits until the Deployment has n live pods, every one of which

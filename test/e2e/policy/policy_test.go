@@ -103,21 +103,12 @@ func placementPolicy(ns, name, target string, s *v1alpha1.Strategy) *v1alpha1.Pl
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.Kube.Create(t.Context(), obj); err != nil {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
+	framework.Create(t, env.Kube, obj)
 }
 
 func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
-	framework.WaitFor(t, 30*time.Second, "scaling "+d.Name, func() error {
-		var cur appsv1.Deployment
-		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(d), &cur); err != nil {
-			return err
-		}
-		cur.Spec.Replicas = ptr.To(replicas)
-		return env.Kube.Update(t.Context(), &cur)
-	})
+	framework.Scale(t, env.Kube, client.ObjectKeyFromObject(d), replicas)
 }
 
 // placed is a Running pod with its node's capacity type.
