@@ -29,6 +29,11 @@ const (
 	NodePool      = Prefix + "nodepool"
 	Architectures = Prefix + "architectures"
 	Decision      = Prefix + "decision"
+	// Signature proves that apportion wrote a pod's decision: an HMAC, with
+	// a key only apportion holds, of the pod's UID, group and NodePool. A
+	// decision annotation without it (written by a client) is not a
+	// decision.
+	Signature = Prefix + "signature"
 
 	// Tolerate on a NodePool lets apportion send pods to it even though the
 	// pods do not tolerate its taints (the tolerations are then added).

@@ -1,7 +1,15 @@
 // Package capacity remembers which NodePools (Karpenter mode) or groups'
 // label sets (node-label mode) cannot get capacity right now, so that
-// placement leaves them out of the split for a while. The detector that marks
+// placement leaves them out of the split for a while, and reads Karpenter's
+// own account of why a pod got no node (its Events). The detector that marks
 // them is pkg/controllers/capacity.
+//
+// An outage has a scope. Evidence from Karpenter about a NodePool (its limits,
+// readiness, launch failures) marks the pool out for every workload
+// (PoolKey). Evidence from one workload's pods alone (they stayed
+// unschedulable and Karpenter launched nothing for them) marks the pool out
+// for that workload only (Scoped), so that nothing a tenant writes reaches
+// another workload.
 package capacity
 
 import (
@@ -19,6 +27,7 @@ type Key string
 const (
 	poolPrefix   = "nodepool/"
 	labelsPrefix = "labels/"
+	scopePrefix  = "workload/"
 )
 
 // Kinds of keys (values of the metrics' kind label).
@@ -35,26 +44,59 @@ func PoolKey(nodePool string) Key { return Key(poolPrefix + nodePool) }
 // apportion.dev/group annotation).
 func LabelsKey(groupKey string) Key { return Key(labelsPrefix + groupKey) }
 
-// Kind is KindNodePool or KindLabels, "" for a key built otherwise.
+// Scoped is key for one workload only: scope is the workload's UID (no "/"
+// in it), so an outage of the scoped key leaves every other workload alone.
+// An empty scope gives key itself.
+func Scoped(scope string, key Key) Key {
+	if scope == "" || strings.Contains(scope, "/") {
+		return key
+	}
+	return Key(scopePrefix + scope + "/" + string(key.Base()))
+}
+
+// Scope is the workload a scoped key belongs to, "" for a cluster-wide key.
+func (k Key) Scope() string {
+	rest, ok := strings.CutPrefix(string(k), scopePrefix)
+	if !ok {
+		return ""
+	}
+	scope, _, _ := strings.Cut(rest, "/")
+	return scope
+}
+
+// Base is the cluster-wide key of a scoped key (the key itself otherwise).
+func (k Key) Base() Key {
+	rest, ok := strings.CutPrefix(string(k), scopePrefix)
+	if !ok {
+		return k
+	}
+	_, base, _ := strings.Cut(rest, "/")
+	return Key(base)
+}
+
+// Kind is KindNodePool or KindLabels (of the base key for a scoped one), ""
+// for a key built otherwise.
 func (k Key) Kind() string {
-	switch {
-	case strings.HasPrefix(string(k), poolPrefix):
+	switch b := string(k.Base()); {
+	case strings.HasPrefix(b, poolPrefix):
 		return KindNodePool
-	case strings.HasPrefix(string(k), labelsPrefix):
+	case strings.HasPrefix(b, labelsPrefix):
 		return KindLabels
 	}
 	return ""
 }
 
-// Name is the NodePool name or the group key, without the kind prefix.
+// Name is the NodePool name or the group key, without the kind prefix or
+// the scope.
 func (k Key) Name() string {
-	switch k.Kind() {
+	b := k.Base()
+	switch b.Kind() {
 	case KindNodePool:
-		return string(k[len(poolPrefix):])
+		return string(b[len(poolPrefix):])
 	case KindLabels:
-		return string(k[len(labelsPrefix):])
+		return string(b[len(labelsPrefix):])
 	}
-	return string(k)
+	return string(b)
 }
 
 // Tracker remembers unavailable keys, each for a TTL that doubles each time
@@ -110,6 +152,39 @@ func (t *Tracker) Mark(key Key, reason string) (until time.Time, newly bool) {
 	e.until, e.reason = now.Add(t.backoff(e.strikes)), reason
 	t.keys[key] = e
 	return e.until, true
+}
+
+// Extend keeps key out for another outage of its current length when the
+// evidence that marked it still holds at its end, so that no pod has to be
+// sent to it to find out again. It returns the new end; a key that is not
+// out is not changed (zero time).
+func (t *Tracker) Extend(key Key, reason string) time.Time {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, seen := t.keys[key]
+	if !seen || !now.Before(e.until) {
+		return time.Time{}
+	}
+	e.until, e.reason = now.Add(t.backoff(e.strikes)), reason
+	t.keys[key] = e
+	return e.until
+}
+
+// Lift ends key's outage now, when the evidence that marked it is gone (a
+// limit raised, the NodePool Ready again). A later mark counts as a strike,
+// as after an outage that ran its course. It reports whether key was out.
+func (t *Tracker) Lift(key Key) bool {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, seen := t.keys[key]
+	if !seen || !now.Before(e.until) {
+		return false
+	}
+	e.until = now
+	t.keys[key] = e
+	return true
 }
 
 // backoff is ttl doubled strikes times, capped at maxTTL.

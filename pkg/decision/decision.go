@@ -47,6 +47,9 @@ type Decision struct {
 	ArchitectureOnly bool
 	// Record is written as the apportion.dev/decision annotation.
 	Record Record
+	// Signature (Signer.Sign) is written as apportion.dev/signature, so
+	// that the decision is told apart from annotations a client wrote.
+	Signature string
 }
 
 // Record is the small JSON kept on the pod to explain the decision.
@@ -65,6 +68,9 @@ type Record struct {
 	Strays []int64 `json:"strays,omitempty"`
 	// Reason says how the group was chosen.
 	Reason string `json:"reason"`
+	// Out says, for a fallback, why each group left out was out of
+	// capacity: "group: NodePool pool (reason)".
+	Out []string `json:"out,omitempty"`
 }
 
 // StrategyHash is the short, stable identity of a strategy used in records.
@@ -154,6 +160,9 @@ func Apply(pod *corev1.Pod, d Decision) {
 	}
 	if len(d.Fallback) > 0 {
 		pod.Annotations[annotations.Fallback] = strings.Join(d.Fallback, ";")
+	}
+	if d.Signature != "" {
+		pod.Annotations[annotations.Signature] = d.Signature
 	}
 	rec, _ := json.Marshal(d.Record) // a struct of strings and ints cannot fail to marshal
 	pod.Annotations[annotations.Decision] = string(rec)

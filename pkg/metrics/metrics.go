@@ -21,6 +21,7 @@ const (
 	LabelReason    = "reason"
 	LabelOperation = "operation"
 	LabelKind      = "kind"
+	LabelScope     = "scope"
 	LabelRegistry  = "registry"
 )
 
@@ -105,17 +106,27 @@ var (
 		Help: "Times a registry's circuit breaker opened. Labels: registry.",
 	}, []string{LabelRegistry})
 	// CapacityUnavailableTotal counts outages: a NodePool (kind nodepool) or
-	// a group's label set (kind labels) newly marked out of capacity, by
-	// reason (not_ready, limits, launch_failed, timeout).
+	// a group's label set (kind labels) newly marked out of capacity, for
+	// every workload (scope cluster) or for one (scope workload), by reason
+	// (not_ready, limits, no_instance_types, launch_failed, no_offering,
+	// no_nodeclaim, timeout).
 	CapacityUnavailableTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "capacity", Name: "unavailable_total",
-		Help: "NodePools or label sets newly marked out of capacity. Labels: kind (nodepool, labels), reason.",
-	}, []string{LabelKind, LabelReason})
-	// CapacityUnavailable is the number of keys out of capacity now, by kind.
+		Help: "NodePools or label sets newly marked out of capacity. Labels: kind (nodepool, labels), scope (cluster, workload), reason.",
+	}, []string{LabelKind, LabelScope, LabelReason})
+	// CapacityUnavailable is the number of keys out of capacity now, by kind
+	// and scope.
 	CapacityUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: "capacity", Name: "unavailable",
-		Help: "NodePools or label sets out of capacity now. Labels: kind (nodepool, labels).",
-	}, []string{LabelKind})
+		Help: "NodePools or label sets out of capacity now. Labels: kind (nodepool, labels), scope (cluster, workload).",
+	}, []string{LabelKind, LabelScope})
+	// CapacityRechecksTotal counts what became of outages whose evidence was
+	// checked again: still (kept out), lifted (the evidence is gone: back
+	// at once), expired (nothing to check: back at the end of its TTL).
+	CapacityRechecksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "capacity", Name: "rechecks_total",
+		Help: "NodePool outages checked again against their evidence. Labels: reason, result (still, lifted, expired).",
+	}, []string{LabelReason, LabelResult})
 	// CapacityPodsDeletedTotal counts stuck pods deleted so that their
 	// controller recreates them in a group that has capacity.
 	CapacityPodsDeletedTotal = prometheus.NewCounter(prometheus.CounterOpts{
@@ -139,6 +150,6 @@ func Register() {
 		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
 			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal,
-			CapacityUnavailableTotal, CapacityUnavailable, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)
+			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)
 	})
 }

@@ -109,6 +109,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}: {Transform: StripPod},
+				// Only Karpenter's Events (capacity evidence), stripped.
+				&corev1.Event{}: {
+					Field:     fields.OneTermEqualSelector("source", capacitypkg.KarpenterComponent),
+					Transform: StripEvent,
+				},
 				// Only the placement Lease: nodes' Leases are many.
 				&coordinationv1.Lease{}: {
 					Namespaces: map[string]cache.Config{o.SystemNamespace: {}},
@@ -250,7 +255,15 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	} else {
 		logger.Info("apportion.dev/v1alpha1 PlacementPolicy CRD not found: strategies from annotations only")
 	}
-	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout).WithNodes(mgr.GetClient()).WithPolicies(policySource)
+	signer := decision.RandomSigner()
+	if o.DecisionKeyFile != "" {
+		if signer, err = decision.LoadSigner(o.DecisionKeyFile); err != nil {
+			return err
+		}
+	} else {
+		logger.Info("no --decision-key-file: decisions are signed with a key of this process only; capacity fallback ignores pods placed by other replicas or earlier runs")
+	}
+	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout).WithNodes(mgr.GetClient()).WithPolicies(policySource).WithSigner(signer)
 	if o.Architectures != options.ArchitecturesOff {
 		// The Kubernetes keychain reads the ServiceAccount and the pull
 		// Secrets by name, on cache misses only: a direct client, no
@@ -285,8 +298,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		placer,
 		gatejanitor.NewController(clk, mgr.GetClient(), recorder, o.GateTimeout),
 		capacityctrl.NewController(clk, mgr.GetClient(), recorder, tracker, capacityctrl.Options{
-			Timeout: o.CapacityTimeout, DeleteQPS: o.CapacityDeleteQPS,
+			Timeout: o.CapacityTimeout, NominationWait: o.CapacityNominationWait, DeleteQPS: o.CapacityDeleteQPS,
 			NodeLabels: !apis.Served(NodePoolGVK), ScaleFromZero: o.ScaleFromZero,
+			Signer: signer, APIReader: mgr.GetAPIReader(),
 		}),
 		deletioncost.NewController(mgr.GetClient()).WithPolicies(policySource),
 	}
@@ -354,7 +368,7 @@ const rebalanceQPS = 1
 // Patches are computed between two copies of the cached pod, so a key absent
 // from both is never touched.
 var keptAnnotations = append([]string{
-	annotations.Group, annotations.NodePool, annotations.Skip, annotations.Mode, annotations.LegacyEnabled, annotations.Architectures,
+	annotations.Group, annotations.NodePool, annotations.Signature, annotations.Skip, annotations.Mode, annotations.LegacyEnabled, annotations.Architectures,
 	annotations.CapacityTimeout, annotations.Fallback, annotations.Rebalance,
 	apwebhook.MirrorPodAnnotation, deletioncost.Annotation,
 }, annotations.StrategyNames...)
@@ -418,4 +432,33 @@ func imagesOnly(containers []corev1.Container) []corev1.Container {
 		out[i] = corev1.Container{Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy}
 	}
 	return out
+}
+
+// maxEventMessage bounds a cached Event's message: Karpenter's
+// FailedScheduling lists a part per NodePool, and the part about the pod's
+// own pool is all capacity fallback reads (it names its pool when it is
+// about limits).
+const maxEventMessage = 8 << 10
+
+// StripEvent keeps what capacity fallback reads from Karpenter's Events:
+// the object, reason, message, source and times.
+func StripEvent(obj any) (any, error) {
+	ev, ok := obj.(*corev1.Event)
+	if !ok {
+		return obj, nil
+	}
+	msg := ev.Message
+	if len(msg) > maxEventMessage {
+		msg = msg[:maxEventMessage]
+	}
+	return &corev1.Event{
+		TypeMeta: ev.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: ev.Name, Namespace: ev.Namespace, UID: ev.UID,
+			ResourceVersion: ev.ResourceVersion, CreationTimestamp: ev.CreationTimestamp},
+		InvolvedObject: corev1.ObjectReference{Kind: ev.InvolvedObject.Kind, Namespace: ev.InvolvedObject.Namespace,
+			Name: ev.InvolvedObject.Name, UID: ev.InvolvedObject.UID},
+		Reason: ev.Reason, Message: msg, Type: ev.Type, Source: corev1.EventSource{Component: ev.Source.Component},
+		ReportingController: ev.ReportingController,
+		FirstTimestamp:      ev.FirstTimestamp, LastTimestamp: ev.LastTimestamp, EventTime: ev.EventTime, Count: ev.Count,
+	}, nil
 }

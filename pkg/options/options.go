@@ -70,7 +70,14 @@ type Options struct {
 	CapacityTTL       time.Duration
 	CapacityMaxTTL    time.Duration
 	CapacityDeleteQPS float64
-	ScaleFromZero     bool
+	// CapacityNominationWait is how long an unschedulable pod may go
+	// without Karpenter nominating it or launching a NodeClaim of its pool
+	// before its workload moves to its other groups.
+	CapacityNominationWait time.Duration
+	ScaleFromZero          bool
+	// DecisionKeyFile holds the key every replica signs decisions with
+	// (the chart mounts it from a Secret); empty: a random key per process.
+	DecisionKeyFile string
 	Rebalance         bool
 	// PodName is this replica's own pod (in SystemNamespace).
 	PodName string
@@ -132,6 +139,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CapacityTimeout, "capacity-timeout", o.envDuration("CAPACITY_TIMEOUT", 3*time.Minute), "how long a placed pod may stay unschedulable, with no NodeClaim of its NodePool on its way, before the NodePool (or node group) counts as out of capacity (per workload: annotation apportion.dev/capacity-timeout)")
 	fs.DurationVar(&o.CapacityTTL, "capacity-ttl", o.envDuration("CAPACITY_TTL", 3*time.Minute), "how long a NodePool (or node group) out of capacity is left out of new decisions; doubled each time it is out again soon after")
 	fs.DurationVar(&o.CapacityMaxTTL, "capacity-max-ttl", o.envDuration("CAPACITY_MAX_TTL", 30*time.Minute), "the longest a NodePool (or node group) is left out at once")
+	fs.DurationVar(&o.CapacityNominationWait, "capacity-nomination-wait", o.envDuration("CAPACITY_NOMINATION_WAIT", 12*time.Second), "how long a placed pod may stay unschedulable while Karpenter nominates it to no NodeClaim and launches none of its NodePool, before that workload's pods go to its other groups (Karpenter's batch window, 10s by default, plus a margin)")
+	fs.StringVar(&o.DecisionKeyFile, "decision-key-file", env("DECISION_KEY_FILE", ""), "file with the key (at least 32 bytes) every replica signs its decisions with, so that decision annotations a client wrote are never taken for apportion's; empty: a random key per process (decisions of other replicas and earlier runs are then not recognised)")
 	fs.Float64Var(&o.CapacityDeleteQPS, "capacity-delete-qps", o.envFloat("CAPACITY_DELETE_QPS", 2), "pods per second that may be deleted (so their controller recreates them elsewhere) when their NodePool is out of capacity; 0 deletes none")
 	fs.StringVar(&o.PodName, "pod-name", env("POD_NAME", ""), "this replica's own pod, in --system-namespace (the chart sets it): once the pod is being deleted, the webhook server closes each admission connection after its next response, so the API server moves to the other replicas before SIGTERM")
 	fs.BoolVar(&o.Rebalance, "rebalance", o.envBool("REBALANCE", false), "replace the fallback pods of workloads annotated apportion.dev/rebalance: \"true\", one at a time per workload through the Eviction API (PodDisruptionBudgets apply), once a group they fell back from is back; needs pods/eviction create")
@@ -229,6 +238,9 @@ func (o *Options) validateArchitectures() []error {
 	}
 	if o.CapacityTTL <= 0 || o.CapacityMaxTTL < o.CapacityTTL {
 		errs = append(errs, fmt.Errorf("need 0 < --capacity-ttl (%s) <= --capacity-max-ttl (%s)", o.CapacityTTL, o.CapacityMaxTTL))
+	}
+	if o.CapacityNominationWait <= 0 {
+		errs = append(errs, fmt.Errorf("--capacity-nomination-wait must be positive, got %s", o.CapacityNominationWait))
 	}
 	if o.CapacityDeleteQPS < 0 {
 		errs = append(errs, fmt.Errorf("--capacity-delete-qps must not be negative, got %g", o.CapacityDeleteQPS))

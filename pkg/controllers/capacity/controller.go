@@ -1,42 +1,56 @@
 // Package capacity is the capacity detector: it runs on the elected leader,
-// watches the pods apportion decided that the scheduler cannot place, and
-// marks their NodePool (Karpenter mode) or their group's label set
-// (node-label mode) out of capacity in a capacity.Tracker when Karpenter
-// cannot give them a node. It then deletes the stuck pods of that key that a
-// ReplicaSet or StatefulSet will recreate, so that placement puts the new
-// pods in the groups that have capacity.
+// watches the pods apportion placed (by their signed decision) that the
+// scheduler cannot place, reads what Karpenter says about them and their
+// NodePool, and marks the NodePool (Karpenter mode) or the group's label set
+// (node-label mode) out of capacity in a capacity.Tracker. It then deletes the
+// stuck pods of what it marked that a ReplicaSet or StatefulSet will
+// recreate, so that placement puts the new pods in groups that have capacity.
 //
-// The signals, for a decided pod that is unbound, Pending and unschedulable
-// (PodScheduled False, reason Unschedulable) since T:
+// The scope of a mark follows its evidence. Karpenter's own evidence about a
+// NodePool marks it out for every workload (scope cluster):
 //
-//  1. its NodePool is not Ready, or is gone (not_ready);
-//  2. its NodePool is at its limits (limits);
-//  3. a NodeClaim of its NodePool failed to launch (deleted before it
+//  1. the NodePool is gone, being deleted or not Ready (not_ready);
+//  2. Karpenter says, in a pod's FailedScheduling Event, that every instance
+//     type of the pool exceeds what is left of its limits, or that its node
+//     limit is used up (limits). Karpenter filters instance types by the
+//     remaining limits before it looks at the pod, so this holds for any pod
+//     even though the pool's usage is below its limits;
+//  3. Karpenter says, in an Event on the NodePool, that its requirements
+//     leave no instance type (no_instance_types);
+//  4. a NodeClaim of the pool failed to launch (deleted before it
 //     registered, as Karpenter does on insufficient capacity, or its
-//     Launched condition records an error) in the last timeout, at least
-//     Grace ago, and no NodeClaim of the pool is on its way (launch_failed);
-//  4. it stayed unschedulable for its timeout (--capacity-timeout or the
-//     workload's apportion.dev/capacity-timeout) and no NodeClaim of the
-//     pool is on its way (timeout).
+//     Launched condition records an error) and none is on its way
+//     (launch_failed).
 //
-// Signals 1 and 2 wait until the pod has been unschedulable for Grace, so
-// that Karpenter had a batch window. A NodeClaim is "on its way" while it is
-// not registered, not being deleted, its launch has not failed, and it was
-// created less than the pod's timeout ago: a slow boot is not a failure. In
-// node-label mode only signal 4 applies, without the NodeClaim check.
+// What one workload's pods show alone marks the pool out for that workload
+// only (scope workload): nothing a tenant writes reaches another workload.
 //
-// For example, with a 3m timeout: pod p of NodePool spot becomes
-// unschedulable at 0:00; Karpenter creates NodeClaim c at 0:00:05, whose
-// launch fails on insufficient capacity and which it deletes at 0:00:08. At
-// 0:00:18 (Grace after the failure) no other NodeClaim of spot is on its
-// way: spot is out until 0:03:18, a Warning Event CapacityUnavailable goes
-// to p's Deployment, and p and the other pending pods of spot are deleted.
-// Had Karpenter created NodeClaim d at 0:00:12 instead, nothing would happen
-// until d registers, fails, or turns 3m old.
+//  5. Karpenter says the pool has no offering for the pod now (no_offering);
+//  6. the pod stayed unschedulable for NominationWait (Karpenter's batch
+//     window and a margin) while Karpenter nominated it to nothing and no
+//     NodeClaim of the pool is on its way (no_nodeclaim);
+//  7. it stayed unschedulable for its timeout (--capacity-timeout, or the
+//     workload's apportion.dev/capacity-timeout, at least MinTimeout) with
+//     no NodeClaim of the pool on its way (timeout): a slow launch.
+//
+// A pod Karpenter says fits no instance type of its pool (its own requests
+// or constraints) gets a Warning Event PodDoesNotFit on its workload and is
+// left alone: it is the pod, not the pool. In node-label mode (no Karpenter)
+// only signal 7 applies.
+//
+// For example, the spot pool's cpu limit leaves 1 cpu while its smallest
+// instance type has 2: at 0:00 three pods of a Deployment are placed there;
+// at 0:02 Karpenter writes FailedScheduling "all available instance types
+// exceed limits for nodepool (NodePool=spot)" on each; at once spot is out
+// for every workload, a Warning Event CapacityUnavailable names the
+// headroom, and the three pods are deleted and recreated on on-demand. When
+// the outage ends, the pool's limits and usage are checked again: unchanged,
+// the pool stays out without a pod having to find out again; raised, it is
+// back at once.
 //
 // Evidence older than the end of the key's last outage is not counted again:
-// after an outage, a stuck pod's unschedulable time and the launch failures
-// start from when the key came back.
+// after an outage, a stuck pod's unschedulable time, its Karpenter Events and
+// the launch failures count from when the key came back.
 package capacity
 
 import (
@@ -47,26 +61,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/awslabs/operatorpkg/status"
 	"github.com/jellydator/ttlcache/v3"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	controllerruntime "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -79,24 +83,35 @@ import (
 
 // Reasons a key is out (metric label values, and the Tracker's reason).
 const (
-	ReasonNotReady     = "not_ready"
-	ReasonLimits       = "limits"
-	ReasonLaunchFailed = "launch_failed"
-	ReasonTimeout      = "timeout"
+	ReasonNotReady        = "not_ready"
+	ReasonLimits          = "limits"
+	ReasonNoInstanceTypes = "no_instance_types"
+	ReasonLaunchFailed    = "launch_failed"
+	ReasonNoOffering      = "no_offering"
+	ReasonNoNodeClaim     = "no_nodeclaim"
+	ReasonTimeout         = "timeout"
 )
 
-// Grace is how long a pod must have been unschedulable before its
-// NodePool's state counts against it, and how long after a launch failure
-// Karpenter may take to create another NodeClaim: Karpenter batches pending
+// Grace is how long after a launch failure Karpenter may take to create
+// another NodeClaim before the failure counts: Karpenter batches pending
 // pods for up to 10 seconds before it provisions.
 const Grace = 10 * time.Second
 
-// Defaults of Options.
+// Defaults of Options, and the floor of a workload's timeout.
 const (
-	DefaultTimeout   = 3 * time.Minute
-	DefaultDeleteQPS = 2
-	DeleteBurst      = 5
+	DefaultTimeout        = 3 * time.Minute
+	DefaultNominationWait = 12 * time.Second
+	DefaultDeleteQPS      = 2
+	DeleteBurst           = 5
+	// MinTimeout is the shortest apportion.dev/capacity-timeout honoured:
+	// a shorter one (tenant input) is raised to it, with a Warning Event.
+	MinTimeout = 30 * time.Second
 )
+
+// noTypesFresh is how long Karpenter's NoCompatibleInstanceTypes Event on a
+// NodePool counts (Karpenter repeats it at most once a minute while pods are
+// pending).
+const noTypesFresh = 3 * time.Minute
 
 // Index names on the manager's caches, added by Register.
 const (
@@ -112,6 +127,10 @@ type Options struct {
 	// Timeout is how long a decided pod may stay unschedulable while no
 	// NodeClaim of its pool is on its way (--capacity-timeout).
 	Timeout time.Duration
+	// NominationWait is how long an unschedulable pod may go without
+	// Karpenter nominating it or creating a NodeClaim of its pool
+	// (--capacity-nomination-wait): Karpenter's batch window and a margin.
+	NominationWait time.Duration
 	// DeleteQPS is the rate of pod deletions (burst DeleteBurst); 0
 	// deletes none (keys are still marked, for placement to pass over).
 	DeleteQPS float64
@@ -122,6 +141,12 @@ type Options struct {
 	// reason by itself. The detector marks groups on the timeout alone, so
 	// this changes nothing here.
 	ScaleFromZero bool
+	// Signer recognises apportion's decisions; a pod whose decision
+	// annotations it does not verify is not watched. Required.
+	Signer *decision.Signer
+	// APIReader reads a stuck pod's requests (the cached pods carry no
+	// containers) for the Event of a new outage; nil: not named.
+	APIReader client.Reader
 }
 
 // Limiter paces the deletions; *rate.Limiter is one.
@@ -138,72 +163,61 @@ type Controller struct {
 	opts       Options
 	limiter    Limiter
 	deletions  *podQueue
+	rechecks   chan poolEvent
 
 	mu           sync.Mutex
 	failures     map[string]time.Time   // NodePool -> its latest launch failure
 	failedClaims map[types.UID]struct{} // NodeClaims whose failure is recorded
+	noTypes      map[string]time.Time   // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
+	outages      map[string]outage      // NodePool -> the evidence of its cluster-wide outage
+	pods         *ttlcache.Cache[types.UID, podEvents]
 	warned       *ttlcache.Cache[string, struct{}]
 }
 
-// NewController builds the detector. A zero Timeout takes the default.
+// NewController builds the detector. A zero Timeout or NominationWait takes
+// the default.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, tracker *capacity.Tracker, opts Options) *Controller {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.NominationWait <= 0 {
+		opts.NominationWait = DefaultNominationWait
+	}
+	if opts.Signer == nil {
+		opts.Signer = decision.RandomSigner()
 	}
 	opts.DeleteQPS = max(opts.DeleteQPS, 0)
 	return &Controller{
 		kubeClient: kubeClient, clock: clk, recorder: recorder, tracker: tracker, opts: opts,
 		limiter:      rate.NewLimiter(rate.Limit(opts.DeleteQPS), DeleteBurst),
 		deletions:    newPodQueue(),
+		rechecks:     make(chan poolEvent, 64),
 		failures:     map[string]time.Time{},
 		failedClaims: map[types.UID]struct{}{},
-		warned:       ttlcache.New(ttlcache.WithTTL[string, struct{}](time.Hour), ttlcache.WithCapacity[string, struct{}](4096)),
+		noTypes:      map[string]time.Time{},
+		outages:      map[string]outage{},
+		pods: ttlcache.New(ttlcache.WithTTL[types.UID, podEvents](30*time.Minute),
+			ttlcache.WithCapacity[types.UID, podEvents](200_000)),
+		warned: ttlcache.New(ttlcache.WithTTL[string, struct{}](time.Hour), ttlcache.WithCapacity[string, struct{}](4096)),
 	}
 }
 
 // Name is the controller's name in logs and metrics.
 func (c *Controller) Name() string { return "capacity" }
 
-// Register adds the indexes, the pod controller (with the NodePool and
-// NodeClaim watches in Karpenter mode), the deleter and the gauge updater to
-// the manager; all run on the elected leader only.
-func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodKeyIndex, c.podIndex); err != nil {
-		return fmt.Errorf("indexing pods by capacity key: %w", err)
-	}
-	if err := m.Add(manager.RunnableFunc(c.runDeleter)); err != nil {
-		return err
-	}
-	if err := m.Add(manager.RunnableFunc(c.runGauge)); err != nil {
-		return err
-	}
-	b := controllerruntime.NewControllerManagedBy(m).
-		Named(c.Name()).
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			pod, ok := o.(*corev1.Pod)
-			return ok && watched(pod)
-		}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2})
-	if !c.opts.NodeLabels {
-		if err := m.GetFieldIndexer().IndexField(ctx, &karpv1.NodeClaim{}, ClaimOnTheWayIndex, claimIndex); err != nil {
-			return fmt.Errorf("indexing NodeClaims: %w", err)
-		}
-		b = b.Watches(&karpv1.NodePool{}, c.nodePoolHandler()).
-			Watches(&karpv1.NodeClaim{}, c.nodeClaimHandler())
-	}
-	return b.Complete(reconcile.AsReconciler(m.GetClient(), c))
-}
-
-// watched: the pods the controller reconciles (decided, unbound, alive).
-func watched(pod *corev1.Pod) bool {
+// watched: the pods the controller reconciles: placed by apportion (the
+// decision's signature verifies), unbound, alive.
+func (c *Controller) watched(pod *corev1.Pod) bool {
 	_, decided := pod.Annotations[annotations.Group]
-	return decided && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil
+	return decided && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && c.opts.Signer.Verify(pod) == nil
 }
 
-// keyOf is the key a pod is stuck in: decided (gate removed), unbound,
-// Pending, not being deleted; in Karpenter mode, placed in a NodePool.
+// keyOf is the key a pod is stuck in: placed by apportion (gate removed),
+// unbound, Pending, not being deleted; in Karpenter mode, placed in a
+// NodePool. It is the cluster-wide key; the workload's is
+// capacity.Scoped(scope, key).
 func (c *Controller) keyOf(pod *corev1.Pod) (capacity.Key, bool) {
-	if !watched(pod) || pod.Status.Phase != corev1.PodPending || decision.HasGate(pod) {
+	if pod.Status.Phase != corev1.PodPending || decision.HasGate(pod) || !c.watched(pod) {
 		return "", false
 	}
 	if c.opts.NodeLabels {
@@ -227,20 +241,29 @@ func (c *Controller) podIndex(o client.Object) []string {
 	return nil
 }
 
-// Reconcile evaluates one pod: marks its key when a signal fires, queues
-// the pod's deletion while its key is out, and otherwise comes back when a
-// signal could fire.
+// Reconcile evaluates one pod: marks its key (for every workload or for its
+// own) when a signal fires, queues the pod's deletion while its key is out,
+// and otherwise comes back when a signal could fire.
 func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
 	key, ok := c.keyOf(pod)
 	if !ok {
 		return reconcile.Result{}, nil
 	}
-	out, _, lastBack := c.tracker.Unavailable(key)
-	if out {
-		// A pod left (not recreated, or a NodeClaim on its way) is looked
-		// at again when the outage ends.
-		c.queueDeletion(pod)
-		return reconcile.Result{RequeueAfter: max(lastBack.Sub(c.clock.Now()), time.Second)}, nil
+	info, ref := c.resolve(ctx, pod)
+	scoped := capacity.Scoped(scopeOf(pod, info), key)
+	now := c.clock.Now()
+	lastBack := time.Time{}
+	for _, k := range []capacity.Key{key, scoped} {
+		out, _, until := c.tracker.Unavailable(k)
+		if out {
+			// A pod left (not recreated, or a NodeClaim on its way) is
+			// looked at again when the outage ends.
+			c.queueDeletion(pod)
+			return reconcile.Result{RequeueAfter: max(until.Sub(now), time.Second)}, nil
+		}
+		if until.After(lastBack) {
+			lastBack = until
+		}
 	}
 	since, ok := unschedulableSince(pod)
 	if !ok {
@@ -249,26 +272,43 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if lastBack.After(since) {
 		since = lastBack
 	}
-	info, ref := c.resolve(ctx, pod)
 	timeout := c.timeoutFor(pod, info, ref)
-	now := c.clock.Now()
-	sig, err := c.evaluate(ctx, key, since, lastBack, timeout, now)
+	sig, err := c.evaluate(ctx, pod, key, since, lastBack, timeout, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if sig.reason == "" {
-		if sig.wake.IsZero() {
-			return reconcile.Result{}, nil
-		}
+	switch {
+	case sig.misfit:
+		c.warnMisfit(ctx, pod, ref, key, sig.detail)
+		return reconcile.Result{}, nil // its next Karpenter Event brings it back
+	case sig.reason == "" && sig.wake.IsZero():
+		return reconcile.Result{}, nil
+	case sig.reason == "":
 		return reconcile.Result{RequeueAfter: max(sig.wake.Sub(now), time.Second)}, nil
 	}
-	until, newly := c.tracker.Mark(key, sig.reason)
+	mark := scoped
+	if sig.wide {
+		mark = key
+	}
+	until, newly := c.tracker.Mark(mark, sig.reason)
 	if newly {
-		c.report(ctx, key, sig, until, ref)
-		c.queueKey(ctx, key)
+		if sig.wide && sig.np != nil {
+			c.recordOutage(sig)
+		}
+		c.report(ctx, pod, mark, sig, until, ref)
+		c.queueKey(ctx, mark)
 	}
 	c.queueDeletion(pod)
 	return reconcile.Result{RequeueAfter: max(until.Sub(now), time.Second)}, nil
+}
+
+// scopeOf is the workload a pod's own evidence reaches: its workload's UID,
+// or the pod's for a pod without one.
+func scopeOf(pod *corev1.Pod, info *workload.Info) string {
+	if info != nil && info.Workload.UID != "" {
+		return string(info.Workload.UID)
+	}
+	return string(pod.UID)
 }
 
 // queueDeletion queues the pod for the deleter if its controller recreates
@@ -279,61 +319,98 @@ func (c *Controller) queueDeletion(pod *corev1.Pod) {
 	}
 }
 
-// signal is the outcome of an evaluation: a reason to mark the key (with a
-// description for the Event), or when to look again (zero: on events only).
+// signal is the outcome of an evaluation: a reason to mark the key (for
+// every workload when wide), with a description for the Event; or a pod
+// that does not fit its pool (misfit); or when to look again (zero: on
+// events only).
 type signal struct {
 	reason string
 	detail string
+	wide   bool
+	misfit bool
 	wake   time.Time
+	// np is the NodePool as the evidence saw it (wide Karpenter-mode
+	// signals), for checking the evidence again when the outage ends.
+	np *karpv1.NodePool
 }
 
 // evaluate looks for a signal against key for a pod unschedulable since
 // since (not before lastBack, the end of the key's last outage).
-func (c *Controller) evaluate(ctx context.Context, key capacity.Key, since, lastBack time.Time, timeout time.Duration, now time.Time) (signal, error) {
+func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity.Key, since, lastBack time.Time, timeout time.Duration, now time.Time) (signal, error) {
 	waited := now.Sub(since)
 	if c.opts.NodeLabels {
 		if waited >= timeout {
-			return signal{reason: ReasonTimeout, detail: fmt.Sprintf("a pod stayed unschedulable for %s", timeout)}, nil
+			return signal{reason: ReasonTimeout, detail: fmt.Sprintf("pod %s stayed unschedulable for %s", pod.Name, timeout)}, nil
 		}
 		return signal{wake: since.Add(timeout)}, nil
 	}
-	if waited < Grace {
-		return signal{wake: since.Add(Grace)}, nil
-	}
 	pool := key.Name()
-	// First: is Karpenter launching a node for the pool? Then wait for it
-	// to be initialised, fail, or outlast the timeout (NodeClaim events
-	// come sooner), whatever the pool's state: Karpenter counts launching
-	// NodeClaims in status.resources and launches right up to the limits,
-	// so a pool at its limits may be exactly one whose pods are about to
-	// get their nodes.
-	claimUntil, err := c.onTheWay(ctx, pool, timeout, now)
-	if err != nil {
-		return signal{}, err
-	}
-	if claimUntil.After(now) {
-		return signal{wake: claimUntil}, nil
-	}
+
+	// The NodePool itself, as Karpenter keeps it.
 	np := &karpv1.NodePool{}
 	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pool}, np); err != nil {
-		if apierrors.IsNotFound(err) {
-			return signal{reason: ReasonNotReady, detail: "the NodePool does not exist"}, nil
+		if !apierrors.IsNotFound(err) {
+			return signal{}, fmt.Errorf("getting NodePool %s: %w", pool, err)
 		}
-		return signal{}, fmt.Errorf("getting NodePool %s: %w", pool, err)
+		np = nil
 	}
 	if sig, bad := poolState(np); bad {
 		return sig, nil
+	}
+	if at := c.noTypesAt(pool); at.After(lastBack) && now.Sub(at) < noTypesFresh {
+		return signal{reason: ReasonNoInstanceTypes, wide: true, np: np,
+			detail: "Karpenter: NodePool requirements filtered out all compatible available instance types"}, nil
+	}
+
+	claimUntil, newestClaim, err := c.onTheWay(ctx, pool, timeout, now)
+	if err != nil {
+		return signal{}, err
+	}
+	// What Karpenter said about this pod in its latest scheduling round:
+	// a failure newer than its nomination and than the pool's newest
+	// NodeClaim (which may be for it).
+	pe := c.podEventsOf(pod.UID)
+	if !pe.failedAt.Before(since.Add(-time.Second)) && pe.failedAt.After(lastBack) && pe.failedAt.After(pe.nominatedAt) && !newestClaim.After(pe.failedAt) {
+		v := capacity.ReadFailedScheduling(pe.failed, pool)
+		switch v.Finding {
+		case capacity.FindingLimits:
+			// Karpenter computes this from the pool's limits; a pool
+			// without limits cannot be at them (the Event is not
+			// Karpenter's).
+			if len(np.Spec.Limits) > 0 {
+				return signal{reason: ReasonLimits, wide: true, np: np, detail: "limits: " + headroom(np, nil) + "; Karpenter: " + v.Detail}, nil
+			}
+		case capacity.FindingDoesNotFit:
+			return signal{misfit: true, detail: v.Detail}, nil
+		case capacity.FindingNoOffering:
+			return signal{reason: ReasonNoOffering, detail: "Karpenter: " + v.Detail}, nil
+		}
+	}
+
+	// Is Karpenter launching a node for the pool? Then wait for it to be
+	// initialised, fail, or outlast the timeout (NodeClaim events come
+	// sooner).
+	if claimUntil.After(now) {
+		return signal{wake: claimUntil}, nil
 	}
 	wake := since.Add(timeout)
 	if failed, ok := c.failure(pool); ok && failed.After(lastBack) && now.Sub(failed) < timeout {
 		if settled := failed.Add(Grace); now.Before(settled) {
 			wake = earliest(wake, settled)
 		} else {
-			return signal{reason: ReasonLaunchFailed, detail: fmt.Sprintf("a NodeClaim of the NodePool failed to launch %s ago and none is on its way", now.Sub(failed).Round(time.Second))}, nil
+			return signal{reason: ReasonLaunchFailed, wide: true, np: np,
+				detail: fmt.Sprintf("a NodeClaim of the NodePool failed to launch %s ago and none is on its way", now.Sub(failed).Round(time.Second))}, nil
 		}
 	}
+	nominated := pe.nominatedAt.After(since.Add(-time.Second)) && now.Sub(pe.nominatedAt) < timeout
+	if !nominated {
+		if waited >= c.opts.NominationWait {
+			return signal{reason: ReasonNoNodeClaim, detail: fmt.Sprintf("pod %s stayed unschedulable for %s and Karpenter created no NodeClaim of the NodePool and nominated it to none", pod.Name, waited.Round(time.Second))}, nil
+		}
+		wake = earliest(wake, since.Add(c.opts.NominationWait))
+	}
 	if waited >= timeout {
-		return signal{reason: ReasonTimeout, detail: fmt.Sprintf("a pod stayed unschedulable for %s with no NodeClaim on its way", timeout)}, nil
+		return signal{reason: ReasonTimeout, detail: fmt.Sprintf("pod %s stayed unschedulable for %s with no NodeClaim on its way", pod.Name, timeout)}, nil
 	}
 	return signal{wake: wake}, nil
 }
@@ -343,154 +420,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// poolState reports a NodePool that cannot launch nodes: not Ready, being
-// deleted, or at its limits.
-func poolState(np *karpv1.NodePool) (signal, bool) {
-	if np.DeletionTimestamp != nil {
-		return signal{reason: ReasonNotReady, detail: "the NodePool is being deleted"}, true
-	}
-	// Observed only: the cached object is read, never initialised.
-	if ready := np.StatusConditions(status.WithObservedOnly()).Root(); ready.IsFalse() {
-		return signal{reason: ReasonNotReady, detail: fmt.Sprintf("the NodePool is not Ready (%s: %s)", ready.Reason, ready.Message)}, true
-	}
-	if res, used, limit, at := atLimit(np); at {
-		return signal{reason: ReasonLimits, detail: fmt.Sprintf("the NodePool is at its limits (%s %s of %s)", res, used.String(), limit.String())}, true
-	}
-	return signal{}, false
-}
-
-// everyNode are the resources every node adds to a NodePool's usage: reaching
-// the limit of one of them stops every launch. Other resources (GPUs) stop
-// launches only of the nodes that have them, so only exceeding their limit
-// counts, as in Karpenter's Limits.ExceededBy.
-var everyNode = map[corev1.ResourceName]bool{
-	corev1.ResourceCPU: true, corev1.ResourceMemory: true, corev1.ResourcePods: true, corev1.ResourceEphemeralStorage: true, "nodes": true,
-}
-
-func atLimit(np *karpv1.NodePool) (res corev1.ResourceName, used, limit resource.Quantity, at bool) {
-	for name, l := range np.Spec.Limits {
-		u, ok := np.Status.Resources[name]
-		if !ok {
-			continue
-		}
-		if cmp := u.Cmp(l); cmp > 0 || (cmp == 0 && everyNode[name]) {
-			return name, u, l, true
-		}
-	}
-	return "", resource.Quantity{}, resource.Quantity{}, false
-}
-
-// onTheWay returns until when some NodeClaim of pool counts as on its way
-// for a pod with this timeout (its creation plus timeout, the latest one),
-// or zero if none.
-func (c *Controller) onTheWay(ctx context.Context, pool string, timeout time.Duration, now time.Time) (time.Time, error) {
-	var claims karpv1.NodeClaimList
-	if err := c.kubeClient.List(ctx, &claims, client.MatchingFields{ClaimOnTheWayIndex: pool}, client.UnsafeDisableDeepCopy); err != nil {
-		return time.Time{}, fmt.Errorf("listing NodeClaims of %s: %w", pool, err)
-	}
-	var until time.Time
-	for i := range claims.Items {
-		if u := claims.Items[i].CreationTimestamp.Add(timeout); u.After(now) && u.After(until) {
-			until = u
-		}
-	}
-	return until, nil
-}
-
-// claimIndex indexes a NodeClaim under its NodePool while it may still
-// become a node that takes pods: until it is initialised (a registered node
-// is not ready for pods yet).
-func claimIndex(o client.Object) []string {
-	nc, ok := o.(*karpv1.NodeClaim)
-	if !ok {
-		return nil
-	}
-	pool := nc.Labels[karpv1.NodePoolLabelKey]
-	if pool == "" || nc.DeletionTimestamp != nil || initialized(nc) {
-		return nil
-	}
-	if failed, _ := launchFailed(nc); failed {
-		return nil
-	}
-	return []string{pool}
-}
-
-func initialized(nc *karpv1.NodeClaim) bool {
-	return nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeInitialized).IsTrue()
-}
-
-func registered(nc *karpv1.NodeClaim) bool {
-	return nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeRegistered).IsTrue()
-}
-
-// awaitingReason is the reason operatorpkg gives a condition it initialises
-// to Unknown; Karpenter's launch sets Launched Unknown with another reason
-// (its error's) when the cloud provider fails to create the instance.
-var awaitingReason = (&karpv1.NodeClaim{}).StatusConditions().Get(karpv1.ConditionTypeLaunched).Reason
-
-// launchFailed reports whether the NodeClaim will not become a node, and
-// since when: deleted before it registered (Karpenter deletes the NodeClaim
-// on insufficient capacity, and after its launch or registration timeout),
-// or Launched False, or Launched Unknown with a launch error's reason.
-func launchFailed(nc *karpv1.NodeClaim) (bool, time.Time) {
-	if registered(nc) {
-		return false, time.Time{}
-	}
-	if nc.DeletionTimestamp != nil {
-		return true, nc.DeletionTimestamp.Time
-	}
-	launched := nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeLaunched)
-	if launched.IsFalse() || (launched != nil && launched.IsUnknown() && launched.Reason != "" && launched.Reason != awaitingReason) {
-		return true, launched.LastTransitionTime.Time
-	}
-	return false, time.Time{}
-}
-
-// observeClaim records the launch failure of a NodeClaim once; it reports
-// whether it was new. deleted: the delete event (the object is its last
-// state).
-func (c *Controller) observeClaim(nc *karpv1.NodeClaim, deleted bool) bool {
-	pool := nc.Labels[karpv1.NodePoolLabelKey]
-	if pool == "" {
-		return false
-	}
-	failed, at := launchFailed(nc)
-	if deleted && !registered(nc) {
-		failed = true
-		if at.IsZero() {
-			at = c.clock.Now()
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, seen := c.failedClaims[nc.UID]; seen {
-		if deleted {
-			delete(c.failedClaims, nc.UID)
-		}
-		return false
-	}
-	if !failed {
-		return false
-	}
-	if now := c.clock.Now(); at.IsZero() || at.After(now) {
-		at = now
-	}
-	if !deleted {
-		c.failedClaims[nc.UID] = struct{}{}
-	}
-	if at.After(c.failures[pool]) {
-		c.failures[pool] = at
-	}
-	return true
-}
-
-func (c *Controller) failure(pool string) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.failures[pool]
-	return t, ok
 }
 
 // unschedulableSince is when the scheduler found no node for the pod.
@@ -520,8 +449,9 @@ func (c *Controller) resolve(ctx context.Context, pod *corev1.Pod) (*workload.In
 }
 
 // timeoutFor is the workload's apportion.dev/capacity-timeout (or the pod's,
-// when its workload is unknown), else the default; an invalid value gives a
-// Warning Event once an hour per workload and value.
+// when its workload is unknown), at least MinTimeout, else the default; an
+// invalid or too short value gives a Warning Event once an hour per
+// workload and value.
 func (c *Controller) timeoutFor(pod *corev1.Pod, info *workload.Info, ref *corev1.ObjectReference) time.Duration {
 	raw := pod.Annotations[annotations.CapacityTimeout]
 	if info != nil {
@@ -531,118 +461,104 @@ func (c *Controller) timeoutFor(pod *corev1.Pod, info *workload.Info, ref *corev
 		return c.opts.Timeout
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(raw))
-	if err == nil && d > 0 {
+	switch {
+	case err == nil && d >= MinTimeout:
 		return d
+	case err == nil && d > 0:
+		c.warnOnce(ref, "InvalidCapacityTimeout", raw, "%s %q is below the %s floor; using %s", annotations.CapacityTimeout, raw, MinTimeout, MinTimeout)
+		return MinTimeout
 	}
-	key := string(ref.UID) + "/" + raw
-	if !c.warned.Has(key) {
-		c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
-		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InvalidCapacityTimeout", "Detect",
-			"%s %q is not a positive duration (such as 5m); using %s", annotations.CapacityTimeout, raw, c.opts.Timeout)
-	}
+	c.warnOnce(ref, "InvalidCapacityTimeout", raw, "%s %q is not a positive duration (such as 5m); using %s", annotations.CapacityTimeout, raw, c.opts.Timeout)
 	return c.opts.Timeout
+}
+
+// warnOnce records a Warning Event on ref once an hour per reason and key.
+func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, key, format string, args ...any) {
+	k := string(ref.UID) + "/" + reason + "/" + key
+	if c.warned.Has(k) {
+		return
+	}
+	c.warned.Set(k, struct{}{}, ttlcache.DefaultTTL)
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Detect", format, args...)
+}
+
+// warnMisfit tells the workload that Karpenter finds no instance type of
+// its pool for the pod: its own requests or constraints, which apportion
+// leaves to the workload's owner.
+func (c *Controller) warnMisfit(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, key capacity.Key, detail string) {
+	if c.warned.Has(string(ref.UID) + "/PodDoesNotFit/" + key.Name()) {
+		return
+	}
+	log.FromContext(ctx).Info("pod fits no instance type of its NodePool; left alone", "nodepool", key.Name(),
+		"workload", ref.Kind+" "+ref.Namespace+"/"+ref.Name, "detail", detail)
+	c.warnOnce(ref, "PodDoesNotFit", key.Name(),
+		"Karpenter finds no instance type of NodePool %s for pod %s (%s); apportion leaves the pod as it is: its own requests or constraints must change",
+		key.Name(), pod.Name, detail)
 }
 
 // report emits what a new outage gives: a Warning Event on the workload of
 // the pod that showed it, the metric, one log line.
-func (c *Controller) report(ctx context.Context, key capacity.Key, sig signal, until time.Time, ref *corev1.ObjectReference) {
+func (c *Controller) report(ctx context.Context, pod *corev1.Pod, key capacity.Key, sig signal, until time.Time, ref *corev1.ObjectReference) {
 	what := "NodePool " + key.Name()
 	if key.Kind() == capacity.KindLabels {
 		what = "node labels " + key.Name()
 	}
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "CapacityUnavailable", "Detect",
-		"%s cannot get capacity (%s: %s); its pending pods are recreated and pods go to the other groups until %s",
-		what, sig.reason, sig.detail, until.UTC().Format(time.RFC3339))
-	metrics.CapacityUnavailableTotal.WithLabelValues(key.Kind(), sig.reason).Inc()
+	scope := "cluster"
+	detail := sig.detail
+	if sig.reason == ReasonLimits && sig.np != nil {
+		if requests := c.requests(ctx, pod); len(requests) > 0 {
+			detail = "limits: " + headroom(sig.np, requests) + strings.TrimPrefix(detail, "limits: "+headroom(sig.np, nil))
+		}
+	}
+	if key.Scope() != "" {
+		scope = "workload"
+		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "CapacityUnavailable", "Detect",
+			"%s gives this workload no capacity (%s: %s); its pending pods there are recreated and its pods go to its other groups until %s",
+			what, sig.reason, detail, until.UTC().Format(time.RFC3339))
+	} else {
+		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "CapacityUnavailable", "Detect",
+			"%s cannot get capacity (%s: %s); its pending pods are recreated and pods go to the other groups until %s",
+			what, sig.reason, detail, until.UTC().Format(time.RFC3339))
+	}
+	metrics.CapacityUnavailableTotal.WithLabelValues(key.Kind(), scope, sig.reason).Inc()
 	c.updateGauge()
-	log.FromContext(ctx).Info("capacity unavailable", "key", string(key), "reason", sig.reason, "detail", sig.detail,
+	log.FromContext(ctx).Info("capacity unavailable", "key", string(key), "scope", scope, "reason", sig.reason, "detail", detail,
 		"until", until.UTC().Format(time.RFC3339), "workload", ref.Kind+" "+ref.Namespace+"/"+ref.Name)
 }
 
+// requests reads the pod's requests from the API (the cache drops
+// containers); nil when it cannot.
+func (c *Controller) requests(ctx context.Context, pod *corev1.Pod) corev1.ResourceList {
+	if c.opts.APIReader == nil {
+		return nil
+	}
+	full := &corev1.Pod{}
+	if err := c.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), full); err != nil {
+		return nil
+	}
+	return podRequests(full)
+}
+
 // queueKey queues every pending pod of key for deletion (the deleter checks
-// each one).
+// each one); for a workload's key, only that workload's pods.
 func (c *Controller) queueKey(ctx context.Context, key capacity.Key) {
 	if c.opts.DeleteQPS <= 0 {
 		return
 	}
 	var pods corev1.PodList
-	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(key)}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(key.Base())}, client.UnsafeDisableDeepCopy); err != nil {
 		// Each pod's own reconcile queues it while the key is out.
 		log.FromContext(ctx).Error(err, "listing the pods of a key out of capacity", "key", string(key))
 		return
 	}
 	for i := range pods.Items {
-		c.queueDeletion(&pods.Items[i])
-	}
-}
-
-// enqueuePool asks for the evaluation of every pending pod of a NodePool.
-func (c *Controller) enqueuePool(ctx context.Context, pool string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if pool == "" {
-		return
-	}
-	var pods corev1.PodList
-	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(capacity.PoolKey(pool))}, client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "listing the pending pods of a NodePool", "nodepool", pool)
-		return
-	}
-	for i := range pods.Items {
-		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
-	}
-}
-
-func (c *Controller) nodePoolHandler() handler.EventHandler {
-	bad := func(o client.Object) bool {
-		np, ok := o.(*karpv1.NodePool)
-		if !ok {
-			return false
+		pod := &pods.Items[i]
+		if key.Scope() != "" {
+			if info, _ := c.resolve(ctx, pod); scopeOf(pod, info) != key.Scope() {
+				continue
+			}
 		}
-		_, b := poolState(np)
-		return b
-	}
-	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if bad(e.Object) {
-				c.enqueuePool(ctx, e.Object.GetName(), q)
-			}
-		},
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if bad(e.ObjectNew) && !bad(e.ObjectOld) {
-				c.enqueuePool(ctx, e.ObjectNew.GetName(), q)
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			c.enqueuePool(ctx, e.Object.GetName(), q)
-		},
-	}
-}
-
-func (c *Controller) nodeClaimHandler() handler.EventHandler {
-	pool := func(o client.Object) string { return o.GetLabels()[karpv1.NodePoolLabelKey] }
-	onTheWay := func(o client.Object) bool { return len(claimIndex(o)) > 0 }
-	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if nc, ok := e.Object.(*karpv1.NodeClaim); ok && c.observeClaim(nc, false) {
-				c.enqueuePool(ctx, pool(nc), q)
-			}
-		},
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			nc, ok := e.ObjectNew.(*karpv1.NodeClaim)
-			if !ok {
-				return
-			}
-			// A new failure, or a NodeClaim no longer on its way (it
-			// registered, or is going away): the pods may now be stuck.
-			if c.observeClaim(nc, false) || (onTheWay(e.ObjectOld) && !onTheWay(nc)) {
-				c.enqueuePool(ctx, pool(nc), q)
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if nc, ok := e.Object.(*karpv1.NodeClaim); ok {
-				c.observeClaim(nc, true)
-				c.enqueuePool(ctx, pool(nc), q)
-			}
-		},
+		c.queueDeletion(pod)
 	}
 }
 
@@ -690,9 +606,10 @@ func (c *Controller) deleteIfStuck(ctx context.Context, name types.NamespacedNam
 	}
 }
 
-// stuck returns the cached pod if it may be deleted now: pending in a key
-// that is out, owned by a ReplicaSet or StatefulSet (which recreate it), and
-// no NodeClaim of its NodePool on its way.
+// stuck returns the cached pod if it may be deleted now: placed by
+// apportion, pending in a key that is out for every workload or for its own,
+// owned by a ReplicaSet or StatefulSet (which recreate it), and not waiting
+// for a node Karpenter is bringing it.
 func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *corev1.Pod {
 	pod := &corev1.Pod{}
 	if err := c.kubeClient.Get(ctx, name, pod); err != nil {
@@ -702,18 +619,36 @@ func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *core
 	if !ok || !recreated(pod) {
 		return nil
 	}
-	if out, _, _ := c.tracker.Unavailable(key); !out {
-		return nil
-	}
-	if key.Kind() == capacity.KindNodePool {
-		info, ref := c.resolve(ctx, pod)
-		now := c.clock.Now()
-		until, err := c.onTheWay(ctx, key.Name(), c.timeoutFor(pod, info, ref), now)
-		if err != nil || until.After(now) {
+	info, ref := c.resolve(ctx, pod)
+	out, _, _ := c.tracker.Unavailable(key)
+	if !out {
+		if out, _, _ = c.tracker.Unavailable(capacity.Scoped(scopeOf(pod, info), key)); !out {
 			return nil
 		}
 	}
+	if key.Kind() == capacity.KindNodePool && c.awaitingNode(ctx, pod, key.Name(), c.timeoutFor(pod, info, ref)) {
+		return nil
+	}
 	return pod
+}
+
+// awaitingNode reports whether Karpenter is bringing the pod a node: it
+// nominated the pod after its last scheduling failure, or (without a
+// failure since the pod became unschedulable) a NodeClaim of the pool is on
+// its way. A lookup error counts as awaiting: nothing is deleted on doubt.
+func (c *Controller) awaitingNode(ctx context.Context, pod *corev1.Pod, pool string, timeout time.Duration) bool {
+	now := c.clock.Now()
+	pe := c.podEventsOf(pod.UID)
+	if pe.nominatedAt.After(pe.failedAt) && now.Sub(pe.nominatedAt) < timeout {
+		return true
+	}
+	until, newest, err := c.onTheWay(ctx, pool, timeout, now)
+	if err != nil {
+		return true
+	}
+	since, _ := unschedulableSince(pod)
+	failedSince := !pe.failedAt.IsZero() && !pe.failedAt.Before(since.Add(-time.Second)) && !newest.After(pe.failedAt)
+	return !failedSince && until.After(now)
 }
 
 // recreated: a ReplicaSet or StatefulSet controls the pod and will replace
@@ -739,11 +674,19 @@ func (c *Controller) runGauge(ctx context.Context) error {
 }
 
 func (c *Controller) updateGauge() {
-	counts := map[string]float64{capacity.KindNodePool: 0, capacity.KindLabels: 0}
-	for k := range c.tracker.Snapshot() {
-		counts[k.Kind()]++
+	type kindScope struct{ kind, scope string }
+	counts := map[kindScope]float64{}
+	for _, kind := range []string{capacity.KindNodePool, capacity.KindLabels} {
+		counts[kindScope{kind, "cluster"}], counts[kindScope{kind, "workload"}] = 0, 0
 	}
-	for kind, n := range counts {
-		metrics.CapacityUnavailable.WithLabelValues(kind).Set(n)
+	for k := range c.tracker.Snapshot() {
+		scope := "cluster"
+		if k.Scope() != "" {
+			scope = "workload"
+		}
+		counts[kindScope{k.Kind(), scope}]++
+	}
+	for ks, n := range counts {
+		metrics.CapacityUnavailable.WithLabelValues(ks.kind, ks.scope).Set(n)
 	}
 }

@@ -92,6 +92,7 @@ type Controller struct {
 	nodes      client.Reader // node metadata, to count strays; nil: not counted
 	images     Images        // nil: no image is inspected
 	imageWait  time.Duration
+	signer     *decision.Signer
 	resolve    []workload.Option // PlacementPolicies, when their CRD is installed
 
 	locks      keyedMutex
@@ -114,7 +115,17 @@ type parsed struct {
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
 		warned:  ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
-		retrier: NewRetrier()}
+		retrier: NewRetrier(), signer: decision.RandomSigner()}
+}
+
+// WithSigner signs every decision with s, the key the replicas share, so
+// that the capacity detector (on whichever replica leads) can tell
+// apportion's decisions from annotations a client wrote.
+func (c *Controller) WithSigner(s *decision.Signer) *Controller {
+	if s != nil {
+		c.signer = s
+	}
+	return c
 }
 
 // WithPolicies makes workloads without a strategy annotation take the
@@ -230,11 +241,12 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if images != nil {
 		archs = images.Architectures
 	}
-	choices, groupErrs, err := c.capacity.Choose(ctx, p.strategy, pod, archs)
+	scope := string(info.Workload.UID)
+	choices, groupErrs, err := c.capacity.Choose(ctx, p.strategy, pod, archs, scope)
 	if err != nil {
 		return c.release(ctx, pod, ReasonError, err)
 	}
-	avail, archOut, capacityOut := c.available(ctx, ref, p.strategy, pod, images, groupErrs)
+	avail, archOut, capacityOut, why := c.available(ctx, ref, p.strategy, pod, images, groupErrs, scope)
 
 	unlock := c.locks.lock(key)
 	defer unlock()
@@ -269,7 +281,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		Record:        decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
 	}
 	if len(capacityOut) > 0 {
-		d.Fallback, d.Record.Reason = capacityOut, RecordFallback
+		d.Fallback, d.Record.Reason, d.Record.Out = capacityOut, RecordFallback, why
 	}
 	res, written, err := c.write(ctx, pod, d)
 	if written {
@@ -287,6 +299,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 	if !d.ArchitectureOnly {
 		group = d.Group.Key()
 	}
+	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool)
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)
 	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -309,8 +322,8 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 // available is the set of groups that can be served, with a Warning Event for
 // each one left out. archOut reports whether some group was left out only
 // because of the images' architectures; capacityOut lists the groups left out
-// because they are out of capacity for now.
-func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference, s *strategy.Strategy, pod *corev1.Pod, images *imagearch.Result, groupErrs []error) (avail apportion.Set, archOut bool, capacityOut []string) {
+// because they are out of capacity for now, and why (for the decision record).
+func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference, s *strategy.Strategy, pod *corev1.Pod, images *imagearch.Result, groupErrs []error, scope string) (avail apportion.Set, archOut bool, capacityOut, why []string) {
 	avail = apportion.All
 	var plain []error // the groups' answers without the architectures, asked only when needed
 	for i, gerr := range groupErrs {
@@ -320,11 +333,12 @@ func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference,
 		avail = avail.Without(i)
 		if errors.Is(gerr, catalog.ErrCapacity) {
 			capacityOut = append(capacityOut, s.Groups[i].Key())
+			why = append(why, s.Groups[i].Key()+": "+strings.TrimPrefix(gerr.Error(), catalog.ErrCapacity.Error()+": "))
 			c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split for now: %v", i+1, s.Groups[i].Key(), gerr)
 			continue
 		}
 		if images != nil && plain == nil {
-			if _, errs, err := c.capacity.Choose(ctx, s, pod, nil); err == nil {
+			if _, errs, err := c.capacity.Choose(ctx, s, pod, nil, scope); err == nil {
 				plain = errs
 			}
 		}
@@ -336,12 +350,16 @@ func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference,
 		}
 		c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: %v", i+1, s.Groups[i].Key(), gerr)
 	}
-	return avail, archOut, capacityOut
+	return avail, archOut, capacityOut, why
 }
 
-// placeByArchitecture places a pod without a strategy: the architectures its
-// images share, and the first NodePool (in Karpenter's order) that can run
-// one of them. Any failure releases the pod unconstrained.
+// placeByArchitecture places a pod without a strategy: a required
+// kubernetes.io/arch In [the architectures its images share], and the
+// tolerations of the first NodePool (in Karpenter's order) that can run one of
+// them when its operator opted it in. No NodePool is pinned: Karpenter picks
+// among its pools, falling back by weight as it does for any pod, so capacity
+// fallback is Karpenter's own for these pods. Any failure releases the pod
+// unconstrained.
 func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference) (reconcile.Result, error) {
 	res, err := c.inspect(ctx, pod)
 	if err != nil {
@@ -352,30 +370,26 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 		c.warnOnce(ref, "NoCompatibleArchitecture", "the images share no linux architecture (%s); pods are placed without apportion", describeImages(res))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
 	}
-	choices, errs, err := c.capacity.Choose(ctx, archOnlyStrategy, pod, res.Architectures)
+	// Only to learn that some NodePool can run the architectures, and the
+	// tolerations an opted-in one needs: the pod is not pinned to it, so
+	// Karpenter's own weighted fallback across its pools keeps working.
+	choices, errs, err := c.capacity.Choose(ctx, archOnlyStrategy, pod, res.Architectures, "")
 	if err != nil {
 		return c.release(ctx, pod, ReasonError, err)
 	}
-	reason := RecordArchitecture
-	switch {
-	case errors.Is(errs[0], catalog.ErrCapacity):
-		// Every pool that could run them is out of capacity for now: the
-		// architectures alone, and Karpenter picks among its pools.
-		choices[0], reason = catalog.Choice{}, RecordFallback
-	case errs[0] != nil:
+	if errs[0] != nil && !errors.Is(errs[0], catalog.ErrCapacity) {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "nothing can run the images' architectures (%s): %v; pods are placed without apportion", describeImages(res), errs[0])
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
 	}
 	d := decision.Decision{
 		ArchitectureOnly: true,
-		NodePool:         choices[0].PoolName(),
 		Architectures:    res.Architectures,
 		Tolerations:      choices[0].Tolerations,
-		Record:           decision.Record{Reason: reason},
+		Record:           decision.Record{Reason: RecordArchitecture},
 	}
 	result, written, err := c.write(ctx, pod, d)
 	if written {
-		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures, "nodepool", d.NodePool)
+		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures)
 	}
 	return result, err
 }

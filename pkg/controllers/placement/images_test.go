@@ -176,7 +176,8 @@ func TestUserArchitectureIsRespected(t *testing.T) {
 }
 
 // TestArchitectureOnlyPlacement: a gated pod without a strategy (its
-// namespace opted in) gets the architectures and a NodePool, no group.
+// namespace opted in) gets the architectures only: no group and no NodePool
+// pin, so that Karpenter falls back across its pools as for any pod.
 func TestArchitectureOnlyPlacement(t *testing.T) {
 	f := newFixture(t, nil, asObjects(archPools())...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/arm64only:1", "arm64")}, time.Second)
@@ -184,8 +185,18 @@ func TestArchitectureOnlyPlacement(t *testing.T) {
 	if _, ok := pod.Annotations[annotations.Group]; ok || len(pod.Spec.SchedulingGates) != 0 {
 		t.Fatalf("annotations %v gates %v: want no group and no gate", pod.Annotations, pod.Spec.SchedulingGates)
 	}
-	if got := requiredArch(pod); len(got) != 1 || got[0] != "arm64" || pod.Annotations[annotations.NodePool] != "spot-arm64" {
-		t.Fatalf("arch %v nodepool %q: want arm64 on the heaviest arm64 pool, spot-arm64", got, pod.Annotations[annotations.NodePool])
+	if got := requiredArch(pod); len(got) != 1 || got[0] != "arm64" {
+		t.Fatalf("arch %v: want arm64", got)
+	}
+	if pool, ok := pod.Annotations[annotations.NodePool]; ok {
+		t.Fatalf("nodepool annotation %q: want none", pool)
+	}
+	for _, term := range pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, req := range term.MatchExpressions {
+			if req.Key == karpv1.NodePoolLabelKey {
+				t.Fatalf("required %v: want no %s pin", req, karpv1.NodePoolLabelKey)
+			}
+		}
 	}
 	// A bare pod too.
 	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "bare", CreationTimestamp: metav1.NewTime(now)},

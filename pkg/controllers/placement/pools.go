@@ -23,9 +23,10 @@ import (
 // and how: by a NodePool (Karpenter mode) or by existing nodes carrying the
 // group's labels (node-label mode, for clusters without Karpenter). archs,
 // when not empty, are the architectures the pod's images run on: a group is
-// served only where one of them can be.
+// served only where one of them can be. scope, when not empty, is the UID of
+// the pod's workload: outages marked for that workload alone count too.
 type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error)
+	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
 }
 
 // NodePoolCapacity serves groups from the cached NodePools. The catalog is
@@ -68,7 +69,7 @@ func (n *NodePoolCapacity) snapshot(ctx context.Context) (*catalog.Catalog, erro
 }
 
 // Choose implements Capacity: errs[i] says why group i cannot be served.
-func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error) {
+func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error) {
 	cat, err := n.snapshot(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -77,7 +78,7 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 	errs := make([]error, len(s.Groups))
 	var out func(string) error
 	if n.Tracker != nil {
-		out = func(pool string) error { return unavailable(n.Tracker, capacity.PoolKey(pool)) }
+		out = func(pool string) error { return unavailable(n.Tracker, capacity.PoolKey(pool), scope) }
 	}
 	for i, g := range s.Groups {
 		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs, out)
@@ -85,13 +86,19 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 	return choices, errs, nil
 }
 
-// unavailable is the error for a key out of capacity, nil when it is not.
-func unavailable(t *capacity.Tracker, key capacity.Key) error {
-	out, reason, until := t.Unavailable(key)
-	if !out {
+// unavailable is the error for a key out of capacity, for every workload or
+// for the one of scope; nil when it is not.
+func unavailable(t *capacity.Tracker, key capacity.Key, scope string) error {
+	if out, reason, until := t.Unavailable(key); out {
+		return fmt.Errorf("out of capacity (%s) until %s", reason, until.UTC().Format(time.RFC3339))
+	}
+	if scope == "" {
 		return nil
 	}
-	return fmt.Errorf("out of capacity (%s) until %s", reason, until.UTC().Format(time.RFC3339))
+	if out, reason, until := t.Unavailable(capacity.Scoped(scope, key)); out {
+		return fmt.Errorf("out of capacity for this workload (%s) until %s", reason, until.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // NodeLabelCapacity serves a group when some node carries all its labels
@@ -126,7 +133,7 @@ func (n *NodeLabelCapacity) Invalidate() {
 }
 
 // Choose implements Capacity; choices carry no pool.
-func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ *corev1.Pod, archs []string) ([]catalog.Choice, []error, error) {
+func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.known == nil || len(n.known) > maxKnownGroups {
@@ -162,7 +169,7 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 		}
 		var out error
 		if n.Tracker != nil {
-			out = unavailable(n.Tracker, capacity.LabelsKey(g.Key()))
+			out = unavailable(n.Tracker, capacity.LabelsKey(g.Key()), scope)
 		}
 		switch {
 		case out != nil:

@@ -41,7 +41,7 @@ func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 	capacity := &placement.NodeLabelCapacity{Reader: c}
 	served := func() [2]bool {
 		t.Helper()
-		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, nil)
+		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, nil, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestNodeLabelCapacityArchitectures(t *testing.T) {
 		{[]string{"arm64"}, [3]bool{false, true, true}},
 		{[]string{"amd64", "arm64"}, [3]bool{true, true, true}},
 	} {
-		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, tc.archs)
+		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, tc.archs, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,12 +108,12 @@ func TestNodeLabelCapacityScaleFromZeroAndTracker(t *testing.T) {
 	}
 	tracker := capacity.NewTracker(clock.RealClock{}, time.Hour, time.Hour)
 	capa := &placement.NodeLabelCapacity{Reader: c, Tracker: tracker, ScaleFromZero: true}
-	_, errs, err := capa.Choose(ctx, s, &corev1.Pod{}, nil)
+	_, errs, err := capa.Choose(ctx, s, &corev1.Pod{}, nil, "")
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("scale from zero: %v %v, want both groups served", errs, err)
 	}
 	tracker.Mark(capacity.LabelsKey("pool=x"), "timeout")
-	_, errs, _ = capa.Choose(ctx, s, &corev1.Pod{}, nil)
+	_, errs, _ = capa.Choose(ctx, s, &corev1.Pod{}, nil, "")
 	if !errors.Is(errs[0], catalog.ErrCapacity) || errs[1] != nil {
 		t.Fatalf("pool=x out: %v, want it left out for capacity", errs)
 	}

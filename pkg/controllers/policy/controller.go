@@ -62,7 +62,7 @@ const (
 // Capacity says which NodePool serves each group (placement.Capacity
 // satisfies it: NodePoolCapacity, or NodeLabelCapacity without Karpenter).
 type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error)
+	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
 }
 
 // Options say which APIs the cluster serves.
@@ -289,7 +289,7 @@ func (c *Controller) pools(ctx context.Context, s *strategy.Strategy) ([]policy.
 	if c.capacity == nil {
 		return out, nil
 	}
-	choices, errs, err := c.capacity.Choose(ctx, s, nil, nil)
+	choices, errs, err := c.capacity.Choose(ctx, s, nil, nil, "")
 	if err != nil {
 		return nil, fmt.Errorf("choosing NodePools: %w", err)
 	}

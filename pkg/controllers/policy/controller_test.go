@@ -30,7 +30,7 @@ const ct = "karpenter.sh/capacity-type"
 // pools serves on-demand from "od" and leaves spot out when noSpot.
 type pools struct{ noSpot bool }
 
-func (p pools) Choose(_ context.Context, s *strategy.Strategy, _ *corev1.Pod, _ []string) ([]catalog.Choice, []error, error) {
+func (p pools) Choose(_ context.Context, s *strategy.Strategy, _ *corev1.Pod, _ []string, _ string) ([]catalog.Choice, []error, error) {
 	choices := make([]catalog.Choice, len(s.Groups))
 	errs := make([]error, len(s.Groups))
 	for i, g := range s.Groups {

@@ -74,7 +74,7 @@ const (
 // (placement's NodePoolCapacity or NodeLabelCapacity): errs[i] is nil when
 // group i can.
 type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string) ([]catalog.Choice, []error, error)
+	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
 }
 
 // Limiter paces the evictions; *rate.Limiter is one.
@@ -173,7 +173,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if err != nil {
 		return reconcile.Result{}, nil // the placement controller reports it
 	}
-	back, err := c.back(ctx, s, pod)
+	back, err := c.back(ctx, s, pod, string(info.Workload.UID))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -196,8 +196,8 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 // node affinity the decision added (its group's labels and NodePool), which
 // pins it to the group it runs in. The user's own constraints, and the
 // architectures, stay.
-func (c *Controller) back(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod) ([]string, error) {
-	_, errs, err := c.capacity.Choose(ctx, s, undecided(s, pod), nil)
+func (c *Controller) back(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, scope string) ([]string, error) {
+	_, errs, err := c.capacity.Choose(ctx, s, undecided(s, pod), nil, scope)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ const (
 // fakeCapacity leaves out the groups in out.
 type fakeCapacity struct{ out map[string]bool }
 
-func (f *fakeCapacity) Choose(_ context.Context, s *strategy.Strategy, pod *corev1.Pod, _ []string) ([]catalog.Choice, []error, error) {
+func (f *fakeCapacity) Choose(_ context.Context, s *strategy.Strategy, pod *corev1.Pod, _ []string, _ string) ([]catalog.Choice, []error, error) {
 	if pod.Spec.NodeSelector["team"] != "web" {
 		return nil, nil, errors.New("weighed without the pod's own node selector")
 	}

@@ -1,0 +1,324 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	"github.com/jellydator/ttlcache/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/capacity"
+)
+
+// What Karpenter said about one pod: its latest FailedScheduling and
+// Nominated Events (Karpenter sends each at most every few minutes per pod).
+type podEvents struct {
+	failedAt    time.Time
+	failed      string // the FailedScheduling message
+	nominatedAt time.Time
+}
+
+// eventTime is when an Event last happened.
+func eventTime(ev *corev1.Event) time.Time {
+	t := ev.CreationTimestamp.Time
+	for _, u := range []time.Time{ev.FirstTimestamp.Time, ev.LastTimestamp.Time, ev.EventTime.Time} {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// fromKarpenter: an Event Karpenter's provisioner wrote.
+func fromKarpenter(ev *corev1.Event) bool {
+	return ev.Source.Component == capacity.KarpenterComponent || ev.ReportingController == capacity.KarpenterComponent
+}
+
+// ObserveEvent records what a Karpenter Event says; it returns the pod to
+// evaluate again, or the NodePool whose pods to evaluate again (one of them
+// empty, both when nothing changed).
+func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, pool string) {
+	if ev == nil || !fromKarpenter(ev) {
+		return pod, ""
+	}
+	at := eventTime(ev)
+	obj := ev.InvolvedObject
+	switch {
+	case obj.Kind == "Pod" && obj.UID != "" && (ev.Reason == capacity.EventFailedScheduling || ev.Reason == capacity.EventNominated):
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		pe := podEvents{}
+		if item := c.pods.Get(obj.UID); item != nil {
+			pe = item.Value()
+		}
+		switch ev.Reason {
+		case capacity.EventFailedScheduling:
+			if !at.After(pe.failedAt) && pe.failed == ev.Message {
+				return pod, ""
+			}
+			pe.failedAt, pe.failed = at, ev.Message
+		case capacity.EventNominated:
+			if !at.After(pe.nominatedAt) {
+				return pod, ""
+			}
+			pe.nominatedAt = at
+		}
+		c.pods.Set(obj.UID, pe, ttlcache.DefaultTTL)
+		return types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, ""
+	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "":
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !at.After(c.noTypes[obj.Name]) {
+			return pod, ""
+		}
+		if len(c.noTypes) >= maxPools {
+			c.noTypes = map[string]time.Time{}
+		}
+		c.noTypes[obj.Name] = at
+		return pod, obj.Name
+	}
+	return pod, ""
+}
+
+// maxPools bounds the NodePools whose Events are kept.
+const maxPools = 4096
+
+func (c *Controller) podEventsOf(uid types.UID) podEvents {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if item := c.pods.Get(uid); item != nil {
+		return item.Value()
+	}
+	return podEvents{}
+}
+
+func (c *Controller) noTypesAt(pool string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.noTypes[pool]
+}
+
+// poolState reports a NodePool that cannot launch nodes: gone, being
+// deleted, or not Ready.
+func poolState(np *karpv1.NodePool) (signal, bool) {
+	if np == nil {
+		return signal{reason: ReasonNotReady, wide: true, detail: "the NodePool does not exist"}, true
+	}
+	if np.DeletionTimestamp != nil {
+		return signal{reason: ReasonNotReady, wide: true, detail: "the NodePool is being deleted"}, true
+	}
+	// Observed only: the cached object is read, never initialised.
+	if ready := np.StatusConditions(status.WithObservedOnly()).Root(); ready.IsFalse() {
+		return signal{reason: ReasonNotReady, wide: true, detail: fmt.Sprintf("the NodePool is not Ready (%s: %s)", ready.Reason, ready.Message)}, true
+	}
+	return signal{}, false
+}
+
+// headroom describes what is left of each of the NodePool's limits, and
+// what the pod asks for of it: "cpu 100m of 3 left (the pod needs 900m)".
+// requests may be nil (not known).
+func headroom(np *karpv1.NodePool, requests corev1.ResourceList) string {
+	names := make([]string, 0, len(np.Spec.Limits))
+	for name := range np.Spec.Limits {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		name := corev1.ResourceName(n)
+		limit := np.Spec.Limits[name]
+		left := limit.DeepCopy()
+		if used, ok := np.Status.Resources[name]; ok {
+			left.Sub(used)
+		}
+		if left.Sign() < 0 {
+			left = resource.Quantity{}
+		}
+		part := fmt.Sprintf("%s %s of %s left", name, left.String(), limit.String())
+		if need, ok := requests[name]; ok && !need.IsZero() {
+			part += fmt.Sprintf(" (the pod needs %s)", need.String())
+		} else if name == "nodes" {
+			part += " (the pod needs a new node)"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// podRequests is what the pod asks of a node: the sum of its containers'
+// requests, or its largest init container's if larger, plus its overhead.
+func podRequests(pod *corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, ctr := range pod.Spec.Containers {
+		for name, q := range ctr.Resources.Requests {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+	}
+	for _, ctr := range pod.Spec.InitContainers {
+		for name, q := range ctr.Resources.Requests {
+			if have := out[name]; q.Cmp(have) > 0 {
+				out[name] = q.DeepCopy()
+			}
+		}
+	}
+	for name, q := range pod.Spec.Overhead {
+		sum := out[name]
+		sum.Add(q)
+		out[name] = sum
+	}
+	return out
+}
+
+// limitsOf is a copy of a NodePool's limits and usage, kept with an outage
+// so that its end can be checked against them.
+type limitsOf struct {
+	limits, used corev1.ResourceList
+}
+
+func snapshotLimits(np *karpv1.NodePool) limitsOf {
+	return limitsOf{limits: corev1.ResourceList(np.Spec.Limits).DeepCopy(), used: np.Status.Resources.DeepCopy()}
+}
+
+// grown reports whether some limited resource has more room now than in
+// the snapshot: its limit raised or removed, or its usage lower.
+func (l limitsOf) grown(np *karpv1.NodePool) bool {
+	for name, was := range l.limits {
+		now, ok := np.Spec.Limits[name]
+		if !ok || now.Cmp(was) > 0 {
+			return true
+		}
+		if used, had := l.used[name]; had {
+			if cur := np.Status.Resources[name]; cur.Cmp(used) < 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// onTheWay returns until when some NodeClaim of pool counts as on its way
+// for a pod with this timeout (its creation plus timeout, the latest one),
+// or zero if none, and when the newest of them was created.
+func (c *Controller) onTheWay(ctx context.Context, pool string, timeout time.Duration, now time.Time) (until, newest time.Time, err error) {
+	var claims karpv1.NodeClaimList
+	if err := c.kubeClient.List(ctx, &claims, client.MatchingFields{ClaimOnTheWayIndex: pool}, client.UnsafeDisableDeepCopy); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("listing NodeClaims of %s: %w", pool, err)
+	}
+	for i := range claims.Items {
+		created := claims.Items[i].CreationTimestamp.Time
+		if u := created.Add(timeout); u.After(now) && u.After(until) {
+			until = u
+		}
+		if created.After(newest) {
+			newest = created
+		}
+	}
+	return until, newest, nil
+}
+
+// claimIndex indexes a NodeClaim under its NodePool while it may still
+// become a node that takes pods: until it is initialised (a registered node
+// is not ready for pods yet).
+func claimIndex(o client.Object) []string {
+	nc, ok := o.(*karpv1.NodeClaim)
+	if !ok {
+		return nil
+	}
+	pool := nc.Labels[karpv1.NodePoolLabelKey]
+	if pool == "" || nc.DeletionTimestamp != nil || initialized(nc) {
+		return nil
+	}
+	if failed, _ := launchFailed(nc); failed {
+		return nil
+	}
+	return []string{pool}
+}
+
+func initialized(nc *karpv1.NodeClaim) bool {
+	return nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeInitialized).IsTrue()
+}
+
+func registered(nc *karpv1.NodeClaim) bool {
+	return nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeRegistered).IsTrue()
+}
+
+// awaitingReason is the reason operatorpkg gives a condition it initialises
+// to Unknown; Karpenter's launch sets Launched Unknown with another reason
+// (its error's) when the cloud provider fails to create the instance.
+var awaitingReason = (&karpv1.NodeClaim{}).StatusConditions().Get(karpv1.ConditionTypeLaunched).Reason
+
+// launchFailed reports whether the NodeClaim will not become a node, and
+// since when: deleted before it registered (Karpenter deletes the NodeClaim
+// on insufficient capacity, and after its launch or registration timeout),
+// or Launched False, or Launched Unknown with a launch error's reason.
+func launchFailed(nc *karpv1.NodeClaim) (bool, time.Time) {
+	if registered(nc) {
+		return false, time.Time{}
+	}
+	if nc.DeletionTimestamp != nil {
+		return true, nc.DeletionTimestamp.Time
+	}
+	launched := nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeLaunched)
+	if launched.IsFalse() || (launched != nil && launched.IsUnknown() && launched.Reason != "" && launched.Reason != awaitingReason) {
+		return true, launched.LastTransitionTime.Time
+	}
+	return false, time.Time{}
+}
+
+// observeClaim records the launch failure of a NodeClaim once; it reports
+// whether it was new. deleted: the delete event (the object is its last
+// state).
+func (c *Controller) observeClaim(nc *karpv1.NodeClaim, deleted bool) bool {
+	pool := nc.Labels[karpv1.NodePoolLabelKey]
+	if pool == "" {
+		return false
+	}
+	failed, at := launchFailed(nc)
+	if deleted && !registered(nc) {
+		failed = true
+		if at.IsZero() {
+			at = c.clock.Now()
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, seen := c.failedClaims[nc.UID]; seen {
+		if deleted {
+			delete(c.failedClaims, nc.UID)
+		}
+		return false
+	}
+	if !failed {
+		return false
+	}
+	if now := c.clock.Now(); at.IsZero() || at.After(now) {
+		at = now
+	}
+	if !deleted {
+		c.failedClaims[nc.UID] = struct{}{}
+	}
+	if at.After(c.failures[pool]) {
+		if len(c.failures) >= maxPools {
+			c.failures = map[string]time.Time{}
+		}
+		c.failures[pool] = at
+	}
+	return true
+}
+
+func (c *Controller) failure(pool string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.failures[pool]
+	return t, ok
+}
