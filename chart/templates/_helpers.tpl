@@ -237,3 +237,12 @@ annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret holding the key decisions are signed with. */}}
+{{- define "apportion.decisionKeySecretName" -}}
+{{- if .Values.settings.decisionKeySecret }}
+{{- .Values.settings.decisionKeySecret }}
+{{- else }}
+{{- include "apportion.suffixed" (dict "root" . "suffix" "decision-key") }}
+{{- end }}
+{{- end }}

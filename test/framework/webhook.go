@@ -2,12 +2,15 @@ package framework
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +56,11 @@ func StartReplica(c *cluster.Cluster, bin, certDir, name string, gateTimeout tim
 		return nil, err
 	}
 	r := &Replica{Name: name, Port: ports[0], MetricsPort: ports[1], HealthPort: ports[2], done: make(chan struct{}), c: c}
-	args := append([]string{"webhook",
+	keyFile, err := DecisionKey(certDir)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"webhook", "--decision-key-file=" + keyFile,
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(r.Port), "--cert-dir=" + certDir,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(r.MetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(r.HealthPort),
@@ -66,6 +73,24 @@ func StartReplica(c *cluster.Cluster, bin, certDir, name string, gateTimeout tim
 	}
 	go func() { _ = r.Cmd.Wait(); close(r.done) }()
 	return r, nil
+}
+
+// DecisionKey returns the decision key file in dir, written once: the
+// replicas sharing dir (their certificate folder) sign decisions with one
+// key, as the chart's replicas share its Secret.
+func DecisionKey(dir string) (string, error) {
+	path := filepath.Join(dir, "decision.key")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	key := make([]byte, 24)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)), 0o600); err != nil {
+		return "", fmt.Errorf("writing the decision key: %w", err)
+	}
+	return path, nil
 }
 
 // WaitReady waits until the replica answers /readyz.
