@@ -378,7 +378,7 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 			// without limits cannot be at them (the Event is not
 			// Karpenter's).
 			if len(np.Spec.Limits) > 0 {
-				return signal{reason: ReasonLimits, wide: true, np: np, detail: "limits: " + headroom(np, nil) + "; Karpenter: " + v.Detail}, nil
+				return signal{reason: ReasonLimits, wide: true, np: np, detail: "Karpenter: " + v.Detail}, nil
 			}
 		case capacity.FindingDoesNotFit:
 			return signal{misfit: true, detail: v.Detail}, nil
@@ -506,9 +506,7 @@ func (c *Controller) report(ctx context.Context, pod *corev1.Pod, key capacity.K
 	scope := "cluster"
 	detail := sig.detail
 	if sig.reason == ReasonLimits && sig.np != nil {
-		if requests := c.requests(ctx, pod); len(requests) > 0 {
-			detail = "limits: " + headroom(sig.np, requests) + strings.TrimPrefix(detail, "limits: "+headroom(sig.np, nil))
-		}
+		detail = headroom(sig.np, c.usage(ctx, sig.np), c.requests(ctx, pod)) + "; " + detail
 	}
 	if key.Scope() != "" {
 		scope = "workload"

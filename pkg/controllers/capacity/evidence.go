@@ -122,10 +122,55 @@ func poolState(np *karpv1.NodePool) (signal, bool) {
 	return signal{}, false
 }
 
-// headroom describes what is left of each of the NodePool's limits, and
-// what the pod asks for of it: "cpu 100m of 3 left (the pod needs 900m)".
-// requests may be nil (not known).
-func headroom(np *karpv1.NodePool, requests corev1.ResourceList) string {
+// usage is what counts against a NodePool's limits now: its status, or the
+// capacity of its NodeClaims when more (Karpenter counts launching ones
+// before its status shows them). Read from the API when it can, once per new
+// outage: Karpenter writes its FailedScheduling Events just before it creates
+// the NodeClaims of the same round, so the cache may not have them yet.
+func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) corev1.ResourceList {
+	used := np.Status.Resources.DeepCopy()
+	if used == nil {
+		used = corev1.ResourceList{}
+	}
+	var reader client.Reader = c.kubeClient
+	if c.opts.APIReader != nil {
+		reader = c.opts.APIReader
+	}
+	var claims karpv1.NodeClaimList
+	if err := reader.List(ctx, &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
+		return used
+	}
+	sum := corev1.ResourceList{}
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		if nc.DeletionTimestamp != nil {
+			continue
+		}
+		capacity := nc.Status.Capacity
+		if len(capacity) == 0 {
+			capacity = nc.Spec.Resources.Requests
+		}
+		for name, q := range capacity {
+			total := sum[name]
+			total.Add(q)
+			sum[name] = total
+		}
+		total := sum["nodes"]
+		total.Add(resource.MustParse("1"))
+		sum["nodes"] = total
+	}
+	for name, q := range sum {
+		if have, ok := used[name]; !ok || q.Cmp(have) > 0 {
+			used[name] = q
+		}
+	}
+	return used
+}
+
+// headroom describes what is left of each of the NodePool's limits given
+// used, and what the pod asks for of it: "cpu 100m of 3 left (the pod needs
+// 900m)". requests may be nil (not known).
+func headroom(np *karpv1.NodePool, used, requests corev1.ResourceList) string {
 	names := make([]string, 0, len(np.Spec.Limits))
 	for name := range np.Spec.Limits {
 		names = append(names, string(name))
@@ -136,8 +181,8 @@ func headroom(np *karpv1.NodePool, requests corev1.ResourceList) string {
 		name := corev1.ResourceName(n)
 		limit := np.Spec.Limits[name]
 		left := limit.DeepCopy()
-		if used, ok := np.Status.Resources[name]; ok {
-			left.Sub(used)
+		if u, ok := used[name]; ok {
+			left.Sub(u)
 		}
 		if left.Sign() < 0 {
 			left = resource.Quantity{}

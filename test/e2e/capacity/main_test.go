@@ -176,6 +176,7 @@ type pool struct {
 	instanceTypes                       []string
 	weight                              int32
 	cpuLimit                            string // spec.limits cpu; "": a generous one
+	memoryLimit                         string // spec.limits memory; "": none
 }
 
 // pools are every case's NodePools, created before the tests run so that
@@ -208,9 +209,30 @@ var pools = []pool{
 	// slower launches than --capacity-timeout, covered by the workload's.
 	{name: "slower-od", caseName: "slower", capacityType: karpv1.CapacityTypeOnDemand, class: classSlower, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "slower-spot", caseName: "slower", capacityType: karpv1.CapacityTypeSpot, class: classSlower, instanceTypes: []string{typeC4x}, weight: 50},
+	// headroom: limits that leave less room than the pool's smallest
+	// instance type while usage stays below them (headroom_test.go).
+	{name: "hrcpu-od", caseName: "hrcpu", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "hrcpu-spot", caseName: "hrcpu", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "3"},
+	{name: "hrmem-od", caseName: "hrmem", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "hrmem-spot", caseName: "hrmem", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, memoryLimit: "6Gi"},
+	{name: "hrtwo-od", caseName: "hrtwo", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "hrtwo-spot-a", caseName: "hrtwo", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "3"},
+	{name: "hrtwo-spot-b", caseName: "hrtwo", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 40, cpuLimit: "5"},
+	// forged: a tenant's forged decisions and never-fitting pods next to
+	// another namespace's workload (headroom_test.go).
+	{name: "forged-od", caseName: "forged", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "forged-spot", caseName: "forged", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
 	// strays.
 	{name: "strays-od", caseName: "strays", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "strays-spot", caseName: "strays", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
+}
+
+func (p pool) limits(cpu string) karpv1.Limits {
+	l := karpv1.Limits{corev1.ResourceCPU: resource.MustParse(cpu)}
+	if p.memoryLimit != "" {
+		l[corev1.ResourceMemory] = resource.MustParse(p.memoryLimit)
+	}
+	return l
 }
 
 func createNodeClassesAndPools(ctx context.Context) error {
@@ -253,7 +275,7 @@ func (p pool) nodePool() *karpv1.NodePool {
 			},
 			// Nothing removed behind a case's back.
 			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: karpv1.MustParseNillableDuration("Never")},
-			Limits:     karpv1.Limits{corev1.ResourceCPU: resource.MustParse(cpu)},
+			Limits:     p.limits(cpu),
 		},
 	}
 }
