@@ -122,7 +122,8 @@ func TestArchGroupUnavailable(t *testing.T) {
 }
 
 // Case 4: a Deployment without a strategy in a namespace labelled
-// apportion.dev/architectures=auto gets the architecture of its image only;
+// apportion.dev/architectures=auto gets the architecture of its image only
+// (no NodePool pin);
 // the same Deployment in an unlabelled namespace is left alone.
 func TestArchitectureOnlyNamespace(t *testing.T) {
 	t.Parallel()
@@ -142,6 +143,17 @@ func TestArchitectureOnlyNamespace(t *testing.T) {
 		for i, vals := range terms {
 			if !slices.Equal(vals, []string{"arm64"}) {
 				t.Errorf("pod %s term %d: kubernetes.io/arch In %v, want [arm64]", p.pod.Name, i, vals)
+			}
+		}
+		// No NodePool pin: Karpenter falls back across its pools itself.
+		if pool, ok := p.pod.Annotations[annotations.NodePool]; ok {
+			t.Errorf("pod %s placed by architecture alone carries %s=%q", p.pod.Name, annotations.NodePool, pool)
+		}
+		for _, term := range p.pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, req := range term.MatchExpressions {
+				if req.Key == karpv1.NodePoolLabelKey {
+					t.Errorf("pod %s placed by architecture alone is pinned: %v", p.pod.Name, req)
+				}
 			}
 		}
 	}
