@@ -149,6 +149,9 @@ func TestArchitectureOnlyNamespace(t *testing.T) {
 		if pool, ok := p.pod.Annotations[annotations.NodePool]; ok {
 			t.Errorf("pod %s placed by architecture alone carries %s=%q", p.pod.Name, annotations.NodePool, pool)
 		}
+		if len(terms) == 0 {
+			continue
+		}
 		for _, term := range p.pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
 			for _, req := range term.MatchExpressions {
 				if req.Key == karpv1.NodePoolLabelKey {
