@@ -191,3 +191,132 @@ func BenchmarkUnavailable(b *testing.B) {
 		tr.Unavailable(k)
 	}
 }
+
+func TestScopedKeys(t *testing.T) {
+	group := "karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64"
+	for _, tc := range []struct {
+		key                     Key
+		want, scope, kind, name string
+		base                    Key
+	}{
+		{PoolKey("spot"), "nodepool/spot", "", KindNodePool, "spot", PoolKey("spot")},
+		{Scoped("deploy-uid", PoolKey("spot")), "workload/deploy-uid/nodepool/spot", "deploy-uid", KindNodePool, "spot", PoolKey("spot")},
+		{Scoped("deploy-uid", LabelsKey(group)), "workload/deploy-uid/labels/" + group, "deploy-uid", KindLabels, group, LabelsKey(group)},
+		// Scoping a scoped key scopes its base.
+		{Scoped("b", Scoped("a", PoolKey("spot"))), "workload/b/nodepool/spot", "b", KindNodePool, "spot", PoolKey("spot")},
+		// No scope, or one that is not a UID: the key itself.
+		{Scoped("", PoolKey("spot")), "nodepool/spot", "", KindNodePool, "spot", PoolKey("spot")},
+		{Scoped("a/b", PoolKey("spot")), "nodepool/spot", "", KindNodePool, "spot", PoolKey("spot")},
+		{Scoped("u", Key("other")), "workload/u/other", "u", "", "other", Key("other")},
+	} {
+		if string(tc.key) != tc.want || tc.key.Scope() != tc.scope || tc.key.Kind() != tc.kind || tc.key.Name() != tc.name || tc.key.Base() != tc.base {
+			t.Errorf("%q: scope %q kind %q name %q base %q; want %q, %q, %q, %q, %q",
+				tc.key, tc.key.Scope(), tc.key.Kind(), tc.key.Name(), tc.key.Base(), tc.want, tc.scope, tc.kind, tc.name, tc.base)
+		}
+	}
+}
+
+// TestScopedOutages: a workload's outage and the cluster-wide one are
+// separate keys.
+func TestScopedOutages(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	spot := PoolKey("spot")
+	mine, theirs := Scoped("mine", spot), Scoped("theirs", spot)
+	tr.Mark(mine, "no_nodeclaim")
+	if out, _, _ := tr.Unavailable(spot); out {
+		t.Fatal("a workload's outage made the pool out for everyone")
+	}
+	if out, _, _ := tr.Unavailable(theirs); out {
+		t.Fatal("a workload's outage reached another workload")
+	}
+	if out, reason, _ := tr.Unavailable(mine); !out || reason != "no_nodeclaim" {
+		t.Fatalf("the workload's key: out %v reason %q", out, reason)
+	}
+	tr.Mark(spot, "limits")
+	if out, reason, _ := tr.Unavailable(mine); !out || reason != "no_nodeclaim" {
+		t.Fatalf("the workload's key after a cluster-wide mark: out %v reason %q", out, reason)
+	}
+	if snap := tr.Snapshot(); len(snap) != 2 {
+		t.Fatalf("snapshot %v, want the pool and the workload's key", snap)
+	}
+}
+
+func TestExtend(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	k := PoolKey("spot")
+	if until := tr.Extend(k, "limits"); !until.IsZero() {
+		t.Fatalf("extending a key never out: %v", until)
+	}
+	if out, _, _ := tr.Unavailable(k); out {
+		t.Fatal("extending a key never out made it out")
+	}
+	first, _ := tr.Mark(k, "limits")
+	clk.SetTime(first.Add(-2 * time.Second))
+	until := tr.Extend(k, "limits")
+	if want := clk.Now().Add(3 * time.Minute); !until.Equal(want) {
+		t.Fatalf("extended until %v, want %v (another outage of the same length)", until, want)
+	}
+	clk.SetTime(first.Add(time.Second))
+	if out, reason, u := tr.Unavailable(k); !out || reason != "limits" || !u.Equal(until) {
+		t.Fatalf("past the first end: out %v reason %q until %v; want out until %v", out, reason, u, until)
+	}
+	// It ends at the extended end; extending then changes nothing.
+	clk.SetTime(until)
+	if u := tr.Extend(k, "limits"); !u.IsZero() {
+		t.Fatalf("extending an ended outage: %v", u)
+	}
+	if out, _, u := tr.Unavailable(k); out || !u.Equal(until) {
+		t.Fatalf("after the extended end: out %v until %v", out, u)
+	}
+	// A strike's outage is extended by its own (doubled) length.
+	second, _ := tr.Mark(k, "limits")
+	if second.Sub(clk.Now()) != 6*time.Minute {
+		t.Fatalf("second outage lasts %s, want 6m", second.Sub(clk.Now()))
+	}
+	clk.Step(time.Minute)
+	if u := tr.Extend(k, "not_ready"); u.Sub(clk.Now()) != 6*time.Minute {
+		t.Fatalf("strike extended by %s, want 6m", u.Sub(clk.Now()))
+	}
+	if _, reason, _ := tr.Unavailable(k); reason != "not_ready" {
+		t.Errorf("reason %q after Extend, want the new one", reason)
+	}
+}
+
+func TestLift(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	k := PoolKey("spot")
+	if tr.Lift(k) {
+		t.Fatal("lifted a key never out")
+	}
+	tr.Mark(k, "limits")
+	clk.Step(time.Minute)
+	if !tr.Lift(k) {
+		t.Fatal("Lift of a key out reported false")
+	}
+	out, reason, until := tr.Unavailable(k)
+	if out || reason != "" || !until.Equal(clk.Now()) {
+		t.Fatalf("after Lift: out %v reason %q until %v; want available since now", out, reason, until)
+	}
+	if tr.Lift(k) {
+		t.Error("lifted twice")
+	}
+	if snap := tr.Snapshot(); len(snap) != 0 {
+		t.Errorf("snapshot after Lift %v", snap)
+	}
+	// Marked again soon after: a strike.
+	clk.Step(time.Minute)
+	if until, newly := tr.Mark(k, "limits"); !newly || until.Sub(clk.Now()) != 6*time.Minute {
+		t.Fatalf("mark after Lift: out for %s newly %v; want 6m", until.Sub(clk.Now()), newly)
+	}
+	// Lifting one workload's key leaves the cluster-wide one.
+	s := Scoped("u", PoolKey("od"))
+	tr.Mark(s, "timeout")
+	tr.Mark(PoolKey("od"), "not_ready")
+	tr.Lift(s)
+	if out, _, _ := tr.Unavailable(PoolKey("od")); !out {
+		t.Error("lifting a workload's key lifted the pool's")
+	}
+}

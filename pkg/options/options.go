@@ -78,7 +78,7 @@ type Options struct {
 	// DecisionKeyFile holds the key every replica signs decisions with
 	// (the chart mounts it from a Secret); empty: a random key per process.
 	DecisionKeyFile string
-	Rebalance         bool
+	Rebalance       bool
 	// PodName is this replica's own pod (in SystemNamespace).
 	PodName string
 

@@ -292,8 +292,8 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	until, newly := c.tracker.Mark(mark, sig.reason)
 	if newly {
-		if sig.wide && sig.np != nil {
-			c.recordOutage(sig)
+		if sig.wide && !c.opts.NodeLabels {
+			c.recordOutage(key.Name(), sig)
 		}
 		c.report(ctx, pod, mark, sig, until, ref)
 		c.queueKey(ctx, mark)
@@ -355,6 +355,7 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 		np = nil
 	}
 	if sig, bad := poolState(np); bad {
+		sig.np = np
 		return sig, nil
 	}
 	if at := c.noTypesAt(pool); at.After(lastBack) && now.Sub(at) < noTypesFresh {

@@ -38,6 +38,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -45,6 +46,23 @@ import (
 var now = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 
 const spotGroup = "karpenter.sh/capacity-type=spot"
+
+// testSigner signs the fixtures' decisions; newFixture gives it to the
+// controller unless a test passes its own.
+var testSigner = func() *decision.Signer {
+	s, err := decision.NewSigner([]byte("apportion-capacity-test-key-0123456789"))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// sign writes apportion's signature of the pod's decision (its UID, group
+// and NodePool annotations), as the placement webhook does.
+func sign(p *corev1.Pod) *corev1.Pod {
+	p.Annotations[annotations.Signature] = testSigner.Sign(p.UID, p.Annotations[annotations.Group], p.Annotations[annotations.NodePool])
+	return p
+}
 
 // scheme is operator.Scheme's content (operator wires this package, so the
 // test cannot import it).
@@ -92,6 +110,9 @@ func newFixture(t *testing.T, opts Options, funcs *interceptor.Funcs, deployAnno
 	if opts.DeleteQPS == 0 {
 		opts.DeleteQPS = DefaultDeleteQPS
 	}
+	if opts.Signer == nil {
+		opts.Signer = testSigner
+	}
 	indexer := &Controller{opts: opts}
 	var c client.Client = fake.NewClientBuilder().WithScheme(scheme(t)).
 		WithIndex(&corev1.Pod{}, PodKeyIndex, indexer.podIndex).
@@ -110,7 +131,7 @@ func newFixture(t *testing.T, opts Options, funcs *interceptor.Funcs, deployAnno
 type podOpt func(*corev1.Pod)
 
 // pendingPod is a decided pod of the nginx Deployment in pool, unschedulable
-// since at.
+// since at; its decision is signed (after opts).
 func pendingPod(name, pool string, at time.Time, opts ...podOpt) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
@@ -126,7 +147,7 @@ func pendingPod(name, pool string, at time.Time, opts ...podOpt) *corev1.Pod {
 	for _, o := range opts {
 		o(pod)
 	}
-	return pod
+	return sign(pod)
 }
 
 func ownedBy(kind, name, uid string) podOpt {
@@ -156,8 +177,13 @@ func nodeClaim(name, pool string, created time.Time, conds ...status.Condition) 
 
 func (f *fixture) get(name string) (*corev1.Pod, bool) {
 	f.t.Helper()
+	return f.getIn("web", name)
+}
+
+func (f *fixture) getIn(namespace, name string) (*corev1.Pod, bool) {
+	f.t.Helper()
 	var p corev1.Pod
-	err := f.client.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: name}, &p)
+	err := f.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &p)
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}
@@ -169,15 +195,64 @@ func (f *fixture) get(name string) (*corev1.Pod, bool) {
 
 func (f *fixture) reconcile(name string) reconcile.Result {
 	f.t.Helper()
-	p, ok := f.get(name)
+	return f.reconcileIn("web", name)
+}
+
+func (f *fixture) reconcileIn(namespace, name string) reconcile.Result {
+	f.t.Helper()
+	p, ok := f.getIn(namespace, name)
 	if !ok {
-		f.t.Fatalf("pod %s not found", name)
+		f.t.Fatalf("pod %s/%s not found", namespace, name)
 	}
 	res, err := f.ctrl.Reconcile(context.Background(), p)
 	if err != nil {
-		f.t.Fatalf("reconcile %s: %v", name, err)
+		f.t.Fatalf("reconcile %s/%s: %v", namespace, name, err)
 	}
 	return res
+}
+
+// karpenterEvent is an Event Karpenter's provisioner writes on a pod, last
+// seen at at.
+func karpenterEvent(pod *corev1.Pod, reason, message string, at time.Time) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name + "." + strings.ToLower(reason), CreationTimestamp: metav1.NewTime(at.Add(-time.Minute))},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Reason:         reason, Message: message, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: capacity.KarpenterComponent},
+		FirstTimestamp: metav1.NewTime(at.Add(-time.Minute)), LastTimestamp: metav1.NewTime(at),
+	}
+}
+
+// observe feeds the controller a Karpenter Event on the pod namespace/name.
+func (f *fixture) observe(namespace, name, reason, message string, at time.Time) {
+	f.t.Helper()
+	p, ok := f.getIn(namespace, name)
+	if !ok {
+		f.t.Fatalf("pod %s/%s not found", namespace, name)
+	}
+	if got, _ := f.ctrl.ObserveEvent(karpenterEvent(p, reason, message, at)); got != client.ObjectKeyFromObject(p) {
+		f.t.Fatalf("ObserveEvent %s on %s/%s returned %v", reason, namespace, name, got)
+	}
+}
+
+// nominated: Karpenter's Nominated Event on web/name at at.
+func (f *fixture) nominated(name string, at time.Time) {
+	f.t.Helper()
+	f.observe("web", name, capacity.EventNominated, "Pod should schedule on: nodeclaim/spot-a", at)
+}
+
+// failedScheduling: Karpenter's FailedScheduling Event on web/name at at.
+func (f *fixture) failedScheduling(name, message string, at time.Time) {
+	f.t.Helper()
+	f.observe("web", name, capacity.EventFailedScheduling, message, at)
+}
+
+// queued lists the pods waiting for the deleter, in order, leaving them
+// queued.
+func (f *fixture) queued() []types.NamespacedName {
+	f.ctrl.deletions.mu.Lock()
+	defer f.ctrl.deletions.mu.Unlock()
+	return append([]types.NamespacedName(nil), f.ctrl.deletions.items...)
 }
 
 // drain runs the deleter over what is queued.
@@ -208,31 +283,35 @@ func (f *fixture) out(key capacity.Key) (bool, string) {
 	return out, reason
 }
 
-func TestNotReadyAfterGrace(t *testing.T) {
+// TestNotReady: a NodePool that is not Ready is Karpenter's own state: it is
+// out for every workload at once, and its stuck pods are deleted.
+func TestNotReady(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-4*time.Second)))
-	before := testutil.ToFloat64(metrics.CapacityUnavailableTotal.WithLabelValues(capacity.KindNodePool, ReasonNotReady))
+	before := testutil.ToFloat64(metrics.CapacityUnavailableTotal.WithLabelValues(capacity.KindNodePool, "cluster", ReasonNotReady))
 
-	if res := f.reconcile("p1"); res.RequeueAfter != 6*time.Second {
-		t.Errorf("within the grace: RequeueAfter %s, want 6s", res.RequeueAfter)
-	}
-	if out, _ := f.out(spot); out {
-		t.Fatal("marked within the grace")
-	}
-	f.clock.Step(6 * time.Second)
-	f.reconcile("p1")
+	res := f.reconcile("p1")
 	if out, reason := f.out(spot); !out || reason != ReasonNotReady {
-		t.Fatalf("after the grace: out %v reason %q; want not_ready", out, reason)
+		t.Fatalf("out %v reason %q; want not_ready", out, reason)
+	}
+	if res.RequeueAfter != 3*time.Minute {
+		t.Errorf("RequeueAfter %s, want the end of the outage", res.RequeueAfter)
+	}
+	if out, _ := f.out(capacity.Scoped("deploy-uid", spot)); out {
+		t.Error("marked for the workload as well")
 	}
 	evs := f.events()
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning CapacityUnavailable NodePool spot cannot get capacity (not_ready: the NodePool is not Ready (Testing: set by the test))") {
 		t.Errorf("events %q", evs)
 	}
-	if got := testutil.ToFloat64(metrics.CapacityUnavailableTotal.WithLabelValues(capacity.KindNodePool, ReasonNotReady)) - before; got != 1 {
+	if got := testutil.ToFloat64(metrics.CapacityUnavailableTotal.WithLabelValues(capacity.KindNodePool, "cluster", ReasonNotReady)) - before; got != 1 {
 		t.Errorf("unavailable_total grew by %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(metrics.CapacityUnavailable.WithLabelValues(capacity.KindNodePool)); got != 1 {
+	if got := testutil.ToFloat64(metrics.CapacityUnavailable.WithLabelValues(capacity.KindNodePool, "cluster")); got != 1 {
 		t.Errorf("unavailable gauge %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(metrics.CapacityUnavailable.WithLabelValues(capacity.KindNodePool, "workload")); got != 0 {
+		t.Errorf("unavailable gauge (workload) %v, want 0", got)
 	}
 	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal)
 	f.drain()
@@ -256,13 +335,16 @@ func TestNotReadyAfterGrace(t *testing.T) {
 	}
 }
 
+// TestReadyPoolWithinTimeoutIsNotMarked: a pod of a Ready pool that
+// Karpenter nominated waits for its timeout; nothing is marked meanwhile.
 func TestReadyPoolWithinTimeoutIsNotMarked(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-time.Minute)))
+	f.nominated("p1", now.Add(-30*time.Second))
 	if res := f.reconcile("p1"); res.RequeueAfter != 2*time.Minute {
 		t.Errorf("RequeueAfter %s, want the 2m left of the timeout", res.RequeueAfter)
 	}
-	if out, _ := f.out(capacity.PoolKey("spot")); out {
-		t.Fatal("a Ready pool marked before the timeout")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked before the timeout: %v", snap)
 	}
 }
 
@@ -272,23 +354,42 @@ func TestMissingNodePool(t *testing.T) {
 	if out, reason := f.out(capacity.PoolKey("gone")); !out || reason != ReasonNotReady {
 		t.Fatalf("missing NodePool: out %v reason %q", out, reason)
 	}
+	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "(not_ready: the NodePool does not exist)") {
+		t.Errorf("events %q", evs)
+	}
 }
 
+// TestLimits: a pool is out for every workload on its limits only when
+// Karpenter says so in a pod's FailedScheduling Event, about that pool, and
+// the pool has limits; its usage at or above a limit is no signal by itself
+// (Karpenter counts launching NodeClaims in it and launches up to the limit).
 func TestLimits(t *testing.T) {
 	q := resource.MustParse
+	const (
+		limitsSpot = "Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=spot)"
+		nodesSpot  = "Failed to schedule pod, node limits have been exhausted for nodepool (NodePool=spot)"
+		limitsGPU  = "Failed to schedule pod, incompatible requirements, key karpenter.sh/nodepool, karpenter.sh/nodepool In [spot] not in karpenter.sh/nodepool In [gpu]; " +
+			"all available instance types exceed limits for nodepool (NodePool=gpu)"
+	)
 	for _, tc := range []struct {
 		name         string
 		limits, used corev1.ResourceList
+		message      string
+		at           time.Duration // when Karpenter wrote it, from now
 		want         bool
 	}{
-		{"cpu at limit", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10"), corev1.ResourceMemory: q("40Gi")}, true},
-		{"memory above limit", corev1.ResourceList{corev1.ResourceMemory: q("32Gi")}, corev1.ResourceList{corev1.ResourceMemory: q("40Gi")}, true},
-		{"nodes at limit", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, true},
-		{"below", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("9500m")}, false},
-		{"no usage reported", corev1.ResourceList{corev1.ResourceCPU: q("10")}, nil, false},
-		// Nodes without GPUs can still launch.
-		{"gpu at limit", corev1.ResourceList{"nvidia.com/gpu": q("0")}, corev1.ResourceList{"nvidia.com/gpu": q("0")}, false},
-		{"gpu above limit", corev1.ResourceList{"nvidia.com/gpu": q("2")}, corev1.ResourceList{"nvidia.com/gpu": q("4")}, true},
+		{"cpu at limit, no Event", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", 0, false},
+		{"memory above limit, no Event", corev1.ResourceList{corev1.ResourceMemory: q("32Gi")}, corev1.ResourceList{corev1.ResourceMemory: q("40Gi")}, "", 0, false},
+		{"nodes at limit, no Event", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, "", 0, false},
+		{"exceed limits, usage at the limit", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsSpot, 0, true},
+		{"exceed limits, usage below", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("9500m")}, limitsSpot, 0, true},
+		{"exceed limits, no usage reported", corev1.ResourceList{corev1.ResourceCPU: q("10")}, nil, limitsSpot, 0, true},
+		{"node limits exhausted", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, nodesSpot, 0, true},
+		{"limits of another pool", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsGPU, 0, false},
+		// Karpenter cannot have said it: not its Event.
+		{"pool without limits", nil, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsSpot, 0, false},
+		// From before the pod was unschedulable (another round).
+		{"Event older than the pod's wait", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsSpot, -Grace - 2*time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
@@ -296,65 +397,90 @@ func TestLimits(t *testing.T) {
 				np.Status.Resources = tc.used
 			})
 			f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-Grace)))
+			if tc.message != "" {
+				f.failedScheduling("p1", tc.message, now.Add(tc.at))
+			}
 			f.reconcile("p1")
 			out, reason := f.out(capacity.PoolKey("spot"))
 			if out != tc.want || (out && reason != ReasonLimits) {
 				t.Fatalf("out %v reason %q; want out %v for limits", out, reason, tc.want)
 			}
+			if out, _ := f.out(capacity.Scoped("deploy-uid", capacity.PoolKey("spot"))); out {
+				t.Error("marked for the workload within NominationWait")
+			}
 		})
 	}
 }
 
-// TestLimitsReachedByLaunchingClaims: Karpenter counts launching NodeClaims in
-// status.resources and launches up to the limit: a pool exactly at its limits
-// whose NodeClaim is still on its way (registered, not initialised) is not out,
-// and its pods are not deleted; once the node is initialised and the pod still
-// does not fit, it is.
-func TestLimitsReachedByLaunchingClaims(t *testing.T) {
+// TestLimitsWhileClaimOnTheWay: Karpenter counts launching NodeClaims in the
+// pool's usage. A limits Event counts only when it is newer than the pool's
+// newest NodeClaim on its way (an older one may predate the NodeClaim made
+// for the pod); once the pool is out, a pod Karpenter nominated after its
+// last failure, or whose failure predates the NodeClaim, is left to it.
+func TestLimitsWhileClaimOnTheWay(t *testing.T) {
 	q := resource.MustParse
+	const exceed = "Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=spot)"
 	np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
 		np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("4")})
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("4")}
 	})
 	claim := nodeClaim("spot-a", "spot", now.Add(-20*time.Second), status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue})
-	f := newFixture(t, Options{}, nil, nil, np, claim, pendingPod("p1", "spot", now.Add(-2*Grace)))
-	f.reconcile("p1")
+	at := now.Add(-30 * time.Second)
+	f := newFixture(t, Options{}, nil, nil, np, claim, pendingPod("old-failure", "spot", at), pendingPod("nominated", "spot", at), pendingPod("p3", "spot", at))
+	f.failedScheduling("old-failure", exceed, now.Add(-25*time.Second))
+	f.nominated("nominated", now.Add(-20*time.Second))
+	f.reconcile("old-failure")
 	f.drain()
-	if out, _ := f.out(capacity.PoolKey("spot")); out {
-		t.Fatal("marked at its limits while its NodeClaim is on its way")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked on a limits Event older than the NodeClaim on its way: %v", snap)
 	}
-	if _, ok := f.get("p1"); !ok {
+	if _, ok := f.get("old-failure"); !ok {
 		t.Fatal("pod deleted while its NodeClaim is on its way")
 	}
-	claim.Status.Conditions = append(claim.Status.Conditions, status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", LastTransitionTime: metav1.NewTime(now)})
-	if err := f.client.Update(context.Background(), claim); err != nil {
-		t.Fatal(err)
-	}
-	f.reconcile("p1")
+	// Karpenter says it again, after the NodeClaim: the pool is at its limits.
+	f.failedScheduling("p3", exceed, now.Add(-5*time.Second))
+	f.reconcile("p3")
 	if out, reason := f.out(capacity.PoolKey("spot")); !out || reason != ReasonLimits {
-		t.Fatalf("out %v reason %q after the node was initialised; want limits", out, reason)
+		t.Fatalf("out %v reason %q; want limits", out, reason)
+	}
+	f.drain()
+	for name, want := range map[string]bool{"old-failure": true, "nominated": true, "p3": false} {
+		if _, ok := f.get(name); ok != want {
+			t.Errorf("%s exists %v, want %v", name, ok, want)
+		}
 	}
 }
 
 // TestLaunchFailure: a NodeClaim deleted before it registered (Karpenter on
-// insufficient capacity) marks the pool once Karpenter had Grace to create
-// another one; one it did create holds the signal back.
+// insufficient capacity) marks the pool for every workload once Karpenter
+// had Grace to create another one; one it did create holds the signal back.
 func TestLaunchFailure(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	failedClaim := nodeClaim("spot-x1", "spot", now.Add(-5*time.Second))
 	failedClaim.DeletionTimestamp = ptr.To(metav1.NewTime(now))
 	for _, tc := range []struct {
-		name    string
-		onWay   bool
-		claimAt time.Duration // the replacement NodeClaim's age at the failure
-	}{{name: "none on its way"}, {name: "replacement on its way", onWay: true, claimAt: time.Second}} {
+		name      string
+		since     time.Duration // the pod unschedulable since, from now
+		nominated bool          // Karpenter nominated the pod to the failed NodeClaim
+		onWay     bool
+		claimAt   time.Duration // the replacement NodeClaim's age at the failure
+	}{
+		// The failure made the pod unschedulable again (no nomination
+		// since): its wait starts with the failure.
+		{name: "none on its way", since: 0},
+		{name: "nominated to the failed NodeClaim", since: -20 * time.Second, nominated: true},
+		{name: "replacement on its way", since: -20 * time.Second, onWay: true, claimAt: time.Second},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := []client.Object{nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-20*time.Second))}
+			objs := []client.Object{nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(tc.since))}
 			if tc.onWay {
 				objs = append(objs, nodeClaim("spot-x2", "spot", now.Add(-tc.claimAt),
 					status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue}))
 			}
 			f := newFixture(t, Options{}, nil, nil, objs...)
+			if tc.nominated {
+				f.nominated("p1", now.Add(-5*time.Second))
+			}
 			if !f.ctrl.observeClaim(failedClaim, false) {
 				t.Fatal("deletion before registration not recorded as a failure")
 			}
@@ -362,8 +488,8 @@ func TestLaunchFailure(t *testing.T) {
 				t.Error("the same NodeClaim's failure recorded twice")
 			}
 			res := f.reconcile("p1")
-			if out, _ := f.out(spot); out {
-				t.Fatal("marked within Grace of the failure: Karpenter may still create another NodeClaim")
+			if snap := f.tracker.Snapshot(); len(snap) != 0 {
+				t.Fatalf("marked within Grace of the failure (Karpenter may still create another NodeClaim): %v", snap)
 			}
 			if !tc.onWay && res.RequeueAfter != Grace {
 				t.Errorf("RequeueAfter %s, want Grace after the failure", res.RequeueAfter)
@@ -373,8 +499,8 @@ func TestLaunchFailure(t *testing.T) {
 			f.drain()
 			out, reason := f.out(spot)
 			if tc.onWay {
-				if out {
-					t.Fatal("marked while a NodeClaim is on its way")
+				if snap := f.tracker.Snapshot(); len(snap) != 0 {
+					t.Fatalf("marked while a NodeClaim is on its way: %v", snap)
 				}
 				if _, ok := f.get("p1"); !ok {
 					t.Fatal("pod deleted while a NodeClaim is on its way")
@@ -384,8 +510,13 @@ func TestLaunchFailure(t *testing.T) {
 			if !out || reason != ReasonLaunchFailed {
 				t.Fatalf("out %v reason %q; want launch_failed", out, reason)
 			}
-			if _, ok := f.get("p1"); ok {
-				t.Error("stuck pod not deleted")
+			if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "cannot get capacity (launch_failed: a NodeClaim of the NodePool failed to launch 10s ago and none is on its way)") {
+				t.Errorf("events %q", evs)
+			}
+			// A pod Karpenter nominated after its last scheduling failure
+			// is left to Karpenter (awaitingNode); the others are deleted.
+			if _, ok := f.get("p1"); ok != tc.nominated {
+				t.Errorf("p1 exists %v, want %v", ok, tc.nominated)
 			}
 		})
 	}
@@ -427,8 +558,10 @@ func TestLaunchedConditionFailure(t *testing.T) {
 	}
 }
 
-// TestTimeout: a Ready pool marks after the timeout only when no NodeClaim
-// is on its way; a NodeClaim on its way holds it until it is timeout old.
+// TestTimeout: a pod Karpenter nominated (it keeps doing so) while no
+// NodeClaim of its pool is on its way marks the pool for its workload only
+// after the timeout; a NodeClaim on its way holds it until it is timeout
+// old.
 func TestTimeout(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	onWay := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
@@ -437,31 +570,38 @@ func TestTimeout(t *testing.T) {
 	otherPool := nodeClaim("od-a", "on-demand", now.Add(-time.Minute))
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), onWay, registeredClaim, otherPool,
 		pendingPod("p1", "spot", now.Add(-5*time.Minute)))
+	f.nominated("p1", now.Add(-time.Minute))
 	res := f.reconcile("p1")
-	if out, _ := f.out(spot); out {
-		t.Fatal("marked while a NodeClaim of the pool is on its way")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked while a NodeClaim of the pool is on its way: %v", snap)
 	}
 	if res.RequeueAfter != 2*time.Minute {
 		t.Errorf("RequeueAfter %s, want when the NodeClaim turns 3m old", res.RequeueAfter)
 	}
-	// The slow NodeClaim is still not registered 3 minutes after its creation.
+	// The slow NodeClaim is still not registered 3 minutes after its
+	// creation; Karpenter nominates the pod to it again.
 	f.clock.Step(2 * time.Minute)
+	f.nominated("p1", now.Add(90*time.Second))
 	f.reconcile("p1")
-	if out, reason := f.out(spot); !out || reason != ReasonTimeout {
-		t.Fatalf("out %v reason %q; want timeout", out, reason)
+	if out, _ := f.out(spot); out {
+		t.Fatal("a slow launch marked the pool for every workload")
 	}
-	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "(timeout: a pod stayed unschedulable for 3m0s with no NodeClaim on its way)") {
+	if out, reason := f.out(capacity.Scoped("deploy-uid", spot)); !out || reason != ReasonTimeout {
+		t.Fatalf("workload's key: out %v reason %q; want timeout", out, reason)
+	}
+	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "NodePool spot gives this workload no capacity (timeout: pod p1 stayed unschedulable for 3m0s with no NodeClaim on its way)") {
 		t.Errorf("events %q", evs)
 	}
 }
 
 func TestTimeoutAfterClaimInitialized(t *testing.T) {
-	spot := capacity.PoolKey("spot")
+	scoped := capacity.Scoped("deploy-uid", capacity.PoolKey("spot"))
 	claim := nodeClaim("spot-a", "spot", now.Add(-time.Minute))
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue), claim, pendingPod("p1", "spot", now.Add(-5*time.Minute)))
+	f.nominated("p1", now.Add(-time.Minute))
 	f.reconcile("p1")
-	if out, _ := f.out(spot); out {
-		t.Fatal("marked while a NodeClaim is on its way")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked while a NodeClaim is on its way: %v", snap)
 	}
 	// It registers: still on its way, the node is not ready for pods.
 	claim.Status.Conditions = []status.Condition{{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: metav1.NewTime(now)}}
@@ -469,8 +609,8 @@ func TestTimeoutAfterClaimInitialized(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.reconcile("p1")
-	if out, _ := f.out(spot); out {
-		t.Fatal("marked while the NodeClaim is registered but not initialised")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked while the NodeClaim is registered but not initialised: %v", snap)
 	}
 	// It is initialised, yet the pod is still unschedulable: the node went
 	// to other pods.
@@ -481,8 +621,11 @@ func TestTimeoutAfterClaimInitialized(t *testing.T) {
 		}
 	}
 	f.reconcile("p1")
-	if out, reason := f.out(spot); !out || reason != ReasonTimeout {
-		t.Fatalf("out %v reason %q; want timeout", out, reason)
+	if out, reason := f.out(scoped); !out || reason != ReasonTimeout {
+		t.Fatalf("out %v reason %q; want timeout for the workload", out, reason)
+	}
+	if out, _ := f.out(capacity.PoolKey("spot")); out {
+		t.Fatal("marked for every workload")
 	}
 }
 
@@ -529,6 +672,11 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 	delete(undecided.Annotations, annotations.Group)
 	gated := pendingPod("gated", "spot", at)
 	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	// Decision annotations a client wrote: no signature, or another pod's.
+	unsigned := pendingPod("unsigned", "spot", at)
+	delete(unsigned.Annotations, annotations.Signature)
+	copied := pendingPod("copied", "spot", at)
+	copied.Annotations[annotations.Signature] = pendingPod("trigger", "spot", at).Annotations[annotations.Signature]
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), nodePool("on-demand", metav1.ConditionTrue),
 		pendingPod("trigger", "spot", at),
 		pendingPod("rs-pod", "spot", at),
@@ -540,7 +688,7 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 		}),
 		pendingPod("not-controller", "spot", at, func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil }),
 		pendingPod("other-pool", "on-demand", at),
-		bound, running, deleting, undecided, gated,
+		bound, running, deleting, undecided, gated, unsigned, copied,
 	)
 	f.reconcile("trigger")
 	f.drain()
@@ -548,6 +696,7 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 		"trigger": false, "rs-pod": false, "sts-pod": false,
 		"bare": true, "ds-pod": true, "job-pod": true, "not-controller": true, "other-pool": true,
 		"bound": true, "running": true, "deleting": true, "undecided": true, "gated": true,
+		"unsigned": true, "copied": true,
 	} {
 		if _, ok := f.get(name); ok != want {
 			t.Errorf("%s: exists %v, want %v", name, ok, want)
@@ -556,12 +705,14 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 	if f.limiter.waits != 3 {
 		t.Errorf("%d limiter waits, want one per deletion (3)", f.limiter.waits)
 	}
-	// Reconciling the ones left changes nothing.
-	for _, name := range []string{"bare", "ds-pod", "other-pool", "running"} {
+	// Reconciling the ones left changes nothing (Karpenter is bringing
+	// other-pool's pod a node).
+	f.nominated("other-pool", now)
+	for _, name := range []string{"bare", "ds-pod", "other-pool", "running", "unsigned", "copied"} {
 		f.reconcile(name)
 	}
 	f.drain()
-	for _, name := range []string{"bare", "ds-pod", "other-pool", "running"} {
+	for _, name := range []string{"bare", "ds-pod", "other-pool", "running", "unsigned", "copied"} {
 		if _, ok := f.get(name); !ok {
 			t.Errorf("%s deleted on a later pass", name)
 		}
@@ -614,15 +765,16 @@ func TestDeletePreconditions(t *testing.T) {
 }
 
 func TestWorkloadTimeout(t *testing.T) {
-	spot := capacity.PoolKey("spot")
+	scoped := capacity.Scoped("deploy-uid", capacity.PoolKey("spot"))
 	f := newFixture(t, Options{}, nil, map[string]string{annotations.CapacityTimeout: "1m"},
 		nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-50*time.Second)))
+	f.nominated("p1", now.Add(-20*time.Second))
 	if res := f.reconcile("p1"); res.RequeueAfter != 10*time.Second {
 		t.Errorf("RequeueAfter %s, want the 10s left of the workload's 1m", res.RequeueAfter)
 	}
 	f.clock.Step(10 * time.Second)
 	f.reconcile("p1")
-	if out, reason := f.out(spot); !out || reason != ReasonTimeout {
+	if out, reason := f.out(scoped); !out || reason != ReasonTimeout {
 		t.Fatalf("after the workload's timeout: out %v reason %q", out, reason)
 	}
 	evs := f.events()
@@ -634,22 +786,25 @@ func TestWorkloadTimeout(t *testing.T) {
 func TestPodTemplateTimeoutWins(t *testing.T) {
 	f := newFixture(t, Options{Timeout: time.Hour}, nil, map[string]string{annotations.CapacityTimeout: "1h"},
 		nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-2*time.Minute), withAnnotation(annotations.CapacityTimeout, "90s")))
+	f.nominated("p1", now.Add(-30*time.Second))
 	f.reconcile("p1")
-	if out, _ := f.out(capacity.PoolKey("spot")); !out {
-		t.Fatal("the pod template's 90s not applied")
+	if out, reason := f.out(capacity.Scoped("deploy-uid", capacity.PoolKey("spot"))); !out || reason != ReasonTimeout {
+		t.Fatalf("the pod template's 90s not applied: out %v reason %q", out, reason)
 	}
 }
 
 func TestInvalidTimeoutAnnotation(t *testing.T) {
-	spot := capacity.PoolKey("spot")
+	scoped := capacity.Scoped("deploy-uid", capacity.PoolKey("spot"))
 	f := newFixture(t, Options{}, nil, map[string]string{annotations.CapacityTimeout: "soon"},
 		nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-2*time.Minute)), pendingPod("p2", "spot", now.Add(-2*time.Minute)))
+	f.nominated("p1", now)
+	f.nominated("p2", now)
 	if res := f.reconcile("p1"); res.RequeueAfter != time.Minute {
 		t.Errorf("RequeueAfter %s, want the default's 1m left", res.RequeueAfter)
 	}
 	f.reconcile("p2")
-	if out, _ := f.out(spot); out {
-		t.Fatal("marked before the default timeout")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked before the default timeout: %v", snap)
 	}
 	evs := f.events()
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], `Warning InvalidCapacityTimeout apportion.dev/capacity-timeout "soon" is not a positive duration`) ||
@@ -658,7 +813,7 @@ func TestInvalidTimeoutAnnotation(t *testing.T) {
 	}
 	f.clock.Step(time.Minute)
 	f.reconcile("p1")
-	if out, _ := f.out(spot); !out {
+	if out, _ := f.out(scoped); !out {
 		t.Fatal("not marked after the default timeout")
 	}
 	for _, bad := range []string{"-1m", "0s", "5"} {
@@ -668,29 +823,36 @@ func TestInvalidTimeoutAnnotation(t *testing.T) {
 	}
 }
 
+// TestNodeLabelMode: without Karpenter only the timeout applies, and it
+// marks the group's label set for the workload of the pod.
 func TestNodeLabelMode(t *testing.T) {
 	group := "kubernetes.io/arch=arm64"
 	key := capacity.LabelsKey(group)
+	scoped := capacity.Scoped("deploy-uid", key)
 	mk := func(name string, at time.Time, opts ...podOpt) *corev1.Pod {
 		p := pendingPod(name, "", at, opts...)
 		delete(p.Annotations, annotations.NodePool)
 		p.Annotations[annotations.Group] = group
-		return p
+		return sign(p)
 	}
 	other := mk("other-group", now.Add(-time.Hour))
 	other.Annotations[annotations.Group] = "kubernetes.io/arch=amd64"
+	sign(other)
 	bare := mk("bare", now.Add(-time.Minute), func(p *corev1.Pod) { p.OwnerReferences = nil })
 	f := newFixture(t, Options{NodeLabels: true}, nil, nil, mk("p1", now.Add(-2*time.Minute)), mk("p2", now), bare, other)
 	if res := f.reconcile("p1"); res.RequeueAfter != time.Minute {
 		t.Errorf("RequeueAfter %s, want 1m", res.RequeueAfter)
 	}
-	if out, _ := f.out(key); out {
-		t.Fatal("marked before the timeout")
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked before the timeout: %v", snap)
 	}
 	f.clock.Step(time.Minute)
 	f.reconcile("p1")
-	if out, reason := f.out(key); !out || reason != ReasonTimeout {
-		t.Fatalf("out %v reason %q; want timeout", out, reason)
+	if out, reason := f.out(scoped); !out || reason != ReasonTimeout {
+		t.Fatalf("out %v reason %q; want timeout for the workload", out, reason)
+	}
+	if out, _ := f.out(key); out {
+		t.Fatal("a workload's wait marked the label set for every workload")
 	}
 	f.drain()
 	for name, want := range map[string]bool{"p1": false, "p2": false, "bare": true, "other-group": true} {
@@ -698,37 +860,38 @@ func TestNodeLabelMode(t *testing.T) {
 			t.Errorf("%s exists %v, want %v", name, ok, want)
 		}
 	}
-	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "node labels "+group+" cannot get capacity") {
+	if evs := f.events(); len(evs) != 1 || !strings.Contains(evs[0], "node labels "+group+" gives this workload no capacity (timeout: pod p1 stayed unschedulable for 3m0s)") {
 		t.Errorf("events %q", evs)
 	}
 }
 
 // TestOldEvidenceAfterOutage: when an outage ends, a pod that stayed stuck
-// (a bare pod is never deleted) does not mark the key again at once; its
-// wait counts from the end of the outage, and the next outage is longer.
+// (a bare pod is never deleted) does not mark the key again at once: its
+// Karpenter Event from before is not counted again, its wait counts from
+// the end of the outage, and the next outage is longer.
 func TestOldEvidenceAfterOutage(t *testing.T) {
-	spot := capacity.PoolKey("spot")
+	scoped := capacity.Scoped("bare-uid", capacity.PoolKey("spot"))
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue),
 		pendingPod("bare", "spot", now.Add(-3*time.Minute), func(p *corev1.Pod) { p.OwnerReferences = nil }))
+	f.failedScheduling("bare", "Failed to schedule pod, no instance type has the required offering, requirements=karpenter.sh/nodepool In [spot], resources={\"cpu\":\"1\"}", now.Add(-time.Minute))
 	f.reconcile("bare")
-	_, _, until := f.tracker.Unavailable(spot)
-	if out, _ := f.out(spot); !out {
-		t.Fatal("not marked")
+	out, reason, until := f.tracker.Unavailable(scoped)
+	if !out || reason != ReasonNoOffering {
+		t.Fatalf("out %v reason %q; want no_offering for the bare pod (its own scope)", out, reason)
 	}
 	f.clock.SetTime(until)
-	if res := f.reconcile("bare"); res.RequeueAfter != Grace {
-		t.Errorf("right after the outage: RequeueAfter %s, want Grace", res.RequeueAfter)
+	if res := f.reconcile("bare"); res.RequeueAfter != DefaultNominationWait {
+		t.Errorf("right after the outage: RequeueAfter %s, want NominationWait", res.RequeueAfter)
 	}
-	f.clock.Step(Grace)
-	if res := f.reconcile("bare"); res.RequeueAfter != 3*time.Minute-Grace {
-		t.Errorf("Grace after the outage: RequeueAfter %s, want the rest of a full timeout", res.RequeueAfter)
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked again from evidence of the last outage: %v", snap)
 	}
-	if out, _ := f.out(spot); out {
-		t.Fatal("marked again from evidence of the last outage")
-	}
-	f.clock.Step(3*time.Minute - Grace)
+	f.clock.Step(DefaultNominationWait)
 	f.reconcile("bare")
-	_, _, until2 := f.tracker.Unavailable(spot)
+	out, reason, until2 := f.tracker.Unavailable(scoped)
+	if !out || reason != ReasonNoNodeClaim {
+		t.Fatalf("out %v reason %q; want no_nodeclaim", out, reason)
+	}
 	if got := until2.Sub(f.clock.Now()); got != 6*time.Minute {
 		t.Errorf("second outage lasts %s, want 6m", got)
 	}
@@ -746,6 +909,13 @@ func TestDefaultLimiter(t *testing.T) {
 	}
 	if c.opts.Timeout != DefaultTimeout {
 		t.Errorf("timeout %s, want the default", c.opts.Timeout)
+	}
+	if c.opts.NominationWait != DefaultNominationWait {
+		t.Errorf("nomination wait %s, want the default", c.opts.NominationWait)
+	}
+	// Without a Signer no decision verifies but this process's own.
+	if c.opts.Signer == nil || c.opts.Signer.Verify(pendingPod("p", "spot", now)) == nil {
+		t.Error("no Signer, or the default one verifies another key's decisions")
 	}
 }
 
@@ -881,7 +1051,7 @@ func TestDeleterChecksAgain(t *testing.T) {
 // pod.
 func TestZeroQPSDeletesNone(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)))
-	f.ctrl = NewController(f.clock, f.client, f.rec, f.tracker, Options{DeleteQPS: 0})
+	f.ctrl = NewController(f.clock, f.client, f.rec, f.tracker, Options{DeleteQPS: 0, Signer: testSigner})
 	f.ctrl.limiter = f.limiter
 	f.reconcile("p1")
 	if out, _ := f.out(capacity.PoolKey("spot")); !out {

@@ -52,7 +52,9 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 	at := eventTime(ev)
 	obj := ev.InvolvedObject
 	switch {
-	case obj.Kind == "Pod" && obj.UID != "" && (ev.Reason == capacity.EventFailedScheduling || ev.Reason == capacity.EventNominated):
+	// An Event about a pod lives in the pod's namespace: one written in
+	// another namespace is not Karpenter's.
+	case obj.Kind == "Pod" && obj.UID != "" && obj.Namespace == ev.Namespace && (ev.Reason == capacity.EventFailedScheduling || ev.Reason == capacity.EventNominated):
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		pe := podEvents{}

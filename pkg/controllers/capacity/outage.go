@@ -37,18 +37,21 @@ type outage struct {
 
 // recordOutage keeps the evidence of a new cluster-wide outage and asks
 // the NodePool outage controller to watch it.
-func (c *Controller) recordOutage(sig signal) {
-	o := outage{reason: sig.reason, marked: c.clock.Now(), generation: sig.np.Generation}
-	if sig.reason == ReasonLimits {
-		o.limits = snapshotLimits(sig.np)
+func (c *Controller) recordOutage(pool string, sig signal) {
+	o := outage{reason: sig.reason, marked: c.clock.Now()}
+	if sig.np != nil {
+		o.generation = sig.np.Generation
+		if sig.reason == ReasonLimits {
+			o.limits = snapshotLimits(sig.np)
+		}
 	}
 	c.mu.Lock()
 	if len(c.outages) >= maxPools {
 		c.outages = map[string]outage{}
 	}
-	c.outages[sig.np.Name] = o
+	c.outages[pool] = o
 	c.mu.Unlock()
-	ev := poolEvent{Object: &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: sig.np.Name}}}
+	ev := poolEvent{Object: &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}}}
 	select {
 	case c.rechecks <- ev:
 	default: // full: the NodePool's next update, or its pods, bring it
@@ -82,7 +85,7 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 	case !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("getting NodePool %s: %w", req.Name, err)
 	}
-	holds, checkable := c.stillHolds(o, np)
+	holds, checkable := c.stillHolds(req.Name, o, np)
 	now := c.clock.Now()
 	logger := log.FromContext(ctx).WithValues("nodepool", req.Name, "reason", reason)
 	switch {
@@ -97,6 +100,11 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{RequeueAfter: until.Add(-recheckLead).Sub(now)}, nil
 	case checkable:
 		until = c.tracker.Extend(key, reason)
+		// The next check asks for evidence newer than this one.
+		c.mu.Lock()
+		o.marked = now
+		c.outages[req.Name] = o
+		c.mu.Unlock()
 		metrics.CapacityRechecksTotal.WithLabelValues(reason, RecheckStill).Inc()
 		logger.Info("capacity still unavailable: the evidence still holds", "until", until.UTC().Format(time.RFC3339))
 		return reconcile.Result{RequeueAfter: max(until.Add(-recheckLead).Sub(now), time.Second)}, nil
@@ -111,7 +119,7 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 // stillHolds checks an outage's evidence against the NodePool now (nil:
 // gone). checkable is false for evidence that cannot be checked again
 // without a pod trying (launch failures).
-func (c *Controller) stillHolds(o outage, np *karpv1.NodePool) (holds, checkable bool) {
+func (c *Controller) stillHolds(pool string, o outage, np *karpv1.NodePool) (holds, checkable bool) {
 	switch o.reason {
 	case ReasonNotReady:
 		_, bad := poolState(np)
@@ -124,17 +132,9 @@ func (c *Controller) stillHolds(o outage, np *karpv1.NodePool) (holds, checkable
 	case ReasonNoInstanceTypes:
 		return np == nil || np.Generation == o.generation, true
 	case ReasonLaunchFailed:
-		if failed, ok := c.failure(o.reasonPool(np)); ok && failed.After(o.marked) {
+		if failed, ok := c.failure(pool); ok && failed.After(o.marked) {
 			return true, true
 		}
 	}
 	return false, false
-}
-
-// reasonPool is the NodePool's name, "" when it is gone.
-func (o outage) reasonPool(np *karpv1.NodePool) string {
-	if np == nil {
-		return ""
-	}
-	return np.Name
 }
