@@ -182,7 +182,9 @@ func TestForgedDecisionsStayInTheirNamespace(t *testing.T) {
 	if err := env.Kube.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Kube.Delete(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}}) })
+	t.Cleanup(func() {
+		_ = env.Kube.Delete(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}})
+	})
 	victimPods, tenantPods := watchPods(t, victimNS), watchPods(t, tenantNS)
 
 	victim := deployment(victimNS, "victim", "forged", 2, "100m", nil)
@@ -291,4 +293,3 @@ func pinToPool(spec *corev1.PodSpec, pool string) {
 		}}},
 	}}}
 }
-
