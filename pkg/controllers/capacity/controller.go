@@ -27,8 +27,9 @@
 //
 //  5. Karpenter says the pool has no offering for the pod now (no_offering);
 //  6. the pod stayed unschedulable for NominationWait (Karpenter's batch
-//     window and a margin) while Karpenter nominated it to nothing and no
-//     NodeClaim of the pool is on its way (no_nodeclaim);
+//     window and a margin), Karpenter's latest FailedScheduling for it
+//     found it no place in the pool, and it nominated it to nothing since
+//     and no NodeClaim of the pool is on its way (no_nodeclaim);
 //  7. it stayed unschedulable for its timeout (--capacity-timeout, or the
 //     workload's apportion.dev/capacity-timeout, at least MinTimeout) with
 //     no NodeClaim of the pool on its way (timeout): a slow launch.
@@ -371,7 +372,8 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 	// a failure newer than its nomination and than the pool's newest
 	// NodeClaim (which may be for it).
 	pe := c.podEventsOf(pod.UID)
-	if !pe.failedAt.Before(since.Add(-time.Second)) && pe.failedAt.After(lastBack) && pe.failedAt.After(pe.nominatedAt) && !newestClaim.After(pe.failedAt) {
+	failedFresh := !pe.failedAt.Before(since.Add(-time.Second)) && pe.failedAt.After(lastBack) && pe.failedAt.After(pe.nominatedAt) && !newestClaim.After(pe.failedAt)
+	if failedFresh {
 		v := capacity.ReadFailedScheduling(pe.failed, pool)
 		switch v.Finding {
 		case capacity.FindingLimits:
@@ -403,10 +405,12 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 				detail: fmt.Sprintf("a NodeClaim of the NodePool failed to launch %s ago and none is on its way", now.Sub(failed).Round(time.Second))}, nil
 		}
 	}
-	nominated := pe.nominatedAt.After(since.Add(-time.Second)) && now.Sub(pe.nominatedAt) < timeout
-	if !nominated {
+	// Karpenter looked at the pod in its latest round and found it no
+	// place in the NodePool (and nothing since): its Nominated Events are
+	// rate-limited across pods, so their absence alone says nothing.
+	if failedFresh {
 		if waited >= c.opts.NominationWait {
-			return signal{reason: ReasonNoNodeClaim, detail: fmt.Sprintf("pod %s stayed unschedulable for %s and Karpenter created no NodeClaim of the NodePool and nominated it to none", pod.Name, waited.Round(time.Second))}, nil
+			return signal{reason: ReasonNoNodeClaim, detail: fmt.Sprintf("pod %s stayed unschedulable for %s; Karpenter created no NodeClaim of the NodePool for it and nominated it to none", pod.Name, waited.Round(time.Second))}, nil
 		}
 		wake = earliest(wake, since.Add(c.opts.NominationWait))
 	}

@@ -880,6 +880,8 @@ func TestOldEvidenceAfterOutage(t *testing.T) {
 		t.Fatalf("out %v reason %q; want no_offering for the bare pod (its own scope)", out, reason)
 	}
 	f.clock.SetTime(until)
+	// Karpenter fails it again once it is back (about other pools only).
+	f.failedScheduling("bare", "Failed to schedule pod, incompatible requirements, key karpenter.sh/nodepool, karpenter.sh/nodepool In [spot] not in karpenter.sh/nodepool In [on-demand]", until.Add(time.Second))
 	if res := f.reconcile("bare"); res.RequeueAfter != DefaultNominationWait {
 		t.Errorf("right after the outage: RequeueAfter %s, want NominationWait", res.RequeueAfter)
 	}

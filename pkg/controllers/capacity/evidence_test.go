@@ -214,6 +214,7 @@ func TestNoNodeClaim(t *testing.T) {
 		nominated time.Duration // Nominated Event, from now (0: none)
 		claim     time.Duration // a NodeClaim on its way created, from now (0: none)
 		fires     time.Duration // when it fires, from now (0: not within the timeout)
+		silent    bool          // no FailedScheduling Event for the pod
 	}{
 		{name: "after NominationWait", fires: 7 * time.Second},
 		{name: "a longer NominationWait", wait: 30 * time.Second, fires: 25 * time.Second},
@@ -221,6 +222,8 @@ func TestNoNodeClaim(t *testing.T) {
 		// A nomination from before the pod was unschedulable again.
 		{name: "stale nomination", nominated: -10 * time.Second, fires: 7 * time.Second},
 		{name: "NodeClaim on its way", claim: -3 * time.Second},
+		// Karpenter said nothing about the pod: only the timeout.
+		{name: "no Karpenter failure", silent: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := []client.Object{nodePool("spot", metav1.ConditionTrue), pendingPod("p1", "spot", now.Add(-5*time.Second))}
@@ -228,6 +231,11 @@ func TestNoNodeClaim(t *testing.T) {
 				objs = append(objs, nodeClaim("spot-a", "spot", now.Add(tc.claim)))
 			}
 			f := newFixture(t, Options{NominationWait: tc.wait}, nil, nil, objs...)
+			// Karpenter looked and found the pod no place (a message
+			// about other pools only).
+			if !tc.silent {
+				f.failedScheduling("p1", "Failed to schedule pod, incompatible requirements, key karpenter.sh/nodepool, karpenter.sh/nodepool In [spot] not in karpenter.sh/nodepool In [on-demand]", now.Add(-4*time.Second))
+			}
 			if tc.nominated != 0 {
 				f.nominated("p1", now.Add(tc.nominated))
 			}

@@ -143,13 +143,16 @@ func TestTenantWorkloadScoped(t *testing.T) {
 		reason string
 		events func(f *fixture)
 	}{
-		// Karpenter nominated it to nothing and launched nothing.
-		{"no nomination", ReasonNoNodeClaim, func(*fixture) {}},
-		// Karpenter nominated it, then failed it again (about nothing
-		// apportion reads): its timeout (1s, raised to 30s) ran out.
-		{"timeout", ReasonTimeout, func(f *fixture) {
-			f.observe("tenant", "a", capacity.EventNominated, "Pod should schedule on: nodeclaim/spot-a", now.Add(-20*time.Second))
+		// Karpenter failed it (about other pools only), nominated it to
+		// nothing and launched nothing.
+		{"no nomination", ReasonNoNodeClaim, func(f *fixture) {
 			f.observe("tenant", "a", capacity.EventFailedScheduling, otherParts, now.Add(-10*time.Second))
+		}},
+		// Karpenter failed it, then nominated it: its timeout (1s,
+		// raised to 30s) ran out.
+		{"timeout", ReasonTimeout, func(f *fixture) {
+			f.observe("tenant", "a", capacity.EventFailedScheduling, otherParts, now.Add(-50*time.Second))
+			f.observe("tenant", "a", capacity.EventNominated, "Pod should schedule on: nodeclaim/spot-a", now.Add(-40*time.Second))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
