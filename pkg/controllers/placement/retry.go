@@ -31,8 +31,14 @@ func NewRetrier() *Retrier {
 }
 
 // Retry counts and logs err for operation on pod and returns the result that
-// comes back after RetryInterval.
+// comes back after RetryInterval. While the controller stops (ctx done, so
+// every call fails), nothing is retried: a retry would put the pod back in a
+// queue that the stopping workers drain, and keep them busy past the
+// manager's grace period; the next leader places the pod.
 func (r *Retrier) Retry(ctx context.Context, pod *corev1.Pod, operation string, err error) reconcile.Result {
+	if ctx.Err() != nil {
+		return reconcile.Result{}
+	}
 	metrics.APIErrorsTotal.WithLabelValues(operation).Inc()
 	key := operation + "/" + string(pod.UID)
 	if !r.logged.Has(key) {
