@@ -43,11 +43,11 @@ func planOK(t *testing.T, stdin string, args ...string) planJSON {
 
 func TestPlanSeedExamples(t *testing.T) {
 	root := filepath.Join("..", "..", "examples")
-	p := planOK(t, "", "-f", filepath.Join(root, "seed-004-nginx.yaml"))
+	p := planOK(t, "", "-f", filepath.Join(root, "aws-sample-nginx.yaml"))
 	if p.Counts["karpenter.sh/capacity-type=on-demand"] != 4 || p.Counts["karpenter.sh/capacity-type=spot"] != 6 {
 		t.Errorf("seed 004: counts %v, want on-demand 4, spot 6", p.Counts)
 	}
-	p = planOK(t, "", "-f", filepath.Join(root, "seed-000-alpine.yaml"))
+	p = planOK(t, "", "-f", filepath.Join(root, "eks-blog-alpine.yaml"))
 	want := map[string]int64{"nodesize=od4vcpu16gb": 1, "nodesize=spot4vcpu16gb": 5, "nodesize=spot8vcpu32gb": 4}
 	for k, v := range want {
 		if p.Counts[k] != v {

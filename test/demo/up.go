@@ -31,7 +31,7 @@ const (
 )
 
 // examples are the manifests the demo deploys, relative to the repository.
-var examples = []string{"examples/seed-004-nginx.yaml", "examples/seed-000-alpine.yaml"}
+var examples = []string{"examples/aws-sample-nginx.yaml", "examples/eks-blog-alpine.yaml"}
 
 // up starts a fresh demo: tools, cluster, NodePools, apportion, examples,
 // then waits for the pods and prints the table.
