@@ -108,7 +108,7 @@ bench: ## Run the benchmarks (ns/op, allocs/op)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 .PHONY: demo
-demo: tools ## The main job: a local cluster with Karpenter (kwok) and apportion, the seed examples deployed, their split printed; stays running
+demo: tools ## The main job: a local cluster with Karpenter (kwok) and apportion, the AWS sample webhooks' examples deployed, their split printed; stays running
 	$(GO) run ./test/demo up
 
 .PHONY: demo-status

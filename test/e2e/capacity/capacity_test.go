@@ -23,7 +23,6 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/decision"
-	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/test/framework"
 )
@@ -213,14 +212,7 @@ func decided(t *testing.T, pods []corev1.Pod) []int64 {
 // toSpot is how many of k more pods seed 004's method gives spot after seen.
 func toSpot(t *testing.T, seen []int64, k int) int64 {
 	t.Helper()
-	s, err := strategy.Parse(seed004)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := plan.Method(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, m := method(t, seed004)
 	seen = slices.Clone(seen)
 	var n int64
 	for range k {

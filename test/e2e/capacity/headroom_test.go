@@ -16,8 +16,6 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/plan"
-	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -127,14 +125,7 @@ func TestHeadroomFallsBackInSeconds(t *testing.T) {
 // all going to spot, which fallback left short).
 func reachableWithinQuota(t *testing.T, have map[string]int64, n int) int {
 	t.Helper()
-	s, err := strategy.Parse(seed004)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := plan.Method(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := method(t, seed004)
 	for next := n + 2; next <= 4*n; next++ {
 		if m.WithinQuota([]int64{have[onDemand], int64(next) - have[onDemand]}, apportion.All) {
 			return next

@@ -151,9 +151,8 @@ func countByNode(t *testing.T, caseName string, pods []corev1.Pod) map[string]in
 	return out
 }
 
-// quota checks counts against the ideal split of spec at their total
-// (floor/ceil of each share, every group available) and describes them.
-func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
+// method parses spec and returns its apportioning method.
+func method(t *testing.T, spec string) (*strategy.Strategy, *apportion.Method) {
 	t.Helper()
 	s, err := strategy.Parse(spec)
 	if err != nil {
@@ -163,6 +162,14 @@ func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, m
+}
+
+// quota checks counts against the ideal split of spec at their total
+// (floor/ceil of each share, every group available) and describes them.
+func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
+	t.Helper()
+	s, m := method(t, spec)
 	ordered := make([]int64, len(s.Groups))
 	var n, known int64
 	for i, k := range s.Keys() {
