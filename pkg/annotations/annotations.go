@@ -2,6 +2,8 @@
 // apportion reads or writes, so that a key is spelled in exactly one place.
 package annotations
 
+import "strings"
+
 const (
 	// Prefix is the domain of every key apportion owns.
 	Prefix = "apportion.dev/"
@@ -78,3 +80,9 @@ const (
 // they get the architecture affinity and the NodePool choice. On a placed
 // pod the same key holds the architectures it may run on.
 const ArchitecturesAuto = "auto"
+
+// PatchPath is the JSON Patch path (a JSON Pointer, RFC 6901) of the
+// annotation key in an object.
+func PatchPath(key string) string {
+	return "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+}

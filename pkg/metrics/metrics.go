@@ -32,6 +32,13 @@ var (
 		Namespace: namespace, Subsystem: "admission", Name: "pods_total",
 		Help: "Pod admissions by result. Labels: result.",
 	}, []string{LabelResult})
+	// DecisionAnnotationsRemovedTotal counts pods created with decision
+	// annotations (apportion.dev/group, nodepool, decision, fallback,
+	// signature) that the pod mutator removed: only apportion writes them.
+	DecisionAnnotationsRemovedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "admission", Name: "decision_annotations_removed_total",
+		Help: "Pods created with apportion's decision annotations written by a client, removed at admission.",
+	})
 	// AdmissionSeconds is the server-side time of the pod mutator.
 	AdmissionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: namespace, Subsystem: "admission", Name: "duration_seconds",
@@ -147,7 +154,7 @@ var once sync.Once
 // more than once.
 func Register() {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(AdmissionTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
+		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
 			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal,
 			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)

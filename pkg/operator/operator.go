@@ -281,7 +281,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			BreakerFailures: imagearch.DefaultBreakerFailures,
 			BreakerOpen:     imagearch.DefaultBreakerOpen,
 		})
-		placer.WithImages(images, o.ImageTimeout)
+		placer.WithImages(images, o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}
 	if o.Architectures == options.ArchitecturesOptIn {
 		// Namespaces opt in with a label, read at admission from this cache.

@@ -293,7 +293,7 @@ func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 	if pod.Annotations == nil {
 		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations", Value: map[string]string{annotations.OriginalResources: string(value)}})
 	} else {
-		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations/" + escape(annotations.OriginalResources), Value: string(value)})
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: annotations.PatchPath(annotations.OriginalResources), Value: string(value)})
 	}
 	return ops, nil
 }
@@ -356,9 +356,4 @@ func split(list corev1.ResourceList, ext corev1.ResourceName) (kept, removed cor
 		kept[name] = q
 	}
 	return kept, removed
-}
-
-// escape makes s one JSON pointer token (RFC 6901).
-func escape(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }

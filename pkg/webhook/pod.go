@@ -131,6 +131,8 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 			"namespace", req.Namespace, "name", in.Metadata.Name, "generateName", in.Metadata.GenerateName, "runtimeClassName", *in.Spec.RuntimeClassName)
 		return admission.Allowed("")
 	}
+	strip, removed := m.stripDecision(req.Namespace, &in)
+	ops = append(strip, ops...)
 	pod := &corev1.Pod{ObjectMeta: in.Metadata, Spec: corev1.PodSpec{NodeName: in.Spec.NodeName, SchedulingGates: in.Spec.SchedulingGates}}
 	hadGates := len(pod.Spec.SchedulingGates) > 0
 	// The profile's rewrite stands whatever placement says (skipped, no
@@ -139,6 +141,11 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	// made later.
 	result, warnings := m.Mutate(ctx, req.Namespace, pod)
 	metrics.AdmissionTotal.WithLabelValues(result).Inc()
+	if len(removed) > 0 {
+		metrics.DecisionAnnotationsRemovedTotal.Inc()
+		log.FromContext(ctx).V(1).Info("removed decision annotations a client wrote", "namespace", req.Namespace, "name", in.Metadata.Name, "generateName", in.Metadata.GenerateName, "keys", removed)
+		warnings = append(warnings, "apportion: removed "+strings.Join(removed, ", ")+": only apportion writes its decisions")
+	}
 	if result == ResultGated {
 		gate := corev1.PodSchedulingGate{Name: annotations.PlacementGate}
 		op := jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/schedulingGates", Value: []corev1.PodSchedulingGate{gate}}
@@ -151,6 +158,32 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
 	return admission.Patched("", ops...).WithWarnings(warnings...)
+}
+
+// decisionKeys are the annotations only apportion writes, once it has
+// decided a pod. No pod is created with a decision: whatever a client wrote
+// under these keys (a copied manifest, a tenant steering the split or the
+// capacity fallback) is removed at admission, so no controller, metric or
+// deletion cost takes it for one.
+var decisionKeys = []string{annotations.Group, annotations.NodePool, annotations.Decision, annotations.Fallback, annotations.Signature}
+
+// stripDecision removes the decision annotations from the pod being created
+// (in and the patch), except in excluded namespaces and on mirror pods,
+// which apportion never touches. It returns the patch and the keys removed.
+func (m *PodMutator) stripDecision(namespace string, in *admissionPod) ([]jsonpatch.JsonPatchOperation, []string) {
+	if len(in.Metadata.Annotations) == 0 || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
+		return nil, nil
+	}
+	var ops []jsonpatch.JsonPatchOperation
+	var removed []string
+	for _, k := range decisionKeys {
+		if _, ok := in.Metadata.Annotations[k]; ok {
+			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: annotations.PatchPath(k)})
+			removed = append(removed, k)
+			delete(in.Metadata.Annotations, k)
+		}
+	}
+	return ops, removed
 }
 
 // profileOps returns the runtime-class profile's patch for the pod, decoding
@@ -184,7 +217,6 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		pod.Spec.NodeName != "",
 		strings.EqualFold(pod.Annotations[annotations.Skip], "true"),
 		workload.IsDaemonSetPod(pod),
-		decision.Decided(pod),
 		decision.HasGate(pod):
 		return ResultSkipped, nil
 	}
@@ -254,13 +286,5 @@ func (m *PodMutator) architecturesAuto(ctx context.Context, namespace string, po
 	default:
 		return false
 	}
-	if workload.IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || (info != nil && info.ArchitecturesAuto) {
-		return true
-	}
-	ns := &metav1.PartialObjectMetadata{}
-	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err := m.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
-		return false
-	}
-	return workload.IsArchitecturesAuto(ns.Labels[annotations.Architectures])
+	return workload.ArchitecturesOptedIn(ctx, m.Reader, namespace, pod, info)
 }

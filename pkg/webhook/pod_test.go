@@ -116,8 +116,20 @@ func TestPodMutator(t *testing.T) {
 			p.Annotations = map[string]string{annotations.Strategy: good, MirrorPodAnnotation: "x"}
 		})},
 		{name: "pod with nodeName", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) { p.Spec.NodeName = "n1" })},
-		{name: "already decided (reinvocation)", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
+		{name: "client-written decision: removed, then gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Group: "karpenter.sh/capacity-type=spot", annotations.Fallback: "x", "team": "a"}
+		}), wantPatch: `[{"op":"remove","path":"/metadata/annotations/apportion.dev~1group"},{"op":"remove","path":"/metadata/annotations/apportion.dev~1fallback"},` + gatePatch[1:], wantWarned: true},
+		{name: "client-written decision without a strategy: removed, not gated", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.NodePool: "od", annotations.Decision: "{}", annotations.Signature: "forged"}
+		}), wantPatch: `[{"op":"remove","path":"/metadata/annotations/apportion.dev~1nodepool"},{"op":"remove","path":"/metadata/annotations/apportion.dev~1decision"},{"op":"remove","path":"/metadata/annotations/apportion.dev~1signature"}]`, wantWarned: true},
+		{name: "decision annotations in an excluded namespace: untouched", leader: true, namespace: "kube-system", pod: rsPod(func(p *corev1.Pod) {
 			p.Annotations = map[string]string{annotations.Group: "karpenter.sh/capacity-type=spot"}
+		})},
+		// Same kind as apps/v1, another API group: not followed, so not
+		// held for the gate timeout.
+		{name: "OpenKruise StatefulSet pod: not gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Strategy: good}
+			p.OwnerReferences[0].Kind, p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "StatefulSet", "apps.kruise.io/v1beta1", "db", "s1"
 		})},
 		{name: "already gated (reinvocation)", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
 			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
@@ -147,7 +159,7 @@ func TestPodMutator(t *testing.T) {
 			if warned := len(resp.Warnings) > 0; warned != tc.wantWarned {
 				t.Errorf("warnings = %q, want warned=%v", resp.Warnings, tc.wantWarned)
 			}
-			if tc.wantWarned && !strings.Contains(resp.Warnings[0], `group 1, item 2 "weight=x"`) {
+			if tc.wantWarned && !strings.Contains(resp.Warnings[0], `group 1, item 2 "weight=x"`) && !strings.Contains(resp.Warnings[0], "only apportion writes its decisions") {
 				t.Errorf("warning %q does not carry the parser's message", resp.Warnings[0])
 			}
 		})

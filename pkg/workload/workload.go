@@ -109,23 +109,40 @@ var ErrNotCached = errors.New("owner not in cache")
 // ReplicaSet's UID is already per revision. Empty for pods apportion does not
 // follow.
 func OwnerKey(pod *corev1.Pod) string {
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	switch {
+	case owner == nil:
 		return ""
-	}
-	switch owner.Kind {
-	case ReplicaSetGVK.Kind:
+	case Is(owner, ReplicaSetGVK):
 		return string(owner.UID)
-	case StatefulSetGVK.Kind:
+	case Is(owner, StatefulSetGVK):
 		return string(owner.UID) + "/" + pod.Labels[ControllerRevisionHashKey]
 	}
 	return ""
 }
 
-// IsDaemonSetPod reports whether a DaemonSet controls the pod.
+// Is reports whether ref names an object of gvk's API group and kind, at any
+// version. The kind alone is not enough: other projects reuse the names
+// (OpenKruise's apps.kruise.io StatefulSet, for one), and their controllers
+// behave differently.
+func Is(ref *metav1.OwnerReference, gvk schema.GroupVersionKind) bool {
+	if ref == nil || ref.Kind != gvk.Kind {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == gvk.Group
+}
+
+// Recreated reports whether the pod's controller is an apps/v1 ReplicaSet or
+// StatefulSet, which makes a new pod when this one is deleted or evicted.
+func Recreated(pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	return Is(owner, ReplicaSetGVK) || Is(owner, StatefulSetGVK)
+}
+
+// IsDaemonSetPod reports whether an apps/v1 DaemonSet controls the pod.
 func IsDaemonSetPod(pod *corev1.Pod) bool {
-	owner := metav1.GetControllerOf(pod)
-	return owner != nil && owner.Kind == DaemonSetGVK.Kind
+	return Is(metav1.GetControllerOfNoCopy(pod), DaemonSetGVK)
 }
 
 // Resolve follows the pod's owners through the metadata caches. namespace is
@@ -138,14 +155,14 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	for _, opt := range opts {
 		opt(&o)
 	}
-	owner := metav1.GetControllerOf(pod)
+	owner := metav1.GetControllerOfNoCopy(pod)
 	if owner == nil {
 		return nil, nil
 	}
 	var top *metav1.PartialObjectMetadata
 	info := &Info{}
-	switch owner.Kind {
-	case ReplicaSetGVK.Kind:
+	switch {
+	case Is(owner, ReplicaSetGVK):
 		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
 		if err != nil {
 			return nil, err
@@ -154,17 +171,17 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		top = rs
 		if up := metav1.GetControllerOfNoCopy(rs); up != nil {
 			switch {
-			case up.Kind == DeploymentGVK.Kind && strings.HasPrefix(up.APIVersion, "apps/"):
+			case Is(up, DeploymentGVK):
 				if top, err = get(ctx, r, DeploymentGVK, namespace, up.Name, up.UID); err != nil {
 					return nil, err
 				}
-			case up.Kind == RolloutGVK.Kind && strings.HasPrefix(up.APIVersion, "argoproj.io/"):
+			case Is(up, RolloutGVK):
 				if top, err = get(ctx, r, RolloutGVK, namespace, up.Name, up.UID); err != nil {
 					return nil, err
 				}
 			}
 		}
-	case StatefulSetGVK.Kind:
+	case Is(owner, StatefulSetGVK):
 		sts, err := get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
 		if err != nil {
 			return nil, err
@@ -212,6 +229,23 @@ func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, name
 	}
 	obj.SetGroupVersionKind(gvk)
 	return obj, nil
+}
+
+// ArchitecturesOptedIn reports whether a pod without a strategy asked to be
+// placed by architecture: its pod template (the pod's own annotations) or
+// its workload (info, nil for a bare pod) annotated, or its namespace
+// labelled, apportion.dev/architectures: auto. The namespace is read from r
+// (a metadata cache); a namespace that cannot be read has not opted in.
+func ArchitecturesOptedIn(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, info *Info) bool {
+	if IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || (info != nil && info.ArchitecturesAuto) {
+		return true
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := r.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return false
+	}
+	return IsArchitecturesAuto(ns.Labels[annotations.Architectures])
 }
 
 // IsArchitecturesAuto reports whether v asks for architecture-only placement.

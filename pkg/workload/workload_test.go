@@ -66,6 +66,10 @@ func TestResolve(t *testing.T) {
 		{name: "ReplicaSet not cached", pod: pod(owner("ReplicaSet", "apps/v1", "new", "rs9"), nil, nil), ownerKey: "rs9", err: ErrNotCached},
 		{name: "owner replaced (other uid)", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "old"), nil, nil), ownerKey: "old", err: ErrNotCached},
 		{name: "Job pod: not followed", pod: pod(owner("Job", "batch/v1", "j", "j1"), nil, nil)},
+		// Same kind, other API group: OpenKruise's Advanced StatefulSet and
+		// CloneSet-made ReplicaSet look-alikes are not followed.
+		{name: "OpenKruise StatefulSet: not followed", pod: pod(owner("StatefulSet", "apps.kruise.io/v1beta1", "db", "s1"), map[string]string{ControllerRevisionHashKey: "db-7f"}, nil)},
+		{name: "ReplicaSet of another group: not followed", pod: pod(owner("ReplicaSet", "example.com/v1", "nginx-abc", "rs1"), nil, nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			info, err := Resolve(context.Background(), client.Reader(cache), "web", tc.pod)
@@ -129,5 +133,28 @@ func TestResolveWithPolicies(t *testing.T) {
 	}
 	if info, _ := Resolve(context.Background(), cache, "web", pod("plain-1", "rs1")); info.Found {
 		t.Fatalf("without WithPolicies: %+v", info)
+	}
+}
+
+func TestOwnerKindsByGroup(t *testing.T) {
+	for _, tc := range []struct {
+		kind, apiVersion    string
+		daemonSet, recreate bool
+	}{
+		{"DaemonSet", "apps/v1", true, false},
+		{"DaemonSet", "apps.kruise.io/v1alpha1", false, false},
+		{"ReplicaSet", "apps/v1", false, true},
+		{"StatefulSet", "apps/v1", false, true},
+		{"StatefulSet", "apps.kruise.io/v1beta1", false, false},
+		{"ReplicaSet", "v1", false, false},
+		{"ReplicaSet", "not/a/version", false, false},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: owner(tc.kind, tc.apiVersion, "x", "u1")}}
+		if got := IsDaemonSetPod(pod); got != tc.daemonSet {
+			t.Errorf("%s %s: IsDaemonSetPod = %v, want %v", tc.apiVersion, tc.kind, got, tc.daemonSet)
+		}
+		if got := Recreated(pod); got != tc.recreate {
+			t.Errorf("%s %s: Recreated = %v, want %v", tc.apiVersion, tc.kind, got, tc.recreate)
+		}
 	}
 }

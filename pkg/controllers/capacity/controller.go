@@ -66,7 +66,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -315,7 +314,7 @@ func scopeOf(pod *corev1.Pod, info *workload.Info) string {
 // queueDeletion queues the pod for the deleter if its controller recreates
 // it and deletions are on.
 func (c *Controller) queueDeletion(pod *corev1.Pod) {
-	if c.opts.DeleteQPS > 0 && recreated(pod) {
+	if c.opts.DeleteQPS > 0 && workload.Recreated(pod) {
 		c.deletions.add(client.ObjectKeyFromObject(pod))
 	}
 }
@@ -619,7 +618,7 @@ func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *core
 		return nil
 	}
 	key, ok := c.keyOf(pod)
-	if !ok || !recreated(pod) {
+	if !ok || !workload.Recreated(pod) {
 		return nil
 	}
 	info, ref := c.resolve(ctx, pod)
@@ -652,16 +651,6 @@ func (c *Controller) awaitingNode(ctx context.Context, pod *corev1.Pod, pool str
 	since, _ := unschedulableSince(pod)
 	failedSince := !pe.failedAt.IsZero() && !pe.failedAt.Before(since.Add(-time.Second)) && !newest.After(pe.failedAt)
 	return !failedSince && until.After(now)
-}
-
-// recreated: a ReplicaSet or StatefulSet controls the pod and will replace
-// it. Bare pods, DaemonSet pods and other controllers' are never deleted.
-func recreated(pod *corev1.Pod) bool {
-	owner := metav1.GetControllerOfNoCopy(pod)
-	if owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") {
-		return false
-	}
-	return owner.Kind == workload.ReplicaSetGVK.Kind || owner.Kind == workload.StatefulSetGVK.Kind
 }
 
 // runGauge keeps apportion_capacity_unavailable current as outages end.

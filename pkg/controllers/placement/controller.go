@@ -92,6 +92,7 @@ type Controller struct {
 	nodes      client.Reader // node metadata, to count strays; nil: not counted
 	images     Images        // nil: no image is inspected
 	imageWait  time.Duration
+	archForAll bool // place every pod without a strategy by architecture, not only those opted in
 	signer     *decision.Signer
 	resolve    []workload.Option // PlacementPolicies, when their CRD is installed
 
@@ -146,6 +147,26 @@ func (c *Controller) WithImages(images Images, timeout time.Duration) *Controlle
 	return c
 }
 
+// ArchitecturesForAll places every gated pod without a strategy by
+// architecture (--architectures=all). Without it, only the pods whose
+// template, workload or namespace opted in with apportion.dev/architectures:
+// auto are; the others are released unchanged, whatever gated them.
+func (c *Controller) ArchitecturesForAll(all bool) *Controller {
+	c.archForAll = all
+	return c
+}
+
+// byArchitecture reports whether a gated pod without a strategy is placed
+// by architecture. The gate alone does not say so: the webhook gates the
+// pods of a ReplicaSet its cache has not seen yet before it knows whether
+// the workload asked for anything.
+func (c *Controller) byArchitecture(ctx context.Context, pod *corev1.Pod, info *workload.Info) bool {
+	if c.images == nil {
+		return false
+	}
+	return c.archForAll || workload.ArchitecturesOptedIn(ctx, c.kubeClient, pod.Namespace, pod, info)
+}
+
 // Name is the controller's name in logs and metrics.
 func (c *Controller) Name() string { return "placement" }
 
@@ -188,7 +209,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	key := workload.OwnerKey(pod)
 	if key == "" {
-		if c.images != nil {
+		if c.byArchitecture(ctx, pod, nil) {
 			return c.placeByArchitecture(ctx, pod, podRef)
 		}
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
@@ -202,15 +223,13 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return c.release(ctx, pod, ReasonError, err)
 	case err != nil:
 		return c.release(ctx, pod, ReasonError, err)
-	case info == nil && c.images != nil:
+	case info == nil && c.byArchitecture(ctx, pod, nil):
 		return c.placeByArchitecture(ctx, pod, podRef)
 	case info == nil:
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
 	case info.Skip:
 		return c.release(ctx, pod, ReasonSkipped, nil)
-	case !info.Found && c.images != nil:
-		// Gated without a strategy: the webhook asked for placement by
-		// architecture alone.
+	case !info.Found && c.byArchitecture(ctx, pod, info):
 		return c.placeByArchitecture(ctx, pod, workloadRef(info))
 	case !info.Found:
 		return c.release(ctx, pod, ReasonNoStrategy, nil)

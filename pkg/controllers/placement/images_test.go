@@ -179,7 +179,8 @@ func TestUserArchitectureIsRespected(t *testing.T) {
 // namespace opted in) gets the architectures only: no group and no NodePool
 // pin, so that Karpenter falls back across its pools as for any pod.
 func TestArchitectureOnlyPlacement(t *testing.T) {
-	f := newFixture(t, nil, asObjects(archPools())...)
+	optedIn := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{annotations.Architectures: "auto"}}}
+	f := newFixture(t, nil, append(asObjects(archPools()), optedIn)...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/arm64only:1", "arm64")}, time.Second)
 	pod := f.reconcile(t, f.gatedPod(t, 0))
 	if _, ok := pod.Annotations[annotations.Group]; ok || len(pod.Spec.SchedulingGates) != 0 {
@@ -228,5 +229,36 @@ func TestStraysCountByTheirNode(t *testing.T) {
 	pod := f.reconcile(t, f.gatedPod(t, 0))
 	if pod.Annotations[annotations.Group] != "karpenter.sh/capacity-type=spot" || !strings.Contains(pod.Annotations[annotations.Decision], `"counts":[0,0],"strays":[2,0]`) {
 		t.Fatalf("group %q decision %s: want spot after counting the 2 strays as on-demand", pod.Annotations[annotations.Group], pod.Annotations[annotations.Decision])
+	}
+}
+
+// TestGatedWithoutOptInIsReleasedUnchanged: the webhook gates the pods of a
+// ReplicaSet its cache has not seen yet before it knows what the workload
+// asked for. Once resolved, a Deployment with no strategy, no policy and no
+// architecture opt-in gets its pods back unchanged: no NodePool pin, no
+// architecture, no annotation. With --architectures=all they are placed by
+// architecture.
+func TestGatedWithoutOptInIsReleasedUnchanged(t *testing.T) {
+	f := newFixture(t, nil, asObjects(archPools())...)
+	f.ctrl.WithImages(&fakeImages{res: result("example.com/app:1", "amd64")}, time.Second)
+	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "bare", CreationTimestamp: metav1.NewTime(now)},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	if err := f.client.Create(context.Background(), bare); err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range []*corev1.Pod{f.gatedPod(t, 0), bare} {
+		got := f.reconcile(t, pod)
+		if len(got.Spec.SchedulingGates) != 0 || got.Spec.Affinity != nil || len(got.Spec.Tolerations) != 0 {
+			t.Fatalf("%s: gates %v affinity %+v tolerations %v: want released unchanged", pod.Name, got.Spec.SchedulingGates, got.Spec.Affinity, got.Spec.Tolerations)
+		}
+		for k := range got.Annotations {
+			if strings.HasPrefix(k, annotations.Prefix) {
+				t.Fatalf("%s: annotation %s: want none of apportion's", pod.Name, k)
+			}
+		}
+	}
+	f.ctrl.ArchitecturesForAll(true)
+	if got := f.reconcile(t, f.gatedPod(t, 1)); len(requiredArch(got)) != 1 {
+		t.Fatalf("--architectures=all: arch %v, want amd64", requiredArch(got))
 	}
 }

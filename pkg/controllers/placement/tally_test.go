@@ -15,7 +15,7 @@ import (
 
 func tallyPod(uid, group string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: uid, UID: types.UID(uid),
-		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", UID: "rs1", Controller: ptr.To(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs1", Controller: ptr.To(true)}}}}
 	if group != "" {
 		p.Annotations = map[string]string{annotations.Group: group}
 	}
