@@ -22,6 +22,10 @@ import (
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
+// FallbackSeparator separates the group keys of the apportion.dev/fallback
+// annotation.
+const FallbackSeparator = ";"
+
 // PreferredWeight is the weight of the preferred term written in preferred
 // mode: the highest, so it outranks the user's own preferences.
 const PreferredWeight = 100
@@ -146,6 +150,11 @@ func Apply(pod *corev1.Pod, d Decision) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 		}
 	}
+	// A decision annotation the pod already carries (written by a client,
+	// or by an earlier decision) must not survive into this one: a
+	// client-written fallback next to a signed group would read as part of
+	// apportion's decision.
+	Strip(pod)
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
@@ -159,7 +168,7 @@ func Apply(pod *corev1.Pod, d Decision) {
 		pod.Annotations[annotations.Architectures] = strings.Join(d.Architectures, ",")
 	}
 	if len(d.Fallback) > 0 {
-		pod.Annotations[annotations.Fallback] = strings.Join(d.Fallback, ";")
+		pod.Annotations[annotations.Fallback] = strings.Join(d.Fallback, FallbackSeparator)
 	}
 	if d.Signature != "" {
 		pod.Annotations[annotations.Signature] = d.Signature
@@ -168,6 +177,19 @@ func Apply(pod *corev1.Pod, d Decision) {
 	pod.Annotations[annotations.Decision] = string(rec)
 	RemoveGate(pod)
 }
+
+// Strip removes the annotations only apportion writes on a decided pod: the
+// group, the NodePool, the fallback, the signature and the decision record.
+// The architectures annotation stays: on a pod it may be the user's
+// apportion.dev/architectures: auto opt-in, which a decision overwrites.
+func Strip(pod *corev1.Pod) {
+	for _, k := range owned {
+		delete(pod.Annotations, k)
+	}
+}
+
+// owned are the annotations Strip removes.
+var owned = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature, annotations.Decision}
 
 func nodeAffinity(pod *corev1.Pod) *corev1.NodeAffinity {
 	if pod.Spec.Affinity == nil {

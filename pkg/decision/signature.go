@@ -23,8 +23,8 @@ const MinKeySize = 32
 // Annotations are tenant input: anyone who can create or patch a pod can
 // write apportion.dev/group or apportion.dev/nodepool on it. A decision counts
 // only with a signature made with the key every replica shares, over the
-// pod's UID (so a signature cannot be copied to another pod), its group and
-// its NodePool.
+// pod's UID (so a signature cannot be copied to another pod), its group, its
+// NodePool and its fallback list.
 type Signer struct {
 	key []byte
 }
@@ -61,11 +61,24 @@ func LoadSigner(path string) (*Signer, error) {
 
 // Sign is the signature of a decision for group (empty for an
 // architecture-only decision) and nodePool (empty in node-label mode) on the
-// pod with uid.
-func (s *Signer) Sign(uid types.UID, group, nodePool string) string {
+// pod with uid, placed while the groups fallback were out of capacity (none
+// for a decision made with every group available). Without a fallback the
+// signed message is the one earlier releases signed, so their decisions keep
+// verifying after an upgrade (those with a fallback count as undecided).
+func (s *Signer) Sign(uid types.UID, group, nodePool string, fallback ...string) string {
+	return s.sign(uid, group, nodePool, strings.Join(fallback, FallbackSeparator))
+}
+
+// sign takes the fallback as the annotation holds it.
+func (s *Signer) sign(uid types.UID, group, nodePool, fallback string) string {
 	mac := hmac.New(sha256.New, s.key)
-	// NUL cannot occur in a UID, a group key or a NodePool name.
-	mac.Write([]byte(string(uid) + "\x00" + group + "\x00" + nodePool))
+	// NUL cannot occur in a UID, a group key, a NodePool name or a list of
+	// group keys.
+	msg := string(uid) + "\x00" + group + "\x00" + nodePool
+	if fallback != "" {
+		msg += "\x00" + fallback
+	}
+	mac.Write([]byte(msg))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16])
 }
 
@@ -73,16 +86,48 @@ func (s *Signer) Sign(uid types.UID, group, nodePool string) string {
 // decision.
 var ErrUnsigned = errors.New("decision annotations without apportion's signature")
 
-// Verify reports whether the pod's decision (its group and NodePool
-// annotations) carries a valid signature: nil when apportion wrote it.
+// Verify reports whether the pod's decision (its group, NodePool and
+// fallback annotations) carries a valid signature: nil when apportion wrote
+// it. A nil Signer verifies nothing.
 func (s *Signer) Verify(pod *corev1.Pod) error {
+	if s == nil || pod == nil {
+		return ErrUnsigned
+	}
 	sig, ok := pod.Annotations[annotations.Signature]
 	if !ok || pod.UID == "" {
 		return ErrUnsigned
 	}
-	want := s.Sign(pod.UID, pod.Annotations[annotations.Group], pod.Annotations[annotations.NodePool])
+	want := s.sign(pod.UID, pod.Annotations[annotations.Group], pod.Annotations[annotations.NodePool], pod.Annotations[annotations.Fallback])
 	if !hmac.Equal([]byte(sig), []byte(want)) {
 		return ErrUnsigned
 	}
 	return nil
+}
+
+// Verified is a pod's decision as apportion wrote it.
+type Verified struct {
+	// Group is the group key; "" for an architecture-only decision.
+	Group string
+	// NodePool is the pinned NodePool; "" in node-label mode and for
+	// architecture-only decisions.
+	NodePool string
+	// Fallback lists the groups that were out of capacity when the pod
+	// was placed; nil when every group was available.
+	Fallback []string
+}
+
+// Read returns the pod's decision when apportion signed it. ok is false for
+// a pod without a decision and for one whose decision annotations a client
+// wrote or changed (kubectl annotate, a forged create the webhook did not
+// see): every consumer treats such a pod exactly as an undecided one.
+func (s *Signer) Read(pod *corev1.Pod) (v Verified, ok bool) {
+	if s.Verify(pod) != nil {
+		return Verified{}, false
+	}
+	v.Group = pod.Annotations[annotations.Group]
+	v.NodePool = pod.Annotations[annotations.NodePool]
+	if fb := pod.Annotations[annotations.Fallback]; fb != "" {
+		v.Fallback = strings.Split(fb, FallbackSeparator)
+	}
+	return v, true
 }

@@ -318,7 +318,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 	if !d.ArchitectureOnly {
 		group = d.Group.Key()
 	}
-	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool)
+	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool, d.Fallback...)
 	patched := pod.DeepCopy()
 	decision.Apply(patched, d)
 	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
