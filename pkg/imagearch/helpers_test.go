@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // testRegistry is go-containerregistry's in-memory registry on 127.0.0.1,
@@ -197,4 +198,9 @@ func platformStrings(ps []Platform) []string {
 		out[k] = p.String()
 	}
 	return out
+}
+
+// newTestInspector is New for the tests' registries on 127.0.0.1.
+func newTestInspector(kube kubernetes.Interface, opts Options) *Inspector {
+	return New(kube, opts)
 }

@@ -26,11 +26,11 @@ const attestationAnnotation = "vnd.docker.reference.type"
 
 // imageError is an answer about the image (bad reference, unauthorized,
 // forbidden, not found, no platform): the registry works, so it does not
-// count against the registry's breaker.
-type imageError struct{ err error }
+// count against the registry's breaker. Its text is apportion's own (see
+// redacted).
+type imageError struct{ msg string }
 
-func (e *imageError) Error() string { return e.err.Error() }
-func (e *imageError) Unwrap() error { return e.err }
+func (e *imageError) Error() string { return e.msg }
 
 func isImageError(err error) bool {
 	if err == nil {
@@ -53,7 +53,8 @@ func isImageError(err error) bool {
 func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) ([]Platform, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return nil, &imageError{fmt.Errorf("parsing reference: %w", err)}
+		// The reference is the pod's own text, not the server's.
+		return nil, &imageError{"parsing reference: " + err.Error()}
 	}
 	host := r.Context().RegistryStr()
 	br := i.breakers.get(ctx, host)
@@ -65,7 +66,7 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 	ps, err := br.Execute(func() ([]Platform, error) {
 		start := time.Now()
 		defer func() { metrics.ImageRegistrySeconds.Observe(time.Since(start).Seconds()) }()
-		return i.remotePlatforms(ctx, r, kc)
+		return i.remotePlatforms(ctx, r, host, kc)
 	})
 	if isBreakerRejection(err) {
 		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
@@ -75,7 +76,7 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 
 // remotePlatforms GETs the manifest once; an index gives its entries'
 // platforms, a single image its config's (one more GET, of the config blob).
-func (i *Inspector) remotePlatforms(ctx context.Context, r name.Reference, kc authn.Keychain) ([]Platform, error) {
+func (i *Inspector) remotePlatforms(ctx context.Context, r name.Reference, host string, kc authn.Keychain) ([]Platform, error) {
 	desc, err := remote.Get(r,
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(kc),
@@ -86,34 +87,39 @@ func (i *Inspector) remotePlatforms(ctx context.Context, r name.Reference, kc au
 		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("getting manifest: %w", err)
+		return nil, registryError(host, "getting the manifest", err)
 	}
 	switch desc.MediaType {
 	case types.OCIImageIndex, types.DockerManifestList:
 		idx, err := v1.ParseIndexManifest(bytes.NewReader(desc.Manifest))
 		if err != nil {
-			return nil, &imageError{fmt.Errorf("parsing index: %w", err)}
+			return nil, &imageError{"the index is not valid JSON"}
 		}
 		ps := indexPlatforms(idx)
 		if len(ps) == 0 {
-			return nil, &imageError{errors.New("index lists no platform")}
+			return nil, &imageError{"index lists no platform"}
 		}
 		return ps, nil
 	case types.OCIManifestSchema1, types.DockerManifestSchema2:
 		img, err := desc.Image()
 		if err != nil {
-			return nil, &imageError{fmt.Errorf("reading image: %w", err)}
+			return nil, &imageError{"the image manifest is not valid"}
 		}
 		cf, err := img.ConfigFile()
 		if err != nil {
-			return nil, fmt.Errorf("getting config: %w", err)
+			return nil, registryError(host, "getting the image config", err)
 		}
 		if cf.OS == "" || cf.Architecture == "" {
-			return nil, &imageError{errors.New("image config names no os/architecture")}
+			return nil, &imageError{"image config names no os/architecture"}
 		}
 		return []Platform{platform(cf.OS, cf.Architecture, cf.Variant)}, nil
 	default:
-		return nil, &imageError{fmt.Errorf("unsupported manifest media type %q", desc.MediaType)}
+		// The media type is the server's Content-Type: named only when it
+		// is one of the known ones (a Docker schema 1 manifest, an artifact).
+		if knownMediaTypes[desc.MediaType] {
+			return nil, &imageError{fmt.Sprintf("unsupported manifest media type %q", desc.MediaType)}
+		}
+		return nil, &imageError{"unsupported manifest media type"}
 	}
 }
 
@@ -201,4 +207,17 @@ func intern(s string) string {
 		return "v8"
 	}
 	return s
+}
+
+// knownMediaTypes are the media types an error may quote: those
+// go-containerregistry names and the common web ones (a host that is no
+// registry answered).
+var knownMediaTypes = map[types.MediaType]bool{
+	types.OCIContentDescriptor: true, types.OCIConfigJSON: true, types.OCIEmptyJSON: true,
+	types.OCILayer: true, types.OCILayerZStd: true, types.OCIRestrictedLayer: true,
+	types.OCIUncompressedLayer: true, types.OCIUncompressedRestrictedLayer: true,
+	types.DockerManifestSchema1: true, types.DockerManifestSchema1Signed: true,
+	types.DockerLayer: true, types.DockerConfigJSON: true, types.DockerPluginConfig: true,
+	types.DockerForeignLayer: true, types.DockerUncompressedLayer: true,
+	"application/json": true, "text/plain": true, "text/html": true, "application/octet-stream": true,
 }
