@@ -4,6 +4,24 @@
 // the webhook server reads (controller-runtime's certwatcher reloads it), and
 // sets the CA bundle of the webhook configurations.
 //
+// A new CA never signs a certificate that a replica serves before the API
+// server trusts it. The CA is replaced in three steps, each a pass of a
+// replica, the last two of the same one (see renew):
+//
+//	pass   Secret                                       CA bundles
+//	n      ca.crt=A, ca-next.crt=B (staged)             A + B (written by the pass)
+//	n+1    unchanged: B found in every bundle once      A + B
+//	n+2    B found again: ca.crt=B, ca-previous.crt=A,  B + A
+//	       serving certificate signed by B
+//	later  A expires and leaves the Secret              B
+//
+// The serving certificate the Secret holds is therefore always signed by a
+// CA that every bundle held in two passes of one replica, an interval apart,
+// so every replica that loads it from the Secret serves a certificate the API
+// servers already trust. A is trusted until it expires, and nothing it
+// signed outlives it. With no working serving certificate to keep (the first
+// start, or everything expired), a new CA signs at once.
+//
 // The certificates come from cert-controller's generators, but not through
 // its AddRotator: that starts its own cache, which needs list and watch on
 // every Secret of the namespace (Helm's release Secrets included) and on every
@@ -46,6 +64,11 @@ import (
 // names.
 const (
 	CAKeyKey = "ca.key"
+	// NextCACertKey and NextCAKeyKey hold the staged CA: in the webhook
+	// configurations' bundles, but signing nothing until every bundle holds
+	// it.
+	NextCACertKey = "ca-next.crt"
+	NextCAKeyKey  = "ca-next.key"
 	// PreviousCACertKey holds the CA that was replaced, until it expires, so
 	// that the webhook configurations trust both during the overlap.
 	PreviousCACertKey = "ca-previous.crt"
@@ -109,6 +132,9 @@ type Rotator struct {
 	// missing holds the webhook configurations last found absent, so that
 	// each absence is logged once, not on every retry.
 	missing map[string]bool
+	// sighted is the staged CA this replica's last pass found in every CA
+	// bundle; the next pass that finds it again puts it to use.
+	sighted []byte
 }
 
 // NewRotator builds a Rotator. reader must read from the API server (the
@@ -192,12 +218,25 @@ func (r *Rotator) sync(ctx context.Context) (pending bool, err error) {
 func (r *Rotator) reconcileSecret(ctx context.Context) (map[string][]byte, error) {
 	key := types.NamespacedName{Namespace: r.config.Namespace, Name: r.config.SecretName}
 	var data map[string][]byte
+	// Sightings count once per pass, however often a conflict retries.
+	sightedBefore, sighted := r.sighted, []byte(nil)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var secret corev1.Secret
 		if err := r.reader.Get(ctx, key, &secret); err != nil {
 			return fmt.Errorf("getting Secret %s: %w", key, err)
 		}
-		renewed, rotated, changed, err := r.renew(secret.Data, r.clock.Now())
+		sighted = nil
+		if next := secret.Data[NextCACertKey]; len(next) > 0 {
+			held, err := r.bundlesHold(ctx, next)
+			if err != nil {
+				log.FromContext(ctx).Error(err, "reading the CA bundles; the staged CA waits")
+			}
+			if held {
+				sighted = next
+			}
+		}
+		trusted := sighted != nil && bytes.Equal(sighted, sightedBefore)
+		renewed, rotated, changed, err := r.renew(secret.Data, r.clock.Now(), trusted)
 		if err != nil {
 			return err
 		}
@@ -212,50 +251,87 @@ func (r *Rotator) reconcileSecret(ctx context.Context) (map[string][]byte, error
 		for _, kind := range rotated {
 			metrics.CertificateRotationsTotal.WithLabelValues(kind).Inc()
 		}
-		if len(rotated) > 0 {
-			log.FromContext(ctx).Info("stored new certificates", "kinds", rotated,
-				"caExpiry", expiry(renewed[CACertKey]), "servingExpiry", expiry(renewed[CertKey]))
-		}
+		log.FromContext(ctx).Info("stored the certificates", "generated", rotated,
+			"caExpiry", expiry(renewed[CACertKey]), "stagedCAExpiry", expiry(renewed[NextCACertKey]),
+			"servingExpiry", expiry(renewed[CertKey]))
 		data = renewed
 		return nil
 	})
+	r.sighted = sighted
 	return data, err
 }
 
 // renew returns the Secret's data as it should be at now, the kinds of
 // certificate it generated, and whether anything differs from data.
-func (r *Rotator) renew(data map[string][]byte, now time.Time) (out map[string][]byte, rotated []string, changed bool, err error) {
+// nextTrusted says that every CA bundle held the staged CA in this pass and
+// the one before.
+func (r *Rotator) renew(data map[string][]byte, now time.Time, nextTrusted bool) (out map[string][]byte, rotated []string, changed bool, err error) {
 	out = maps.Clone(data)
 	if out == nil {
 		out = map[string][]byte{}
 	}
 	gen := r.generator()
 	lookahead := now.Add(r.config.RenewBefore)
-	ca, err := parseCA(out[CACertKey], out[CAKeyKey], lookahead)
-	if err == nil && outlives(ca.Cert, now, r.config.CAValidity) {
-		err = errors.New("the CA outlives --ca-validity")
-	}
-	if err != nil {
-		// Replicas that have not read the new serving certificate yet still
-		// serve one the outgoing CA signed: keep trusting it until it expires.
-		if old, err := parseCert(data[CACertKey]); err == nil && now.Before(old.NotAfter) {
-			out[PreviousCACertKey] = data[CACertKey]
-		} else {
-			delete(out, PreviousCACertKey)
-		}
-		if ca, err = gen.CreateCACert(now.Add(-backdate), now.Add(r.config.CAValidity)); err != nil {
-			return nil, nil, false, fmt.Errorf("generating the CA: %w", err)
-		}
-		out[CACertKey], out[CAKeyKey] = ca.CertPEM, ca.KeyPEM
-		rotated = append(rotated, KindCA)
-	} else if prev, ok := out[PreviousCACertKey]; ok {
+	if prev, ok := out[PreviousCACertKey]; ok {
 		if c, err := parseCert(prev); err != nil || !now.Before(c.NotAfter) {
 			delete(out, PreviousCACertKey)
 		}
 	}
-	if len(rotated) > 0 || !r.validServing(out, lookahead) || r.servingOutlives(out[CertKey], now) {
-		// A certificate does not outlive its issuer; the CA is valid past
-		// the lookahead, so the result is too.
+	ca, caErr := r.lastingCA(out[CACertKey], out[CAKeyKey], now)
+	next, nextErr := r.lastingCA(out[NextCACertKey], out[NextCAKeyKey], now)
+	// working: replicas serve a certificate the bundles trust, which a
+	// switch of CA must not break.
+	working := r.validServing(out, now)
+	reissue := false
+	switch {
+	case caErr == nil:
+		// A staged CA is not needed (the validity was lengthened again);
+		// nothing it signed was ever served.
+		delete(out, NextCACertKey)
+		delete(out, NextCAKeyKey)
+	case nextErr == nil && (nextTrusted || !working):
+		// Every bundle holds it (or nothing served works, so there is no
+		// trust to keep). An older previous CA goes: what it signed was
+		// replaced at the last switch, most of a CA's lifetime ago.
+		retire(out, data[CACertKey], now)
+		out[CACertKey], out[CAKeyKey] = next.CertPEM, next.KeyPEM
+		delete(out, NextCACertKey)
+		delete(out, NextCAKeyKey)
+		ca, reissue = next, true
+	case nextErr == nil:
+		// Staged, and waiting for every bundle to hold it.
+	case working:
+		staged, err := gen.CreateCACert(now.Add(-backdate), now.Add(r.config.CAValidity))
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("generating the CA: %w", err)
+		}
+		out[NextCACertKey], out[NextCAKeyKey] = staged.CertPEM, staged.KeyPEM
+		rotated = append(rotated, KindCA)
+	default:
+		// No replica serves a certificate that works: no trust to keep,
+		// and the quickest way back is a CA that signs at once.
+		if ca, err = gen.CreateCACert(now.Add(-backdate), now.Add(r.config.CAValidity)); err != nil {
+			return nil, nil, false, fmt.Errorf("generating the CA: %w", err)
+		}
+		retire(out, data[CACertKey], now)
+		out[CACertKey], out[CAKeyKey] = ca.CertPEM, ca.KeyPEM
+		delete(out, NextCACertKey)
+		delete(out, NextCAKeyKey)
+		rotated, reissue = append(rotated, KindCA), true
+	}
+	switch {
+	case reissue:
+	case caErr == nil:
+		reissue = !r.validServing(out, lookahead) || r.servingOutlives(out[CertKey], now)
+	default:
+		// While the next CA waits, the outgoing one, still trusted, only
+		// shortens a serving certificate that outlives --cert-validity: a
+		// renewal would end with that CA anyway.
+		signer, err := parseCA(out[CACertKey], out[CAKeyKey], now)
+		ca, reissue = signer, err == nil && r.servingOutlives(out[CertKey], now)
+	}
+	if reissue {
+		// A certificate does not outlive its issuer.
 		end := now.Add(r.config.CertValidity)
 		if ca.Cert.NotAfter.Before(end) {
 			end = ca.Cert.NotAfter
@@ -267,7 +343,28 @@ func (r *Rotator) renew(data map[string][]byte, now time.Time) (out map[string][
 		out[CertKey], out[KeyKey] = cert, key
 		rotated = append(rotated, KindServing)
 	}
-	return out, rotated, len(rotated) > 0 || len(out) != len(data), nil
+	return out, rotated, !maps.EqualFunc(out, data, bytes.Equal), nil
+}
+
+// retire keeps the outgoing CA as the previous one while it is valid:
+// replicas that have not read the new serving certificate yet still serve
+// one it signed.
+func retire(out map[string][]byte, caPEM []byte, now time.Time) {
+	if old, err := parseCert(caPEM); err == nil && now.Before(old.NotAfter) {
+		out[PreviousCACertKey] = caPEM
+	} else {
+		delete(out, PreviousCACertKey)
+	}
+}
+
+// lastingCA returns the CA if it is valid until the renewal window and does
+// not outlive --ca-validity.
+func (r *Rotator) lastingCA(certPEM, keyPEM []byte, now time.Time) (*rotator.KeyPairArtifacts, error) {
+	ca, err := parseCA(certPEM, keyPEM, now.Add(r.config.RenewBefore))
+	if err == nil && outlives(ca.Cert, now, r.config.CAValidity) {
+		err = errors.New("the CA outlives --ca-validity")
+	}
+	return ca, err
 }
 
 // outlives tells whether c ends later than a certificate issued now with
@@ -293,11 +390,11 @@ func (r *Rotator) generator() *rotator.CertRotator {
 }
 
 // validServing tells whether the serving pair was signed by the current CA,
-// covers every DNS name for server auth, and is still valid at lookahead.
-func (r *Rotator) validServing(data map[string][]byte, lookahead time.Time) bool {
+// covers every DNS name for server auth, and is still valid at the given time.
+func (r *Rotator) validServing(data map[string][]byte, at time.Time) bool {
 	usages := serverAuth
 	for _, name := range r.DNSNames() {
-		if ok, err := rotator.ValidCert(data[CACertKey], data[CertKey], data[KeyKey], name, &usages, lookahead); !ok || err != nil {
+		if ok, err := rotator.ValidCert(data[CACertKey], data[CertKey], data[KeyKey], name, &usages, at); !ok || err != nil {
 			return false
 		}
 	}
@@ -360,15 +457,17 @@ func setExpiry(data map[string][]byte) {
 	}
 }
 
-// Bundle is what the webhook configurations trust: the current CA and,
-// while it is kept, the previous one.
+// Bundle is what the webhook configurations trust: the current CA, the
+// staged one while it waits, and the previous one while it is kept.
 func Bundle(data map[string][]byte) []byte {
 	bundle := bytes.Clone(data[CACertKey])
-	if prev := data[PreviousCACertKey]; len(prev) > 0 {
-		if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
-			bundle = append(bundle, '\n')
+	for _, k := range []string{NextCACertKey, PreviousCACertKey} {
+		if ca := data[k]; len(ca) > 0 {
+			if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+				bundle = append(bundle, '\n')
+			}
+			bundle = append(bundle, ca...)
 		}
-		bundle = append(bundle, prev...)
 	}
 	return bundle
 }
@@ -419,22 +518,33 @@ func writeAtomic(path string, content []byte) (err error) {
 	return os.Rename(f.Name(), path)
 }
 
-// injectBundle makes the CA bundle of every webhook in both configurations
-// equal to bundle.
-func (r *Rotator) injectBundle(ctx context.Context, bundle []byte) (pending bool, err error) {
-	var errs []error
-	for _, c := range []struct {
-		kind, name string
-		new        func() client.Object
-	}{
+// configuration is one webhook configuration the Rotator manages.
+type configuration struct {
+	kind, name string
+	new        func() client.Object
+}
+
+// configurations lists the named webhook configurations.
+func (r *Rotator) configurations() []configuration {
+	var out []configuration
+	for _, c := range []configuration{
 		{"MutatingWebhookConfiguration", r.config.MutatingWebhookConfiguration,
 			func() client.Object { return &admissionregistrationv1.MutatingWebhookConfiguration{} }},
 		{"ValidatingWebhookConfiguration", r.config.ValidatingWebhookConfiguration,
 			func() client.Object { return &admissionregistrationv1.ValidatingWebhookConfiguration{} }},
 	} {
-		if c.name == "" {
-			continue
+		if c.name != "" {
+			out = append(out, c)
 		}
+	}
+	return out
+}
+
+// injectBundle makes the CA bundle of every webhook in both configurations
+// equal to bundle.
+func (r *Rotator) injectBundle(ctx context.Context, bundle []byte) (pending bool, err error) {
+	var errs []error
+	for _, c := range r.configurations() {
 		found, err := r.injectInto(ctx, c.kind, c.name, c.new, bundle)
 		if err != nil {
 			errs = append(errs, err)
@@ -442,6 +552,45 @@ func (r *Rotator) injectBundle(ctx context.Context, bundle []byte) (pending bool
 		pending = pending || !found
 	}
 	return pending, errors.Join(errs...)
+}
+
+// bundlesHold tells whether the CA bundle of every webhook in both
+// configurations, as the API server returns it now, holds the certificate
+// caPEM. A configuration that does not exist calls no webhook, so it holds
+// nothing back.
+func (r *Rotator) bundlesHold(ctx context.Context, caPEM []byte) (bool, error) {
+	want, err := parseCert(caPEM)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range r.configurations() {
+		obj := c.new()
+		if err := r.reader.Get(ctx, client.ObjectKey{Name: c.name}, obj); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return false, fmt.Errorf("getting %s %s: %w", c.kind, c.name, err)
+		}
+		_, bundles := webhookBundles(obj)
+		for _, b := range bundles {
+			if !holds(b, want) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// holds tells whether the PEM bundle contains cert.
+func holds(bundle []byte, cert *x509.Certificate) bool {
+	for {
+		var block *pem.Block
+		if block, bundle = pem.Decode(bundle); block == nil {
+			return false
+		}
+		if block.Type == "CERTIFICATE" && bytes.Equal(block.Bytes, cert.Raw) {
+			return true
+		}
+	}
 }
 
 // injectInto patches one configuration. The patch tests each webhook's name
@@ -488,18 +637,7 @@ func (r *Rotator) injectInto(ctx context.Context, kind, name string, newObj func
 // bundlePatch is the JSON patch that sets bundle in every webhook of obj
 // that does not have it yet.
 func bundlePatch(obj client.Object, bundle []byte) []jsonpatch.Operation {
-	var names []string
-	var current [][]byte
-	switch c := obj.(type) {
-	case *admissionregistrationv1.MutatingWebhookConfiguration:
-		for _, w := range c.Webhooks {
-			names, current = append(names, w.Name), append(current, w.ClientConfig.CABundle)
-		}
-	case *admissionregistrationv1.ValidatingWebhookConfiguration:
-		for _, w := range c.Webhooks {
-			names, current = append(names, w.Name), append(current, w.ClientConfig.CABundle)
-		}
-	}
+	names, current := webhookBundles(obj)
 	var ops []jsonpatch.Operation
 	for i := range names {
 		if bytes.Equal(current[i], bundle) {
@@ -510,4 +648,20 @@ func bundlePatch(obj client.Object, bundle []byte) []jsonpatch.Operation {
 			jsonpatch.NewOperation("add", fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), bundle))
 	}
 	return ops
+}
+
+// webhookBundles returns the name and CA bundle of each webhook of a
+// configuration, in order.
+func webhookBundles(obj client.Object) (names []string, bundles [][]byte) {
+	switch c := obj.(type) {
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		for _, w := range c.Webhooks {
+			names, bundles = append(names, w.Name), append(bundles, w.ClientConfig.CABundle)
+		}
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		for _, w := range c.Webhooks {
+			names, bundles = append(names, w.Name), append(bundles, w.ClientConfig.CABundle)
+		}
+	}
+	return names, bundles
 }

@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,6 +108,18 @@ func bundles(t *testing.T, c client.Reader) [][]byte {
 		out = append(out, w.ClientConfig.CABundle)
 	}
 	return out
+}
+
+// configVersions is the resourceVersions of both configurations.
+func configVersions(t *testing.T, c client.Reader) string {
+	t.Helper()
+	var m admissionregistrationv1.MutatingWebhookConfiguration
+	var v admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := errors.Join(c.Get(context.Background(), client.ObjectKey{Name: mutating}, &m),
+		c.Get(context.Background(), client.ObjectKey{Name: validating}, &v)); err != nil {
+		t.Fatal(err)
+	}
+	return m.ResourceVersion + "," + v.ResourceVersion
 }
 
 func expectBundles(t *testing.T, c client.Reader, want []byte) {
@@ -246,8 +260,12 @@ func TestServingCertificateRenewedWithTheSameCA(t *testing.T) {
 	}
 	clk.Step(2 * time.Hour)
 	servingBefore := rotations(KindServing)
+	configsBefore := configVersions(t, c)
 	syncOK(t, r)
 	renewed := secretData(t, c)
+	if got := configVersions(t, c); got != configsBefore {
+		t.Errorf("the webhook configurations changed with the serving certificate (resourceVersions %s -> %s)", configsBefore, got)
+	}
 	if bytes.Equal(renewed[CertKey], first[CertKey]) || bytes.Equal(renewed[KeyKey], first[KeyKey]) {
 		t.Fatal("serving certificate not renewed within the renewal window")
 	}
@@ -267,24 +285,104 @@ func TestServingCertificateRenewedWithTheSameCA(t *testing.T) {
 	expectBundles(t, c, renewed[CACertKey])
 }
 
-func TestCANearExpiryIsReplacedAndBothAreTrusted(t *testing.T) {
+// trustGuard stands in for the writer of replicas and fails the test when a
+// write would have a replica serve a certificate the API server does not
+// trust: a Secret update that stores a serving certificate a webhook's CA
+// bundle does not verify at that moment (every replica loads what the Secret
+// holds), or a CA bundle patch after which a bundle no longer verifies the
+// Secret's serving certificate or the one a replica serves from its cert dir.
+type trustGuard struct {
+	t        *testing.T
+	clk      *clocktesting.FakeClock
+	replicas []*Rotator
+	// servingWrites counts the Secret updates that changed the serving
+	// certificate.
+	servingWrites int
+}
+
+func guard(t *testing.T, c client.WithWatch, clk *clocktesting.FakeClock, replicas ...*Rotator) *trustGuard {
+	t.Helper()
+	g := &trustGuard{t: t, clk: clk, replicas: replicas}
+	w := interceptor.NewClient(c, interceptor.Funcs{Update: g.update, Patch: g.patch})
+	for _, r := range replicas {
+		r.writer = w
+	}
+	return g
+}
+
+func (g *trustGuard) update(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+	if s, ok := obj.(*corev1.Secret); ok {
+		if stored := secretData(g.t, c); !bytes.Equal(stored[CertKey], s.Data[CertKey]) {
+			g.servingWrites++
+			g.trusted(c, "the serving certificate being stored", s.Data[CertKey], s.Data[KeyKey])
+		}
+	}
+	return c.Update(ctx, obj, opts...)
+}
+
+func (g *trustGuard) patch(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if err := c.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	data := secretData(g.t, c)
+	g.trusted(c, "after a CA bundle patch, the Secret's serving certificate", data[CertKey], data[KeyKey])
+	for i, r := range g.replicas {
+		cert, errCert := os.ReadFile(filepath.Join(r.config.CertDir, CertKey))
+		key, errKey := os.ReadFile(filepath.Join(r.config.CertDir, KeyKey))
+		if err := errors.Join(errCert, errKey); err != nil {
+			g.t.Errorf("replica %d: %v", i, err)
+			continue
+		}
+		g.trusted(c, fmt.Sprintf("after a CA bundle patch, the certificate replica %d serves", i), cert, key)
+	}
+	return nil
+}
+
+// trusted checks that every webhook's CA bundle, as stored now, verifies the
+// serving pair.
+func (g *trustGuard) trusted(c client.Reader, what string, certPEM, keyPEM []byte) {
+	g.t.Helper()
+	for i, b := range bundles(g.t, c) {
+		if err := verifies(g.t, b, certPEM, keyPEM, g.clk.Now()); err != nil {
+			g.t.Errorf("%s is not trusted by webhook %d's CA bundle: %v", what, i, err)
+		}
+	}
+}
+
+// A CA in its renewal window is replaced with no moment in which a replica
+// serves a certificate the API server does not trust: each serving
+// certificate is stored only once every CA bundle verifies it, and the old CA
+// stays in the bundles while a lagging replica still serves what it signed.
+func TestCARotationIsTrustedBeforeItIsServed(t *testing.T) {
 	c := cluster(t)
 	clk := clocktesting.NewFakeClock(start)
 	r := replica(t, c, clk)
 	syncOK(t, r)
 
-	// Another replica, last synced just before the CA's renewal window, still
-	// serves a certificate from the old CA.
+	// Just before the CA's renewal window, the serving certificate is
+	// renewed from the old CA and another replica loads it; that one then
+	// lags behind.
 	clk.SetTime(start.Add(config.CAValidity - config.RenewBefore - time.Hour))
 	lagging := replica(t, c, clk)
+	syncOK(t, r)
 	syncOK(t, lagging)
 	old := secretData(t, c)
+	g := guard(t, c, clk, r, lagging)
 
 	clk.Step(2 * time.Hour)
-	syncOK(t, r)
-	data := secretData(t, c)
-	if bytes.Equal(data[CACertKey], old[CACertKey]) {
-		t.Fatal("CA not replaced within its renewal window")
+	var data map[string][]byte
+	for pass := 1; ; pass++ {
+		syncOK(t, r)
+		if data = secretData(t, c); !bytes.Equal(data[CACertKey], old[CACertKey]) {
+			break
+		}
+		if pass == 5 {
+			t.Fatal("CA not replaced within 5 passes in its renewal window")
+		}
+		clk.Step(r.Interval())
+	}
+	if g.servingWrites == 0 {
+		t.Fatal("the new CA signed no serving certificate")
 	}
 	if !bytes.Equal(data[PreviousCACertKey], old[CACertKey]) {
 		t.Fatal("the replaced CA is not kept as ca-previous.crt")
@@ -294,15 +392,14 @@ func TestCANearExpiryIsReplacedAndBothAreTrusted(t *testing.T) {
 		t.Fatal("the bundle does not hold both CAs")
 	}
 	expectBundles(t, c, bundle)
-	if err := verifies(t, bundle, data[CertKey], data[KeyKey], clk.Now()); err != nil {
-		t.Errorf("new serving certificate against the bundle: %v", err)
-	}
 	if err := verifies(t, data[CACertKey], data[CertKey], data[KeyKey], clk.Now()); err != nil {
 		t.Errorf("new serving certificate not signed by the new CA: %v", err)
 	}
 	if err := verifies(t, bundle, old[CertKey], old[KeyKey], clk.Now()); err != nil {
 		t.Errorf("the lagging replica's certificate is no longer trusted: %v", err)
 	}
+	syncOK(t, lagging)
+	expectFiles(t, lagging, data)
 
 	// Once the old CA has expired it leaves the Secret and the bundle.
 	clk.SetTime(start.Add(config.CAValidity + time.Minute))
@@ -311,6 +408,93 @@ func TestCANearExpiryIsReplacedAndBothAreTrusted(t *testing.T) {
 	if _, ok := data[PreviousCACertKey]; ok {
 		t.Error("expired ca-previous.crt kept")
 	}
+	expectBundles(t, c, data[CACertKey])
+}
+
+// The staged CA signs nothing until one replica found it in every CA bundle
+// in two passes: a stale replica's patch that took it out of one bundle
+// starts the wait again.
+func TestStagedCAWaitsForEveryBundle(t *testing.T) {
+	c := cluster(t)
+	clk := clocktesting.NewFakeClock(start)
+	r := replica(t, c, clk)
+	syncOK(t, r)
+	clk.SetTime(start.Add(config.CAValidity - config.RenewBefore - time.Hour))
+	syncOK(t, r)
+	old := secretData(t, c)
+
+	clk.Step(2 * time.Hour)
+	caBefore := rotations(KindCA)
+	syncOK(t, r)
+	staged := secretData(t, c)
+	if len(staged[NextCACertKey]) == 0 || len(staged[NextCAKeyKey]) == 0 {
+		t.Fatal("no CA staged in the renewal window")
+	}
+	if !bytes.Equal(staged[CACertKey], old[CACertKey]) || !bytes.Equal(staged[CertKey], old[CertKey]) {
+		t.Fatal("the staged CA was put to use in the pass that staged it")
+	}
+	if rotations(KindCA) != caBefore+1 {
+		t.Error("the staged CA is not counted")
+	}
+	expectBundles(t, c, Bundle(staged))
+
+	// A replica that read the Secret before the CA was staged writes the
+	// old bundle into one configuration.
+	var v admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(context.Background(), client.ObjectKey{Name: validating}, &v); err != nil {
+		t.Fatal(err)
+	}
+	v.Webhooks[0].ClientConfig.CABundle = Bundle(old)
+	if err := c.Update(context.Background(), &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, when := range []string{"missing from one bundle", "found in every bundle once"} {
+		clk.Step(r.Interval())
+		syncOK(t, r)
+		if got := secretData(t, c); !bytes.Equal(got[CACertKey], old[CACertKey]) || !bytes.Equal(got[CertKey], old[CertKey]) ||
+			!bytes.Equal(got[NextCACertKey], staged[NextCACertKey]) {
+			t.Fatalf("the staged CA was put to use when %s", when)
+		}
+	}
+	clk.Step(r.Interval())
+	syncOK(t, r)
+	promoted := secretData(t, c)
+	if !bytes.Equal(promoted[CACertKey], staged[NextCACertKey]) || !bytes.Equal(promoted[CAKeyKey], staged[NextCAKeyKey]) {
+		t.Fatal("the staged CA was not put to use once found in every bundle in two passes")
+	}
+	if _, ok := promoted[NextCACertKey]; ok {
+		t.Error("ca-next.crt kept after its CA was put to use")
+	}
+	if err := verifies(t, promoted[CACertKey], promoted[CertKey], promoted[KeyKey], clk.Now()); err != nil {
+		t.Errorf("serving certificate not signed by the new CA: %v", err)
+	}
+	expectBundles(t, c, Bundle(promoted))
+}
+
+// With nothing that works to keep (the cluster was off past the CA's
+// expiry), a new CA signs the serving certificate in the same pass.
+func TestExpiredCAIsReplacedAtOnce(t *testing.T) {
+	c := cluster(t)
+	clk := clocktesting.NewFakeClock(start)
+	r := replica(t, c, clk)
+	syncOK(t, r)
+	old := secretData(t, c)
+
+	clk.SetTime(start.Add(config.CAValidity + time.Hour))
+	syncOK(t, r)
+	data := secretData(t, c)
+	if bytes.Equal(data[CACertKey], old[CACertKey]) {
+		t.Fatal("expired CA kept")
+	}
+	for _, k := range []string{NextCACertKey, PreviousCACertKey} {
+		if _, ok := data[k]; ok {
+			t.Errorf("%s in the Secret after an expired CA", k)
+		}
+	}
+	if err := verifies(t, data[CACertKey], data[CertKey], data[KeyKey], clk.Now()); err != nil {
+		t.Errorf("serving certificate: %v", err)
+	}
+	expectFiles(t, r, data)
 	expectBundles(t, c, data[CACertKey])
 }
 
@@ -498,8 +682,9 @@ func TestInterval(t *testing.T) {
 }
 
 // A helm upgrade that shortens the validities takes effect at once: the
-// next pass replaces a CA and a serving certificate that would outlive the
-// new settings, and keeps trusting the old CA meanwhile.
+// next pass replaces a serving certificate that would outlive the new
+// settings, from the old CA, and stages a new CA, which replaces the old one
+// once the CA bundles hold it; the old CA stays trusted meanwhile.
 func TestShortenedValidityReissues(t *testing.T) {
 	c := cluster(t)
 	clk := clocktesting.NewFakeClock(start)
@@ -513,23 +698,47 @@ func TestShortenedValidityReissues(t *testing.T) {
 	short := NewRotator(clk, c, c, cfg)
 	syncOK(t, short)
 	got := secretData(t, c)
-	if bytes.Equal(got[CACertKey], long[CACertKey]) || bytes.Equal(got[CertKey], long[CertKey]) {
-		t.Fatal("the CA and serving certificate of the old settings were kept")
+	// The first pass shortens the serving certificate, still from the old
+	// CA, and stages a new CA.
+	if bytes.Equal(got[CertKey], long[CertKey]) {
+		t.Fatal("the serving certificate of the old settings was kept")
+	}
+	if !bytes.Equal(got[CACertKey], long[CACertKey]) || len(got[NextCACertKey]) == 0 {
+		t.Fatal("the CA of the old settings was not staged for replacement")
+	}
+	expectShortLeaf := func(data map[string][]byte) {
+		t.Helper()
+		leaf, err := parseCert(data[CertKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := leaf.NotAfter.Sub(clk.Now()); end > cfg.CertValidity {
+			t.Errorf("the serving certificate lives %s, want at most %s", end, cfg.CertValidity)
+		}
+		if err := verifies(t, data[CACertKey], data[CertKey], data[KeyKey], clk.Now()); err != nil {
+			t.Errorf("serving certificate: %v", err)
+		}
+	}
+	expectShortLeaf(got)
+	for pass := 1; bytes.Equal(got[CACertKey], long[CACertKey]); pass++ {
+		if pass > 4 {
+			t.Fatal("the CA of the old settings was not replaced within 4 passes")
+		}
+		clk.Step(short.Interval())
+		syncOK(t, short)
+		got = secretData(t, c)
 	}
 	if !bytes.Equal(got[PreviousCACertKey], long[CACertKey]) {
 		t.Error("the replaced CA is not kept as the previous one")
 	}
-	leaf, err := parseCert(got[CertKey])
-	if err != nil {
-		t.Fatal(err)
+	if ca, err := parseCert(got[CACertKey]); err != nil || ca.NotAfter.Sub(clk.Now()) > cfg.CAValidity {
+		t.Errorf("the new CA outlives %s (%v)", cfg.CAValidity, err)
 	}
-	if end := leaf.NotAfter.Sub(clk.Now()); end > cfg.CertValidity {
-		t.Errorf("the new serving certificate lives %s, want at most %s", end, cfg.CertValidity)
-	}
+	expectShortLeaf(got)
 	// And the next pass with the same settings changes nothing.
 	clk.Step(10 * time.Second)
 	syncOK(t, short)
-	if again := secretData(t, c); !bytes.Equal(again[CertKey], got[CertKey]) || !bytes.Equal(again[CACertKey], got[CACertKey]) {
-		t.Error("reissued again although the certificates fit the settings")
+	if again := secretData(t, c); !maps.EqualFunc(again, got, bytes.Equal) {
+		t.Error("changed again although the certificates fit the settings")
 	}
 }
