@@ -225,12 +225,19 @@ clientConfig:
 {{- end }}
 
 {{/*
-Annotations of both webhook configurations.
+Annotations of both webhook configurations. In cert-manager mode the CA
+injector copies the chart's CA Certificate (certificates.yaml), which the
+serving certificate's renewals leave unchanged; with the user's issuer, the CA
+of the serving Certificate's Secret.
 */}}
 {{- define "apportion.webhookAnnotations" -}}
 {{- $ann := deepCopy (.Values.additionalAnnotations | default dict) }}
 {{- if eq .Values.certificates.mode "cert-manager" }}
-{{- $_ := set $ann "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "apportion.suffixed" (dict "root" . "suffix" "cert"))) }}
+{{- $from := include "apportion.suffixed" (dict "root" . "suffix" "ca") }}
+{{- if .Values.certificates.certManager.issuerRef.name }}
+{{- $from = include "apportion.suffixed" (dict "root" . "suffix" "cert") }}
+{{- end }}
+{{- $_ := set $ann "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace $from) }}
 {{- end }}
 {{- with $ann }}
 annotations:
