@@ -47,7 +47,7 @@ func (b *breakers) get(ctx context.Context, host string) *breaker {
 			OnStateChange: func(_ string, from, to gobreaker.State) {
 				logger.Info("registry circuit breaker changed state", "from", from.String(), "to", to.String())
 				if to == gobreaker.StateOpen {
-					metrics.ImageBreakerOpenTotal.WithLabelValues(host).Inc()
+					metrics.ImageBreakerOpenTotal.WithLabelValues(metrics.Registries.Value(host)).Inc()
 				}
 			},
 		})

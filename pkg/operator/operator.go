@@ -105,22 +105,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		RetryPeriod:                   &retryPeriod,
 		GracefulShutdownTimeout:       &gracefulShutdownTimeout,
 		WebhookServer:                 server,
-		Cache: cache.Options{
-			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Transform: StripPod},
-				// Only Karpenter's Events (capacity evidence), stripped.
-				&corev1.Event{}: {
-					Field:     fields.OneTermEqualSelector("source", capacitypkg.KarpenterComponent),
-					Transform: StripEvent,
-				},
-				// Only the placement Lease: nodes' Leases are many.
-				&coordinationv1.Lease{}: {
-					Namespaces: map[string]cache.Config{o.SystemNamespace: {}},
-					Field:      fields.OneTermEqualSelector("metadata.name", o.LeaderElectionID),
-				},
-			},
-		},
+		Cache:                         CacheOptions(o),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -357,6 +342,49 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	logger.Info("starting", "identity", hostname, "leaderElection", o.LeaderElect, "gateTimeout", o.GateTimeout.String(),
 		"certSecret", o.CertSecretName, "architectures", o.Architectures, "imageTimeout", o.ImageTimeout.String())
 	return mgr.Start(ctx)
+}
+
+// CacheOptions are the informer caches' options: what each cache keeps.
+// Every object loses its managedFields and kubectl's last-applied
+// configuration (often the largest part of a workload's or a node's
+// metadata, and nothing apportion reads); pods and Events keep only what is
+// read from them; Events and Leases are narrowed to the few apportion needs.
+func CacheOptions(o *options.Options) cache.Options {
+	return cache.Options{
+		DefaultTransform: StripMetadata,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Transform: StripPod},
+			// Only Karpenter's Events (capacity evidence), stripped.
+			&corev1.Event{}: {
+				Field:     fields.OneTermEqualSelector("source", capacitypkg.KarpenterComponent),
+				Transform: StripEvent,
+			},
+			// Only the placement Lease: nodes' Leases are many.
+			&coordinationv1.Lease{}: {
+				Namespaces: map[string]cache.Config{o.SystemNamespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", o.LeaderElectionID),
+				Transform:  StripMetadata,
+			},
+		},
+	}
+}
+
+// LastAppliedAnnotation is where `kubectl apply` keeps the whole manifest.
+const LastAppliedAnnotation = corev1.LastAppliedConfigAnnotation
+
+// StripMetadata drops managedFields and the last-applied configuration from
+// any object (typed or metadata-only) before it is cached.
+func StripMetadata(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		if ann := m.GetAnnotations(); ann != nil {
+			if _, ok := ann[LastAppliedAnnotation]; ok {
+				delete(ann, LastAppliedAnnotation)
+				m.SetAnnotations(ann)
+			}
+		}
+	}
+	return obj, nil
 }
 
 // rebalanceQPS paces the evictions of fallback pods cluster-wide; each

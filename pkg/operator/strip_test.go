@@ -1,12 +1,17 @@
 package operator
 
 import (
+	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/options"
 )
 
 // TestStripPodKeepsImagesOfGatedPodsOnly: the informer keeps what placement
@@ -64,5 +69,39 @@ func TestStripPodKeepsPodScheduledOfUnboundPods(t *testing.T) {
 	obj, _ = StripPod(&corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds}})
 	if got := obj.(*corev1.Pod).Status.Conditions; got != nil {
 		t.Errorf("bound pod conditions = %+v", got)
+	}
+}
+
+// TestEveryCacheDropsManagedFieldsAndLastApplied: workloads, Namespaces
+// and Nodes are cached as metadata; Rollouts and NodePools typed or not:
+// none keeps managedFields or kubectl's last-applied configuration, and
+// every object cached with its own options has a transform too.
+func TestEveryCacheDropsManagedFieldsAndLastApplied(t *testing.T) {
+	opts := CacheOptions(&options.Options{SystemNamespace: "apportion-system", LeaderElectionID: "apportion"})
+	big := strings.Repeat("x", 64<<10)
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			Annotations: map[string]string{corev1.LastAppliedConfigAnnotation: big, annotations.Strategy: "a=b,weight=1"}}
+	}
+	deploy := &metav1.PartialObjectMetadata{ObjectMeta: meta()}
+	deploy.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+	for _, obj := range []client.Object{deploy, &corev1.Node{ObjectMeta: meta()}, &corev1.Namespace{ObjectMeta: meta()},
+		&appsv1.ReplicaSet{ObjectMeta: meta()}, &karpv1.NodePool{ObjectMeta: meta()}} {
+		out, err := opts.DefaultTransform(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := out.(metav1.Object)
+		if m.GetManagedFields() != nil || m.GetAnnotations()[corev1.LastAppliedConfigAnnotation] != "" {
+			t.Errorf("%T: managedFields %v, last-applied kept: %v", obj, m.GetManagedFields(), len(m.GetAnnotations()[corev1.LastAppliedConfigAnnotation]))
+		}
+		if m.GetAnnotations()[annotations.Strategy] == "" {
+			t.Errorf("%T: the strategy annotation was dropped", obj)
+		}
+	}
+	for obj, by := range opts.ByObject {
+		if by.Transform == nil {
+			t.Errorf("%T is cached with its own options but no transform", obj)
+		}
 	}
 }

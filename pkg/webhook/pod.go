@@ -75,19 +75,47 @@ type PodMutator struct {
 	Policies workload.PolicySource
 
 	once   sync.Once
-	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
+	parsed *ttlcache.Cache[string, error]    // raw strategy -> parse error (nil: valid)
+	warned *ttlcache.Cache[string, struct{}] // workload UID + problems recently warned about
 }
 
 // parseCacheSize bounds the remembered strategies: one per distinct
 // strategy text in the cluster, far fewer than pods.
 const parseCacheSize = 4096
 
+func (m *PodMutator) init() {
+	m.once.Do(func() {
+		m.parsed = ttlcache.New(ttlcache.WithCapacity[string, error](parseCacheSize), ttlcache.WithTTL[string, error](time.Hour))
+		m.warned = ttlcache.New(ttlcache.WithCapacity[string, struct{}](parseCacheSize), ttlcache.WithTTL[string, struct{}](warnInterval))
+	})
+}
+
+// warnInterval is how often the same workload is warned about the same
+// annotations.
+const warnInterval = 10 * time.Minute
+
+// warnAnnotations records a Warning Event InvalidAnnotation on the workload
+// naming its out-of-range apportion.dev/* annotations, at most once per
+// warnInterval for the same problems.
+func (m *PodMutator) warnAnnotations(info *workload.Info) {
+	if m.Recorder == nil {
+		return
+	}
+	m.init()
+	msg := workload.DescribeProblems(info.Problems)
+	key := string(info.Workload.UID) + "/" + msg
+	if m.warned.Has(key) {
+		return
+	}
+	m.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
+	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
+	m.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, workload.ReasonInvalidAnnotation, "Admit", "%s", msg)
+}
+
 // parse validates a strategy, remembering the verdict: the same text arrives
 // with every pod of a workload.
 func (m *PodMutator) parse(raw string) error {
-	m.once.Do(func() {
-		m.parsed = ttlcache.New(ttlcache.WithCapacity[string, error](parseCacheSize), ttlcache.WithTTL[string, error](time.Hour))
-	})
+	m.init()
 	if item := m.parsed.Get(raw); item != nil {
 		return item.Value()
 	}
@@ -233,6 +261,9 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		opts = append(opts, workload.WithPolicies(m.Policies))
 	}
 	info, err := workload.Resolve(ctx, m.Reader, namespace, pod, opts...)
+	if err == nil && info != nil && len(info.Problems) > 0 {
+		m.warnAnnotations(info)
+	}
 	switch {
 	case errors.Is(err, workload.ErrNotCached):
 		// A brand-new ReplicaSet the cache has not seen yet: hold the pod

@@ -192,6 +192,43 @@ func TestWorkloadValidator(t *testing.T) {
 		if resp.Allowed != tc.allowed || (tc.msg != "" && !strings.Contains(resp.Result.Message, tc.msg)) {
 			t.Errorf("%s: allowed=%v %+v, want allowed=%v message containing %q", tc.obj, resp.Allowed, resp.Result, tc.allowed, tc.msg)
 		}
+		if len(resp.Warnings) != 0 {
+			t.Errorf("%s: warnings %q, want none", tc.obj, resp.Warnings)
+		}
+	}
+}
+
+// TestWorkloadValidatorWarnsAboutKnobs: a knob out of its range is admitted
+// (apportion uses its default) with a warning kubectl shows, naming where.
+func TestWorkloadValidatorWarnsAboutKnobs(t *testing.T) {
+	obj := `{"metadata":{"annotations":{"apportion.dev/rebalance":"yes"}},"spec":{"template":{"metadata":{"annotations":{"apportion.dev/mode":"prefered","apportion.dev/strategy":"` + good + `"}}}}}`
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte(obj)}}}
+	resp := WorkloadValidator{}.Handle(context.Background(), req)
+	want := []string{
+		`apportion: metadata.annotations[apportion.dev/rebalance]: "yes" is neither true nor false; false is used`,
+		`apportion: spec.template.metadata.annotations[apportion.dev/mode]: "prefered" is neither required nor preferred; required is used`,
+	}
+	if !resp.Allowed || strings.Join(resp.Warnings, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("allowed=%v warnings:\n%s\nwant:\n%s", resp.Allowed, strings.Join(resp.Warnings, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestPodMutatorWarnsAboutKnobsOnce: the workload of a pod gets one
+// InvalidAnnotation Event however many of its pods are admitted.
+func TestPodMutatorWarnsAboutKnobsOnce(t *testing.T) {
+	m := newMutator(t, true, map[string]string{annotations.Strategy: good, annotations.Rebalance: "yes"})
+	rec := m.Recorder.(*events.FakeRecorder)
+	for range 5 {
+		if resp := m.Handle(context.Background(), request(t, "web", rsPod())); !resp.Allowed || len(resp.Patches) != 1 {
+			t.Fatalf("pod not gated: %+v", resp)
+		}
+	}
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "InvalidAnnotation") || !strings.Contains(got[0], `apportion.dev/rebalance "yes" is neither true nor false`) {
+		t.Fatalf("events %q, want one InvalidAnnotation naming apportion.dev/rebalance", got)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -47,11 +48,19 @@ func (WorkloadValidator) Handle(ctx context.Context, req admission.Request) admi
 		return admission.Allowed("")
 	}
 	raw, src, ok := strategy.Find(w.Metadata.Annotations, w.Spec.Template.Metadata.Annotations)
-	if !ok {
-		return admission.Allowed("")
+	if ok {
+		if _, err := strategy.Parse(raw); err != nil {
+			return admission.Denied(src.String() + ": " + err.Error())
+		}
 	}
-	if _, err := strategy.Parse(raw); err != nil {
-		return admission.Denied(src.String() + ": " + err.Error())
+	// The other knobs are warned about, not refused: each has a safe
+	// default that apportion uses instead.
+	var warnings []string
+	for _, p := range annotations.Check(w.Metadata.Annotations) {
+		warnings = append(warnings, "apportion: metadata.annotations["+p.Key+"]: "+p.Detail())
 	}
-	return admission.Allowed("")
+	for _, p := range annotations.Check(w.Spec.Template.Metadata.Annotations) {
+		warnings = append(warnings, "apportion: spec.template.metadata.annotations["+p.Key+"]: "+p.Detail())
+	}
+	return admission.Allowed("").WithWarnings(warnings...)
 }

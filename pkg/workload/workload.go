@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,9 @@ type Info struct {
 	// Rebalance is apportion.dev/rebalance: "true" on the pod template or
 	// the workload.
 	Rebalance bool
+	// Problems are the apportion.dev/* annotations of the workload and its
+	// pod template that are out of range (annotations.Check).
+	Problems []annotations.Problem
 }
 
 // PolicySource finds the PlacementPolicy that gives a strategy to a workload
@@ -211,6 +215,7 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	}
 	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures])
 	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
+	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
 	return info, nil
 }
 
@@ -246,6 +251,21 @@ func ArchitecturesOptedIn(ctx context.Context, r client.Reader, namespace string
 		return false
 	}
 	return IsArchitecturesAuto(ns.Labels[annotations.Architectures])
+}
+
+// ReasonInvalidAnnotation is the reason of the Warning Event naming a
+// workload's out-of-range apportion.dev/* annotations.
+const ReasonInvalidAnnotation = "InvalidAnnotation"
+
+// DescribeProblems is the message of the InvalidAnnotation Event.
+func DescribeProblems(problems []annotations.Problem) string {
+	parts := make([]string, 0, len(problems))
+	for _, p := range problems {
+		if s := p.String(); !slices.Contains(parts, s) {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // IsArchitecturesAuto reports whether v asks for architecture-only placement.

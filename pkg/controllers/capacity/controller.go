@@ -105,7 +105,7 @@ const (
 	DeleteBurst           = 5
 	// MinTimeout is the shortest apportion.dev/capacity-timeout honoured:
 	// a shorter one (tenant input) is raised to it, with a Warning Event.
-	MinTimeout = 30 * time.Second
+	MinTimeout = annotations.MinCapacityTimeout
 )
 
 // noTypesFresh is how long Karpenter's NoCompatibleInstanceTypes Event on a

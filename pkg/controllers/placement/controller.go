@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jellydator/ttlcache/v3"
@@ -99,7 +98,7 @@ type Controller struct {
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
 	retrier    *Retrier
-	strategies sync.Map // raw strategy -> *parsed
+	strategies *ttlcache.Cache[string, *parsed] // raw strategy -> compiled, bounded: the keys are user text
 }
 
 type parsed struct {
@@ -110,13 +109,19 @@ type parsed struct {
 	err      error
 }
 
+// strategyCacheSize bounds the compiled strategies kept: one per distinct
+// strategy text in the cluster, far fewer than pods; a tenant writing many
+// distinct ones only evicts the least recently used.
+const strategyCacheSize = 4096
+
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
-		warned:  ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
-		retrier: NewRetrier(), signer: decision.RandomSigner()}
+		warned:     ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
+		strategies: ttlcache.New(ttlcache.WithTTL[string, *parsed](time.Hour), ttlcache.WithCapacity[string, *parsed](strategyCacheSize)),
+		retrier:    NewRetrier(), signer: decision.RandomSigner()}
 }
 
 // WithSigner signs every decision with s, the key the replicas share, so
@@ -223,6 +228,11 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return c.release(ctx, pod, ReasonError, err)
 	case err != nil:
 		return c.release(ctx, pod, ReasonError, err)
+	}
+	if info != nil && len(info.Problems) > 0 {
+		c.warnOnce(workloadRef(info), workload.ReasonInvalidAnnotation, "%s", workload.DescribeProblems(info.Problems))
+	}
+	switch {
 	case info == nil && c.byArchitecture(ctx, pod, nil):
 		return c.placeByArchitecture(ctx, pod, podRef)
 	case info == nil:
@@ -330,10 +340,10 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 			// decide again from the fresh object.
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
 		}
-		metrics.DecisionsTotal.WithLabelValues(group, d.NodePool, "error").Inc()
+		metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "error").Inc()
 		return c.retrier.Retry(ctx, pod, OperationDecide, err), false, nil
 	}
-	metrics.DecisionsTotal.WithLabelValues(group, d.NodePool, "placed").Inc()
+	metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
 	return reconcile.Result{}, true, nil
 }
@@ -488,8 +498,8 @@ func workloadRef(info *workload.Info) *corev1.ObjectReference {
 }
 
 func (c *Controller) parse(raw string) *parsed {
-	if v, ok := c.strategies.Load(raw); ok {
-		return v.(*parsed)
+	if item := c.strategies.Get(raw); item != nil {
+		return item.Value()
 	}
 	p := &parsed{}
 	if p.strategy, p.err = strategy.Parse(raw); p.err == nil {
@@ -500,7 +510,7 @@ func (c *Controller) parse(raw string) *parsed {
 			p.index[k] = i
 		}
 	}
-	c.strategies.Store(raw, p)
+	c.strategies.Set(raw, p, ttlcache.DefaultTTL)
 	return p
 }
 

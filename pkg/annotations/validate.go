@@ -1,0 +1,93 @@
+package annotations
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// MinCapacityTimeout is the shortest CapacityTimeout honoured: Karpenter
+// needs some seconds to try a NodePool, and a shorter timeout would take a
+// slow launch for an outage.
+const MinCapacityTimeout = 30 * time.Second
+
+// Problem is an apportion.dev/* annotation on a workload or its pod template
+// that apportion does not take as written.
+type Problem struct {
+	Key, Value string
+	// Why says what is wrong and what apportion does instead.
+	Why string
+}
+
+func (p Problem) String() string { return p.Key + " " + p.Detail() }
+
+// Detail is the problem without the key: the value and why.
+func (p Problem) Detail() string { return fmt.Sprintf("%q %s", truncate(p.Value, 64), p.Why) }
+
+// writtenByApportion are keys apportion writes on pods; on a workload or a
+// pod template they have no effect (and pods are stripped of them at
+// creation).
+var writtenByApportion = []string{Group, NodePool, Decision, Fallback, Signature, OriginalResources}
+
+// Check returns the problems of the apportion.dev/* annotations a user set on
+// a workload or its pod template: each knob's value outside its range, keys
+// only apportion writes, and keys apportion does not know (a typo). The
+// strategy annotations are checked by the strategy parser, not here. The
+// ranges, as the README documents them:
+//
+//	apportion.dev/mode              required | preferred
+//	apportion.dev/skip              true | false
+//	apportion.dev/rebalance         true | false
+//	apportion.dev/architectures     auto
+//	apportion.dev/capacity-timeout  a Go duration of at least 30s
+//
+// Values are compared without case and surrounding spaces. The result is
+// sorted by key, so that it reads the same for the same annotations.
+func Check(ann map[string]string) []Problem {
+	var out []Problem
+	for k, v := range ann {
+		if !strings.HasPrefix(k, Prefix) {
+			continue
+		}
+		val := strings.ToLower(strings.TrimSpace(v))
+		switch {
+		case k == Strategy:
+		case k == Mode:
+			if val != ModeRequired && val != ModePreferred {
+				out = append(out, Problem{k, v, "is neither required nor preferred; required is used"})
+			}
+		case k == Skip, k == Rebalance:
+			if val != "true" && val != "false" {
+				out = append(out, Problem{k, v, "is neither true nor false; false is used"})
+			}
+		case k == Architectures:
+			if val != ArchitecturesAuto {
+				out = append(out, Problem{k, v, "is not auto, the only value; it is ignored (a nodeSelector on kubernetes.io/arch pins an architecture)"})
+			}
+		case k == CapacityTimeout:
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			switch {
+			case err != nil || d <= 0:
+				out = append(out, Problem{k, v, "is not a positive duration (such as 5m); --capacity-timeout is used"})
+			case d < MinCapacityTimeout:
+				out = append(out, Problem{k, v, fmt.Sprintf("is below the %s floor; %s is used", MinCapacityTimeout, MinCapacityTimeout)})
+			}
+		case slices.Contains(writtenByApportion, k):
+			out = append(out, Problem{k, v, "is written by apportion on the pods it places; set here it has no effect"})
+		case k == Tolerate:
+			out = append(out, Problem{k, v, "is read on NodePools only; set here it has no effect"})
+		default:
+			out = append(out, Problem{k, v, "is not an apportion annotation; it has no effect"})
+		}
+	}
+	slices.SortFunc(out, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
