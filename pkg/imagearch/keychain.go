@@ -5,18 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 
 	ecr "github.com/awslabs/amazon-ecr-credential-helper/ecr-login"
 	ecrapi "github.com/awslabs/amazon-ecr-credential-helper/ecr-login/api"
 	"github.com/docker/docker-credential-helpers/credentials"
 	"github.com/google/go-containerregistry/pkg/authn"
 	kauth "github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // defaultKeychain is the kubelet's view of creds: the pod's imagePullSecrets
 // and its ServiceAccount's (GETs by name), then ECR from apportion's own
-// identity, then anonymous.
+// identity, then anonymous. Without a Kubernetes client (the default of
+// `apportion webhook`: --read-pull-secrets off) it is apportion's own
+// identity only, and no Secret or ServiceAccount is ever read.
 func (i *Inspector) defaultKeychain(ctx context.Context, creds Credentials) (authn.Keychain, error) {
 	if i.kube == nil {
 		return authn.NewMultiKeychain(i.ecr), nil
@@ -80,3 +85,35 @@ func DockerConfigKeychain(ctx context.Context, dockerConfigJSON []byte) (authn.K
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfigJSON},
 	}})
 }
+
+// credentialHint adds to a registry's refusal (401 or 403) what the user can
+// change when the default keychain could not have had the credentials:
+// for ECR, apportion's own AWS identity; for any other registry, the pod's
+// image pull secrets when they were not read (no Kubernetes client, i.e.
+// --read-pull-secrets off). A pod that names no pull secret gets no hint:
+// the API server copies its ServiceAccount's into the pod, so reading them
+// would not help. The error still unwraps to the transport.Error.
+func (i *Inspector) credentialHint(host string, creds Credentials, err error) error {
+	te := (*transport.Error)(nil)
+	if i.opts.Keychain != nil || !errors.As(err, &te) ||
+		(te.StatusCode != http.StatusUnauthorized && te.StatusCode != http.StatusForbidden) {
+		return err
+	}
+	switch {
+	case IsECR(host):
+		return &hintError{err, "ECR is read with apportion's own AWS identity: give its ServiceAccount an IAM role (IRSA or EKS Pod Identity) allowed to read this repository"}
+	case i.kube == nil && len(creds.ImagePullSecrets) > 0:
+		return &hintError{err, fmt.Sprintf("the pod's image pull secrets (%s) were not used: apportion reads them only with the chart's settings.readPullSecrets=true (--read-pull-secrets)",
+			strings.Join(creds.ImagePullSecrets, ", "))}
+	}
+	return err
+}
+
+// hintError is a registry error with a hint for the user appended.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() + "; " + e.hint }
+func (e *hintError) Unwrap() error { return e.err }

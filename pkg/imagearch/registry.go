@@ -71,7 +71,7 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 	if isBreakerRejection(err) {
 		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
 	}
-	return ps, err
+	return ps, i.credentialHint(host, creds, err)
 }
 
 // remotePlatforms GETs the manifest once; an index gives its entries'

@@ -60,6 +60,12 @@ type Options struct {
 	IfNotPresentCacheTime time.Duration
 	PullAlwaysCacheTime   time.Duration
 	ImageFailureCacheTime time.Duration
+	// ReadPullSecrets has image look-ups use the pods' image pull secrets
+	// and their ServiceAccounts' (read from the API by name, which needs
+	// get on secrets and serviceaccounts in every namespace). Off: only
+	// apportion's own identity (ECR through IRSA or EKS Pod Identity), then
+	// anonymous access.
+	ReadPullSecrets bool
 
 	// Capacity fallback: how long a decided pod may stay unschedulable with
 	// no NodeClaim on its way before its NodePool (or node group) counts
@@ -146,6 +152,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Rebalance, "rebalance", o.envBool("REBALANCE", false), "replace the fallback pods of workloads annotated apportion.dev/rebalance: \"true\", one at a time per workload through the Eviction API (PodDisruptionBudgets apply), once a group they fell back from is back; needs pods/eviction create")
 	fs.BoolVar(&o.ScaleFromZero, "scale-from-zero", o.envBool("SCALE_FROM_ZERO", false), "node-label mode (no Karpenter): serve a group even when no node has its labels now, because its node group can scale from zero")
 	fs.StringVar(&o.RuntimeClassProfiles, "runtime-class-profiles", env("RUNTIME_CLASS_PROFILES", ""), `runtime-class profiles (peer pods), a JSON list: [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]; pods of such a class get their cpu and memory requests and limits replaced by the extended resource on the first container, the removed values recorded in the annotation apportion.dev/original-resources unless keepRequests is false (empty: none)`)
+	fs.BoolVar(&o.ReadPullSecrets, "read-pull-secrets", o.envBool("READ_PULL_SECRETS", false), "read the image pull secrets of each pod and of its ServiceAccount (get by name, in the pod's namespace) to inspect private images, as the kubelet pulls them; needs get on secrets and serviceaccounts in every namespace. Off: only apportion's own identity (ECR through IRSA or EKS Pod Identity), then anonymous access")
 	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 

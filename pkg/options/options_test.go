@@ -205,3 +205,25 @@ func TestRuntimeClassProfiles(t *testing.T) {
 		t.Errorf("RUNTIME_CLASS_PROFILES=[] (the chart's default): profiles %v", o.Profiles())
 	}
 }
+
+// Pull secrets are read only when asked: the default install has no
+// permission to read them.
+func TestReadPullSecretsIsOptIn(t *testing.T) {
+	if o := parse(t); o.ReadPullSecrets {
+		t.Error("--read-pull-secrets is on by default")
+	}
+	if o := parse(t, "--read-pull-secrets"); !o.ReadPullSecrets {
+		t.Error("--read-pull-secrets did not turn it on")
+	}
+	t.Setenv("READ_PULL_SECRETS", "true")
+	if o := parse(t); !o.ReadPullSecrets {
+		t.Error("READ_PULL_SECRETS=true did not turn it on")
+	}
+	if o := parse(t, "--read-pull-secrets=false"); o.ReadPullSecrets {
+		t.Error("the flag did not win over the environment")
+	}
+	t.Setenv("READ_PULL_SECRETS", "maybe")
+	if err := parse(t).Validate(); err == nil || !strings.Contains(err.Error(), "READ_PULL_SECRETS") {
+		t.Errorf("READ_PULL_SECRETS=maybe: error %v", err)
+	}
+}

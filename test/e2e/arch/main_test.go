@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(framework.RunSuite(m, &env, framework.SuiteOptions{
 		Name: "arch", NodePools: true,
-		Replicas: replicas, GateTimeout: gateTimeout, Args: []string{"--image-timeout=" + imageTimeout.String()},
+		Replicas: replicas, GateTimeout: gateTimeout,
+		// --read-pull-secrets: TestPrivateImage reads private images with
+		// the pods' pull secrets and their ServiceAccounts' (off by default).
+		Args: []string{"--image-timeout=" + imageTimeout.String(), "--read-pull-secrets"},
 	}))
 }
