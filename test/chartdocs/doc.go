@@ -1,6 +1,9 @@
-// Package chartdocs holds tests that keep the Helm chart's values.yaml,
-// values.schema.json and the README's values table in step. They need no
-// helm binary: `go test ./test/chartdocs/`.
+// Package chartdocs holds tests that keep the Helm chart and the README in
+// step: values.yaml, values.schema.json and the README's values table
+// (no helm binary needed), and the README's RBAC table against the rules
+// chart/templates/rbac.yaml renders in every mode (TestRBACTable runs
+// `helm template`: $HELM, else the helm test/tools/build.sh built, else one
+// built from test/tools/helm): `go test ./test/chartdocs/`.
 //
 // `go test ./test/chartdocs/ -run TestValuesTable -print-table` prints the
 // table as it should be (defaults from values.yaml, descriptions from the
