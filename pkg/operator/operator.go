@@ -220,8 +220,12 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	// group their node's labels match.
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if _, err := mgr.GetCache().GetInformer(ctx, nodeMeta); err != nil {
+	nodeInformer, err := mgr.GetCache().GetInformer(ctx, nodeMeta)
+	if err != nil {
 		return fmt.Errorf("starting the node informer: %w", err)
+	}
+	if _, err := nodeInformer.AddEventHandler(tally.NodeEventHandler()); err != nil {
+		return fmt.Errorf("counting strays by node: %w", err)
 	}
 	// PlacementPolicies (when their CRD is installed): indexed by target,
 	// read through one Source at admission, by the placement controller and
@@ -248,13 +252,14 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	} else {
 		logger.Info("no --decision-key-file: decisions are signed with a key of this process only; capacity fallback ignores pods placed by other replicas or earlier runs")
 	}
-	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally, o.GateTimeout).WithNodes(mgr.GetClient()).WithPolicies(policySource).WithSigner(signer)
+	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally.WithSigner(signer), o.GateTimeout).WithNodes(mgr.GetClient()).WithPolicies(policySource).WithSigner(signer)
 	if o.Architectures != options.ArchitecturesOff {
-		// Pull secrets are read only with --read-pull-secrets; without it
-		// kube is nil and the Inspector reads no Secret or ServiceAccount.
-		kube, err := pullSecretsClient(o, func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(cfg) })
+		// The Kubernetes keychain reads the ServiceAccount and the pull
+		// Secrets by name, on cache misses only: a direct client, no
+		// informer on Secrets.
+		kube, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
-			return err
+			return fmt.Errorf("creating the clientset for image pull secrets: %w", err)
 		}
 		images := imagearch.New(kube, imagearch.Options{
 			CacheSize:       o.ImageCacheSize,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
 	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -45,11 +46,14 @@ func (readOnly) Patch(context.Context, client.Object, client.Patch, ...client.Pa
 	return nil
 }
 
+// benchSigner signs the decisions of the benchmarks' pods.
+var benchSigner = decision.RandomSigner()
+
 // cachedCluster builds a cache with `workloads` Deployments of `perWorkload`
 // decided pods each (pods stripped as the operator's transform does), and
 // `pools` NodePools.
 func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.Reader, *placement.Tally, *corev1.Pod) {
-	tally := placement.NewTally()
+	tally := placement.NewTally().WithSigner(benchSigner)
 	scheme, err := operator.Scheme()
 	if err != nil {
 		b.Fatal(err)
@@ -65,9 +69,11 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: dUID, Controller: ptr.To(true)}}}},
 		}
 		for i := 0; i < perWorkload; i++ {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-abc-%d", name, i), UID: types.UID(fmt.Sprintf("%s-%d", name, i)),
-				Labels:          map[string]string{workload.PodTemplateHashLabel: "abc", "app": name},
-				Annotations:     map[string]string{annotations.Group: groups[i%2], annotations.NodePool: "pool-1"},
+			uid := types.UID(fmt.Sprintf("%s-%d", name, i))
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-abc-%d", name, i), UID: uid,
+				Labels: map[string]string{workload.PodTemplateHashLabel: "abc", "app": name},
+				Annotations: map[string]string{annotations.Group: groups[i%2], annotations.NodePool: "pool-1",
+					annotations.Signature: benchSigner.Sign(uid, groups[i%2], "pool-1")},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-abc", UID: rsUID, Controller: ptr.To(true)}}},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 			objs = append(objs, pod)
@@ -100,7 +106,8 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
 	r, tally, gated := cachedCluster(b, workloads, perWorkload, 50)
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, tally, time.Minute)
+	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, tally, time.Minute).
+		WithSigner(benchSigner)
 	ctx := context.Background()
 	pods := make([]*corev1.Pod, 1024)
 	for i := range pods {
@@ -145,7 +152,7 @@ func BenchmarkMemoryPerCachedPod(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-				tally := placement.NewTally()
+				tally := placement.NewTally().WithSigner(benchSigner)
 				for i := 0; i < 10000; i++ {
 					var obj any = typicalPod(i)
 					if tc.strip {
@@ -166,15 +173,17 @@ func BenchmarkMemoryPerCachedPod(b *testing.B) {
 	}
 }
 
-// typicalPod is a decided Deployment pod with one container, a service
+// typicalPod is a decided (signed) Deployment pod with one container, a service
 // account volume, probes and a running status, as a cache would receive it.
 func typicalPod(i int) *corev1.Pod {
 	name := fmt.Sprintf("web-7d9f8c6b5-%05d", i)
+	uid := types.UID(fmt.Sprintf("0b8e2f3a-1c2d-4e5f-8a9b-%012d", i))
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(fmt.Sprintf("0b8e2f3a-1c2d-4e5f-8a9b-%012d", i)),
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: uid,
 			ResourceVersion: "123456", CreationTimestamp: metav1.Now(),
-			Labels:          map[string]string{"app": "web", workload.PodTemplateHashLabel: "7d9f8c6b5"},
-			Annotations:     map[string]string{annotations.Group: "karpenter.sh/capacity-type=spot", annotations.NodePool: "spot", annotations.Decision: `{"strategy":"2c1f0e9a8b7d","revision":"7d9f8c6b5","counts":[2,3],"reason":"quota"}`},
+			Labels: map[string]string{"app": "web", workload.PodTemplateHashLabel: "7d9f8c6b5"},
+			Annotations: map[string]string{annotations.Group: "karpenter.sh/capacity-type=spot", annotations.NodePool: "spot", annotations.Decision: `{"strategy":"2c1f0e9a8b7d","revision":"7d9f8c6b5","counts":[2,3],"reason":"quota"}`,
+				annotations.Signature: benchSigner.Sign(uid, "karpenter.sh/capacity-type=spot", "spot")},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9f8c6b5", UID: "rs-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 		},
 		Spec: corev1.PodSpec{
@@ -199,3 +208,53 @@ func typicalPod(i int) *corev1.Pod {
 }
 
 func intstrFromInt(i int) intstr.IntOrString { return intstr.FromInt32(int32(i)) }
+
+// BenchmarkDecisionWithStrays: one decision in a revision of 100 decided pods
+// that also holds strays (bound pods without a decision, counted by their
+// node's labels), 10 strays per node, with the nodes' metadata cached.
+func BenchmarkDecisionWithStrays(b *testing.B) {
+	for _, strays := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("strays=%d", strays), func(b *testing.B) {
+			r, tally, gated := cachedCluster(b, 1, 100, 50)
+			// As the operator does: the node informer's events reach the
+			// tally (none here: the nodes do not change).
+			tally.NodeEventHandler()
+			addStrays(b, r, tally, strays, 10)
+			clk := clocktesting.NewFakeClock(time.Now())
+			c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, tally, time.Minute).
+				WithNodes(r).WithSigner(benchSigner)
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				pod := gated.DeepCopy()
+				pod.UID = types.UID(fmt.Sprintf("new-%d", i))
+				i++
+				if _, err := c.Reconcile(ctx, pod); err != nil {
+					b.Fatal(err)
+				}
+				tally.Forget(pod)
+			}
+		})
+	}
+}
+
+// addStrays adds n bound pods without a decision to app-0's revision,
+// perNode on each node, half the nodes on-demand and half spot.
+func addStrays(b *testing.B, r *memcache.Reader, tally *placement.Tally, n, perNode int) {
+	b.Helper()
+	for i := 0; i < n; i++ {
+		node := fmt.Sprintf("node-%d", i/perNode)
+		if i%perNode == 0 {
+			ct := []string{"on-demand", "spot"}[(i/perNode)%2]
+			if err := r.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{karpv1.CapacityTypeLabelKey: ct}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("stray-%d", i), UID: types.UID(fmt.Sprintf("stray-%d", i)),
+			Labels:          map[string]string{workload.PodTemplateHashLabel: "abc"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "app-0-abc", UID: "rs-app-0", Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		tally.Observe(pod)
+	}
+}

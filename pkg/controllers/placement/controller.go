@@ -425,25 +425,38 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 
 // strayGroup returns the lookup the tally counts strays with: the first
 // group of s whose labels the node carries (-1: none, or the node is not
-// cached).
-func (c *Controller) strayGroup(ctx context.Context, s *strategy.Strategy) func(node string) int {
-	return func(name string) int {
-		node := &metav1.PartialObjectMetadata{}
-		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-		if err := c.nodes.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-			return -1
-		}
-		for i, g := range s.Groups {
-			if labels.SelectorFromSet(g.Selector()).Matches(labels.Set(node.Labels)) {
-				return i
-			}
-		}
+// cached). The tally asks it only when a stray or a node's labels changed.
+func (c *Controller) strayGroup(ctx context.Context, s *strategy.Strategy) NodeGroups {
+	return nodeGroups{ctx: ctx, nodes: c.nodes, s: s}
+}
+
+// nodeGroups is strayGroup's lookup, for one decision.
+type nodeGroups struct {
+	ctx   context.Context
+	nodes client.Reader
+	s     *strategy.Strategy
+}
+
+func (g nodeGroups) Key() string { return g.s.String() }
+
+func (g nodeGroups) Group(name string) int {
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := g.nodes.Get(g.ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return -1
 	}
+	for i, grp := range g.s.Groups {
+		if labels.SelectorFromSet(grp.Selector()).Matches(labels.Set(node.Labels)) {
+			return i
+		}
+	}
+	return -1
 }
 
 // WithNodes lets the controller count pods admitted without a decision in
-// the group their node's labels match (a metadata cache of nodes).
+// the group their node's labels match (a metadata cache of nodes). The
+// tally's NodeEventHandler, registered on the same cache's node informer,
+// lets a decision reuse the counts until a node's labels change.
 func (c *Controller) WithNodes(nodes client.Reader) *Controller {
 	c.nodes = nodes
 	return c

@@ -1,14 +1,17 @@
 package placement
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -20,21 +23,45 @@ import (
 // decisions of a burst that the cache has not caught up with, and send the
 // next pods to the same group.
 //
+// A pod counts as decided only when its decision carries apportion's
+// signature: decision annotations a client wrote leave it undecided (a stray
+// once bound, counted by its node's labels).
+//
 // Pending decisions end when the informer shows the pod decided, terminating
 // or gone, or after pendingMaxAge (the pod was deleted and its event lost).
 type Tally struct {
 	mu       sync.Mutex
+	signer   *decision.Signer
 	pods     map[types.UID]tallied
 	observed map[string]map[string]int64 // revision -> group -> decided live pods
 	pending  map[types.UID]pendingDecision
 	byRev    map[string]map[types.UID]string // revision -> pending pod -> group
-	strays   map[string]map[types.UID]string // revision -> bound undecided pod -> node
-	synced   func() bool
+	strays   map[string]*revStrays           // revision -> its bound undecided pods
+	// stamp orders the changes of strays and node labels: the memo of a
+	// revision's stray counts is valid while neither moved past it.
+	stamp      uint64
+	nodesStamp uint64 // stamp of the last node label change
+	watchNodes bool   // NodeEventHandler was asked for: nodesStamp follows the nodes
+	synced     func() bool
 }
 
 type tallied struct {
 	rev, group string // group "" while the pod is live but undecided
-	stray      bool   // undecided and bound: counted by its node's labels
+	node       string // a stray's node: undecided and bound, counted by the node's labels
+}
+
+// revStrays are a revision's strays by node, with the last StrayCounts.
+type revStrays struct {
+	n     int
+	nodes map[string]int // node -> strays on it
+	stamp uint64         // Tally.stamp at the last change
+	memo  *strayMemo
+}
+
+type strayMemo struct {
+	key               string // NodeGroups.Key
+	stamp, nodesStamp uint64
+	counts            []int64
 }
 
 type pendingDecision struct {
@@ -44,15 +71,24 @@ type pendingDecision struct {
 
 const pendingMaxAge = 10 * time.Minute
 
-// NewTally returns an empty tally.
+// NewTally returns an empty tally. Until WithSigner gives it the placement
+// controller's Signer, no pod counts as decided but by this process's own
+// Record.
 func NewTally() *Tally {
 	return &Tally{
 		pods:     map[types.UID]tallied{},
 		observed: map[string]map[string]int64{},
 		pending:  map[types.UID]pendingDecision{},
 		byRev:    map[string]map[types.UID]string{},
-		strays:   map[string]map[types.UID]string{},
+		strays:   map[string]*revStrays{},
 	}
+}
+
+// WithSigner makes the tally take the decisions s signed (the Signer the
+// placement controller signs with); call it before the informer runs.
+func (t *Tally) WithSigner(s *decision.Signer) *Tally {
+	t.signer = s
+	return t
 }
 
 // Revision is the key pods are tallied under.
@@ -61,31 +97,33 @@ func Revision(namespace, ownerKey string) string { return namespace + "/" + owne
 // Observe takes the informer's current view of a pod (add or update).
 func (t *Tally) Observe(pod *corev1.Pod) {
 	key := workload.OwnerKey(pod)
-	if key == "" {
-		return
+	live := key != "" && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+	var group string
+	if live {
+		d, _ := t.signer.Read(pod) // outside the lock: an HMAC per event
+		group = d.Group
 	}
-	rev := Revision(pod.Namespace, key)
-	live := pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.uncount(pod.UID)
 	if !live {
+		// Gone, or no longer counted in any revision: a pod that lost its
+		// controller reference leaves its old revision.
 		delete(t.pods, pod.UID)
 		t.dropPending(pod.UID)
 		return
 	}
-	group := pod.Annotations[annotations.Group]
-	stray := group == "" && pod.Spec.NodeName != "" && !t.isPending(pod.UID)
-	t.pods[pod.UID] = tallied{rev: rev, group: group, stray: stray}
-	if stray {
+	rev := Revision(pod.Namespace, key)
+	tl := tallied{rev: rev, group: group}
+	if group == "" && pod.Spec.NodeName != "" && !t.isPending(pod.UID) {
 		// Admitted without a decision (webhook down or failed open,
-		// released by the janitor): counted in the group its node's
-		// labels match, so later decisions compensate.
-		if t.strays[rev] == nil {
-			t.strays[rev] = map[types.UID]string{}
-		}
-		t.strays[rev][pod.UID] = pod.Spec.NodeName
+		// released by the janitor, or a decision a client wrote):
+		// counted in the group its node's labels match, so later
+		// decisions compensate.
+		tl.node = pod.Spec.NodeName
+		t.addStray(rev, tl.node)
 	}
+	t.pods[pod.UID] = tl
 	if group != "" {
 		if t.observed[rev] == nil {
 			t.observed[rev] = map[string]int64{}
@@ -150,28 +188,60 @@ func (t *Tally) Counts(rev string, index map[string]int, counts []int64) {
 	}
 }
 
+// NodeGroups places a node in a group of a strategy by its labels.
+type NodeGroups interface {
+	// Key identifies the strategy: NodeGroups with equal keys give a node
+	// the same group.
+	Key() string
+	// Group is the index of the node's group, -1 for none (or a node not
+	// known).
+	Group(node string) int
+}
+
 // StrayCounts counts the revision's bound pods without a decision in the
-// group groupOf returns for their node (-1: none), over groups groups; nil
-// when the revision has none (the usual case, without allocation).
-func (t *Tally) StrayCounts(rev string, groups int, groupOf func(node string) int) []int64 {
+// group ng gives their node, over groups groups; nil when none falls in a
+// group (the usual case, without allocation). Once NodeEventHandler feeds the
+// tally, the counts are kept until a stray of the revision or a node's labels
+// change, so that a decision costs the same however many strays the revision
+// holds; otherwise each call looks up every node that holds a stray.
+func (t *Tally) StrayCounts(rev string, groups int, ng NodeGroups) []int64 {
 	t.mu.Lock()
-	nodes := make([]string, 0, len(t.strays[rev]))
-	for _, node := range t.strays[rev] {
-		nodes = append(nodes, node)
-	}
-	t.mu.Unlock()
-	if len(nodes) == 0 {
+	rs := t.strays[rev]
+	if rs == nil {
+		t.mu.Unlock()
 		return nil
 	}
+	key := ng.Key()
+	if m := rs.memo; t.watchNodes && m != nil && m.key == key && m.stamp == rs.stamp && m.nodesStamp == t.nodesStamp && len(m.counts) == groups {
+		t.mu.Unlock()
+		return slices.Clone(m.counts)
+	}
+	type onNode struct {
+		node string
+		n    int
+	}
+	nodes := make([]onNode, 0, len(rs.nodes))
+	for node, n := range rs.nodes {
+		nodes = append(nodes, onNode{node, n})
+	}
+	stamp, nodesStamp := rs.stamp, t.nodesStamp
+	t.mu.Unlock()
+
+	// Node look-ups outside the lock: the informer's events wait for none.
 	var out []int64
-	for _, node := range nodes {
-		if i := groupOf(node); i >= 0 && i < groups {
+	for _, x := range nodes {
+		if i := ng.Group(x.node); i >= 0 && i < groups {
 			if out == nil {
 				out = make([]int64, groups)
 			}
-			out[i]++
+			out[i] += int64(x.n)
 		}
 	}
+	t.mu.Lock()
+	if t.watchNodes && t.strays[rev] == rs && rs.stamp == stamp && t.nodesStamp == nodesStamp {
+		rs.memo = &strayMemo{key: key, stamp: stamp, nodesStamp: nodesStamp, counts: slices.Clone(out)}
+	}
+	t.mu.Unlock()
 	return out
 }
 
@@ -179,7 +249,64 @@ func (t *Tally) StrayCounts(rev string, groups int, groupOf func(node string) in
 func (t *Tally) Strays(rev string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.strays[rev])
+	if rs := t.strays[rev]; rs != nil {
+		return rs.n
+	}
+	return 0
+}
+
+// NodeEventHandler feeds the tally from the node (metadata) informer: a
+// node's labels changing, or a node coming or going, ends the stray counts
+// StrayCounts kept. Register it before relying on them.
+func (t *Tally) NodeEventHandler() toolscache.ResourceEventHandler {
+	t.mu.Lock()
+	t.watchNodes = true
+	t.mu.Unlock()
+	changed := func(any) {
+		t.mu.Lock()
+		t.stamp++
+		t.nodesStamp = t.stamp
+		t.mu.Unlock()
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		DeleteFunc: changed,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(metav1.Object)
+			n, ok2 := newObj.(metav1.Object)
+			if !ok1 || !ok2 || !maps.Equal(o.GetLabels(), n.GetLabels()) {
+				changed(newObj)
+			}
+		},
+	}
+}
+
+func (t *Tally) addStray(rev, node string) {
+	rs := t.strays[rev]
+	if rs == nil {
+		rs = &revStrays{nodes: map[string]int{}}
+		t.strays[rev] = rs
+	}
+	rs.n++
+	rs.nodes[node]++
+	t.stamp++
+	rs.stamp = t.stamp
+}
+
+func (t *Tally) removeStray(rev, node string) {
+	rs := t.strays[rev]
+	if rs == nil {
+		return
+	}
+	if rs.n--; rs.n <= 0 {
+		delete(t.strays, rev)
+		return
+	}
+	if rs.nodes[node]--; rs.nodes[node] <= 0 {
+		delete(rs.nodes, node)
+	}
+	t.stamp++
+	rs.stamp = t.stamp
 }
 
 func (t *Tally) isPending(uid types.UID) bool {
@@ -217,11 +344,8 @@ func (t *Tally) EventHandler() toolscache.ResourceEventHandler {
 
 func (t *Tally) uncount(uid types.UID) {
 	old, ok := t.pods[uid]
-	if ok && old.stray {
-		delete(t.strays[old.rev], uid)
-		if len(t.strays[old.rev]) == 0 {
-			delete(t.strays, old.rev)
-		}
+	if ok && old.node != "" {
+		t.removeStray(old.rev, old.node)
 	}
 	if !ok || old.group == "" {
 		return

@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -11,13 +13,21 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/decision"
 )
 
+// tallySigner signs the fixtures' decisions; newTally gives it to the tally.
+var tallySigner = decision.RandomSigner()
+
+func newTally() *Tally { return NewTally().WithSigner(tallySigner) }
+
+// tallyPod is a pod of ReplicaSet rs1, decided for group (signed) unless
+// group is empty.
 func tallyPod(uid, group string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: uid, UID: types.UID(uid),
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs1", Controller: ptr.To(true)}}}}
 	if group != "" {
-		p.Annotations = map[string]string{annotations.Group: group}
+		p.Annotations = map[string]string{annotations.Group: group, annotations.Signature: tallySigner.Sign(p.UID, group, "")}
 	}
 	for _, m := range mutate {
 		m(p)
@@ -25,11 +35,27 @@ func tallyPod(uid, group string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
+// groupsFunc is a NodeGroups over a function, counting its look-ups.
+type groupsFunc struct {
+	key     string
+	group   func(node string) int
+	lookups *int
+}
+
+func (g groupsFunc) Key() string { return g.key }
+
+func (g groupsFunc) Group(node string) int {
+	if g.lookups != nil {
+		*g.lookups++
+	}
+	return g.group(node)
+}
+
 func TestTallyFollowsEventsAndPendingDecisions(t *testing.T) {
 	const rev = "web/rs1"
 	index := map[string]int{"a": 0, "b": 1}
 	now := time.Now()
-	tl := NewTally()
+	tl := newTally()
 	counts := func() [2]int64 {
 		c := make([]int64, 2)
 		tl.Counts(rev, index, c)
@@ -88,8 +114,10 @@ func TestTallyFollowsEventsAndPendingDecisions(t *testing.T) {
 func TestTallyCountsStraysByNode(t *testing.T) {
 	const rev = "web/rs1"
 	nodes := map[string]int{"spot-1": 1, "od-1": 0, "other": -1}
-	tl := NewTally()
-	strays := func() []int64 { return tl.StrayCounts(rev, 2, func(node string) int { return nodes[node] }) }
+	tl := newTally()
+	strays := func() []int64 {
+		return tl.StrayCounts(rev, 2, groupsFunc{key: "s", group: func(node string) int { return nodes[node] }})
+	}
 	bound := func(node string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.NodeName = node } }
 	tl.Observe(tallyPod("s1", ""))
 	if got := strays(); got != nil {
@@ -111,5 +139,142 @@ func TestTallyCountsStraysByNode(t *testing.T) {
 	tl.Observe(tallyPod("s2", "", bound("od-1"), func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }))
 	if got := strays(); got != nil || tl.Strays(rev) != 1 {
 		t.Fatalf("after the strays went: %v of %d", got, tl.Strays(rev))
+	}
+}
+
+// TestTallyIgnoresUnsignedDecisions: decision annotations a client wrote
+// (no signature, a signature copied from another pod, or a group changed
+// after signing) do not count as decisions: the pod is a stray, counted by
+// its node's labels once bound.
+func TestTallyIgnoresUnsignedDecisions(t *testing.T) {
+	const rev = "web/rs1"
+	index := map[string]int{"a": 0, "b": 1}
+	bound := func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }
+	signed := tallyPod("signed", "a", bound)
+	forged := []*corev1.Pod{
+		tallyPod("unsigned", "", bound, func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Group: "a"} }),
+		tallyPod("copied", "", bound, func(p *corev1.Pod) { p.Annotations = maps.Clone(signed.Annotations) }),
+		tallyPod("changed", "a", bound, func(p *corev1.Pod) { p.Annotations[annotations.Group] = "b" }),
+		tallyPod("other-key", "", bound, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Group: "a", annotations.Signature: decision.RandomSigner().Sign(p.UID, "a", "")}
+		}),
+	}
+	tl := newTally()
+	tl.Observe(signed)
+	for _, p := range forged {
+		tl.Observe(p)
+		if tl.Decided(p.UID) {
+			t.Errorf("%s: decided", p.Name)
+		}
+	}
+	c := make([]int64, 2)
+	tl.Counts(rev, index, c)
+	if c[0] != 1 || c[1] != 0 {
+		t.Errorf("counts %v, want [1 0]: only the signed decision", c)
+	}
+	strays := tl.StrayCounts(rev, 2, groupsFunc{key: "s", group: func(string) int { return 1 }})
+	if tl.Strays(rev) != len(forged) || len(strays) != 2 || strays[1] != int64(len(forged)) {
+		t.Errorf("strays %v of %d, want the %d forged pods in group b, by their node", strays, tl.Strays(rev), len(forged))
+	}
+	bare := NewTally()
+	if bare.Observe(signed); bare.Decided(signed.UID) {
+		t.Error("a tally without a Signer takes a decision")
+	}
+}
+
+// TestTallyForgetsPodThatLostItsOwner: a pod whose controller reference is
+// removed (orphaned) leaves its revision's counts and strays.
+func TestTallyForgetsPodThatLostItsOwner(t *testing.T) {
+	const rev = "web/rs1"
+	orphan := func(p *corev1.Pod) { p.OwnerReferences = nil }
+	bound := func(p *corev1.Pod) { p.Spec.NodeName = "node-a" }
+	tl := newTally()
+	tl.Observe(tallyPod("d1", "a"))
+	tl.Observe(tallyPod("s1", "", bound))
+	tl.Record("p1", rev, "a", time.Now())
+	tl.Observe(tallyPod("d1", "a", orphan))
+	tl.Observe(tallyPod("s1", "", bound, orphan))
+	tl.Observe(tallyPod("p1", "", orphan))
+	c := make([]int64, 1)
+	tl.Counts(rev, map[string]int{"a": 0}, c)
+	if c[0] != 0 || tl.Strays(rev) != 0 {
+		t.Fatalf("counts %v, %d strays: want the orphans out of the revision", c, tl.Strays(rev))
+	}
+	if len(tl.pods) != 0 || len(tl.pending) != 0 {
+		t.Errorf("orphans still tracked: %v, pending %v", tl.pods, tl.pending)
+	}
+}
+
+// TestTallyStrayCountsFollowNodes: with the node informer's events, the
+// stray counts are kept between decisions, and a stray coming or going, a
+// node relabelled or another strategy computes them again from the nodes'
+// current labels.
+func TestTallyStrayCountsFollowNodes(t *testing.T) {
+	const rev = "web/rs1"
+	labels := map[string]string{"n1": "spot", "n2": "spot", "n3": "od"}
+	group := func(node string) int {
+		switch labels[node] {
+		case "od":
+			return 0
+		case "spot":
+			return 1
+		}
+		return -1
+	}
+	lookups := 0
+	ng := groupsFunc{key: "od:spot", group: group, lookups: &lookups}
+	tl := newTally()
+	nodes := tl.NodeEventHandler()
+	node := func(name, ct string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"ct": ct}}}
+	}
+	on := func(n string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+	for i, n := range []string{"n1", "n1", "n2", "n3"} {
+		tl.Observe(tallyPod(fmt.Sprintf("s%d", i), "", on(n)))
+	}
+	want := func(what string, od, spot int64, wantLookups int) {
+		t.Helper()
+		lookups = 0
+		got := tl.StrayCounts(rev, 2, ng)
+		if len(got) != 2 || got[0] != od || got[1] != spot {
+			t.Fatalf("%s: strays %v, want [%d %d]", what, got, od, spot)
+		}
+		if lookups != wantLookups {
+			t.Fatalf("%s: %d node look-ups, want %d", what, lookups, wantLookups)
+		}
+		got[0] = 99 // the caller's copy
+	}
+	want("first count: one look-up per node", 1, 3, 3)
+	want("nothing changed: no look-up", 1, 3, 0)
+
+	labels["n1"] = "od"
+	nodes.OnUpdate(node("n1", "spot"), node("n1", "od"))
+	want("n1 relabelled to on-demand", 3, 1, 3)
+	nodes.OnUpdate(node("n1", "od"), node("n1", "od"))
+	want("a node update without a label change", 3, 1, 0)
+
+	tl.Observe(tallyPod("s9", "", on("n2")))
+	want("a stray more on n2", 3, 2, 3)
+	tl.Forget(tallyPod("s0", "", on("n1")))
+	want("a stray less on n1", 2, 2, 3)
+
+	delete(labels, "n3")
+	nodes.OnDelete(node("n3", "od"))
+	want("n3 gone", 1, 2, 3)
+
+	lookups = 0
+	other := groupsFunc{key: "spot:od", group: func(n string) int { return 1 - group(n) }, lookups: &lookups}
+	if got := tl.StrayCounts(rev, 2, other); len(got) != 2 || got[0] != 2 || got[1] != 1 || lookups != 3 {
+		t.Fatalf("another strategy: strays %v after %d look-ups, want [2 1] after 3", got, lookups)
+	}
+
+	// Without the node events, every call looks the nodes up.
+	plain := newTally()
+	plain.Observe(tallyPod("s1", "", on("n1")))
+	for range 2 {
+		lookups = 0
+		if got := plain.StrayCounts(rev, 2, ng); len(got) != 2 || got[0] != 1 || lookups != 1 {
+			t.Fatalf("without node events: strays %v after %d look-ups, want [1 0] after 1", got, lookups)
+		}
 	}
 }
