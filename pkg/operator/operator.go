@@ -254,12 +254,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	}
 	placer := placement.NewController(clk, mgr.GetClient(), recorder, capacity, tally.WithSigner(signer), o.GateTimeout).WithNodes(mgr.GetClient()).WithPolicies(policySource).WithSigner(signer)
 	if o.Architectures != options.ArchitecturesOff {
-		// The Kubernetes keychain reads the ServiceAccount and the pull
-		// Secrets by name, on cache misses only: a direct client, no
-		// informer on Secrets.
-		kube, err := kubernetes.NewForConfig(cfg)
+		// Pull secrets are read only with --read-pull-secrets; without it
+		// kube is nil and the Inspector reads no Secret or ServiceAccount.
+		kube, err := pullSecretsClient(o, func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(cfg) })
 		if err != nil {
-			return fmt.Errorf("creating the clientset for image pull secrets: %w", err)
+			return err
 		}
 		images := imagearch.New(kube, imagearch.Options{
 			CacheSize:       o.ImageCacheSize,
