@@ -290,7 +290,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			NodeLabels: !apis.Served(NodePoolGVK), ScaleFromZero: o.ScaleFromZero,
 			Signer: signer, APIReader: mgr.GetAPIReader(),
 		}),
-		deletioncost.NewController(mgr.GetClient()).WithPolicies(policySource),
+		deletioncost.NewController(mgr.GetClient(), signer).WithPolicies(policySource),
 	}
 	if policies != nil {
 		var followed []schema.GroupVersionKind

@@ -19,7 +19,9 @@
 // Within a group, the newest pod goes first. Pods whose group is not in the
 // strategy (placed under an older one) get the lowest cost of all, and so do
 // the revision's strays: pods admitted without a decision (the webhook was
-// down or its call failed open) or released by the gate janitor. Pods still
+// down or its call failed open) or released by the gate janitor, and the pods
+// whose decision annotations apportion did not sign (a client wrote them):
+// they are undecided. Pods still
 // held by the gate are left alone (the placement controller is about to
 // patch them). A revision with no decided pod is not apportion's: its pods
 // are never touched.
@@ -74,12 +76,14 @@ func newestFirst(a, b *corev1.Pod) int {
 // Controller maintains deletion costs per revision.
 type Controller struct {
 	kubeClient client.Client
+	signer     *decision.Signer
 	resolve    []workload.Option
 }
 
-// NewController builds the deletion-cost controller.
-func NewController(kubeClient client.Client) *Controller {
-	return &Controller{kubeClient: kubeClient}
+// NewController builds the deletion-cost controller; signer recognises
+// apportion's decisions (the placement controller's Signer).
+func NewController(kubeClient client.Client, signer *decision.Signer) *Controller {
+	return &Controller{kubeClient: kubeClient, signer: signer}
 }
 
 // WithPolicies orders the pods of workloads whose strategy comes from a
@@ -109,18 +113,24 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			pod := o.(*corev1.Pod)
-			if _, decided := pod.Annotations[annotations.Group]; !decided {
-				return nil
-			}
-			key := workload.OwnerKey(pod)
-			if key == "" {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: key}}}
-		})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.revisionOf)).
 		Complete(c)
+}
+
+// revisionOf maps a pod apportion decided to its revision's request.
+func (c *Controller) revisionOf(_ context.Context, o client.Object) []reconcile.Request {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	if d, ok := c.signer.Read(pod); !ok || d.Group == "" {
+		return nil
+	}
+	key := workload.OwnerKey(pod)
+	if key == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: key}}}
 }
 
 // Reconcile recomputes the costs of one revision and patches the pods whose
@@ -137,14 +147,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		switch _, ok := p.Annotations[annotations.Group]; {
-		case ok:
+		switch d, ok := c.signer.Read(p); {
+		case ok && d.Group != "":
 			decided++
 			pods = append(pods, p)
 		case !decision.HasGate(p):
 			// A stray: admitted without a decision (the webhook was down, or
-			// its call failed open) or released by the janitor. It goes first.
-			pods = append(pods, p)
+			// its call failed open), released by the janitor, or carrying
+			// decision annotations a client wrote. It goes first.
+			pods = append(pods, unsigned(p))
 		}
 	}
 	if decided == 0 {
@@ -181,11 +192,26 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
+// unsigned is a stray as Costs must see it: without the decision annotations
+// a client may have written on it (a copy, when it carries some).
+func unsigned(p *corev1.Pod) *corev1.Pod {
+	_, group := p.Annotations[annotations.Group]
+	_, fallback := p.Annotations[annotations.Fallback]
+	if !group && !fallback {
+		return p
+	}
+	q := p.DeepCopy()
+	decision.Strip(q)
+	return q
+}
+
 // Costs computes the deletion cost of every pod of one revision; pods with
 // no group of s (undecided, or decided under another strategy) get the
 // lowest, then the pods placed by capacity fallback (newest first), then the
 // others in the engine's Victim order: a scale-down removes the fallback
-// pods before it touches the split.
+// pods before it touches the split. It takes the pods' group and fallback
+// annotations as their decisions: the controller passes the pods whose
+// decisions do not verify without them.
 func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
 	m, err := plan.Method(s)
 	if err != nil {

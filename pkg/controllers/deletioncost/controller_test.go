@@ -18,8 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
+
+// testSigner signs the fixtures' decisions.
+var testSigner = decision.RandomSigner()
 
 // TestReconcileOrdersStraysFirst: in a revision apportion places, a pod
 // admitted without a decision gets a lower cost than every decided pod, a
@@ -42,7 +46,7 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
 			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}}}
 		if group != "" {
-			p.Annotations = map[string]string{annotations.Group: group}
+			p.Annotations = map[string]string{annotations.Group: group, annotations.Signature: testSigner.Sign(p.UID, group, "")}
 		}
 		if gated {
 			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
@@ -63,7 +67,7 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 			}
 			return nil
 		}).Build()
-	ctrl := NewController(c)
+	ctrl := NewController(c, testSigner)
 	ctx := context.Background()
 	for _, r := range []*appsv1.ReplicaSet{placed, unplaced} {
 		if _, err := ctrl.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: string(r.UID)}}); err != nil {
@@ -92,6 +96,108 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 	for _, name := range []string{"nginx-abc-4", "plain-xyz-0", "plain-xyz-1"} {
 		if v, ok := cost(name); ok {
 			t.Errorf("pod %s got cost %d; it should be left alone", name, v)
+		}
+	}
+}
+
+// TestForgedDecisionsAreStrays: decision annotations apportion did not sign
+// (written by a client: no signature, a signature copied from another pod,
+// a fallback added to a signed decision) give a pod no cost by group: it is a
+// stray, first to go. A revision whose only "decisions" are forged is not
+// apportion's: none of its pods gets a cost, and its pods enqueue nothing.
+func TestForgedDecisionsAreStrays(t *testing.T) {
+	const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	const od, spot = "karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid",
+		Annotations: map[string]string{annotations.Strategy: seed004}}}
+	rs := func(name string) *appsv1.ReplicaSet {
+		return &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: deploy.Name, UID: deploy.UID, Controller: ptr.To(true)}}}}
+	}
+	placed, forgedOnly := rs("nginx-abc"), rs("nginx-def")
+	base := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := func(owner *appsv1.ReplicaSet, i int, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", owner.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", owner.Name, i)),
+			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(i) * time.Second)),
+			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
+			Annotations:       ann,
+			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}}}
+	}
+	signed := func(owner *appsv1.ReplicaSet, i int, group string, fallback ...string) *corev1.Pod {
+		p := pod(owner, i, map[string]string{annotations.Group: group})
+		p.Annotations[annotations.Signature] = testSigner.Sign(p.UID, group, "", fallback...)
+		if len(fallback) > 0 {
+			p.Annotations[annotations.Fallback] = fallback[0]
+		}
+		return p
+	}
+	decided := []*corev1.Pod{signed(placed, 0, od), signed(placed, 1, od), signed(placed, 2, spot), signed(placed, 3, spot, od)}
+	forged := []*corev1.Pod{
+		pod(placed, 4, map[string]string{annotations.Group: od}),
+		pod(placed, 5, map[string]string{annotations.Group: od, annotations.Signature: decided[0].Annotations[annotations.Signature]}),
+		func() *corev1.Pod { p := signed(placed, 6, spot); p.Annotations[annotations.Fallback] = od; return p }(),
+		pod(placed, 7, map[string]string{annotations.Fallback: od}),
+	}
+	alone := []*corev1.Pod{
+		pod(forgedOnly, 0, map[string]string{annotations.Group: od}),
+		pod(forgedOnly, 1, map[string]string{annotations.Group: spot, annotations.Signature: decided[2].Annotations[annotations.Signature]}),
+	}
+	objs := []client.Object{deploy, placed, forgedOnly}
+	for _, p := range append(append(append([]*corev1.Pod{}, decided...), forged...), alone...) {
+		objs = append(objs, p)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
+			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
+				return []string{k}
+			}
+			return nil
+		}).Build()
+	ctrl := NewController(c, testSigner)
+	ctx := context.Background()
+	for _, p := range append(append([]*corev1.Pod{}, forged...), alone...) {
+		if reqs := ctrl.revisionOf(ctx, p); len(reqs) != 0 {
+			t.Errorf("forged pod %s enqueues %v", p.Name, reqs)
+		}
+	}
+	if reqs := ctrl.revisionOf(ctx, decided[0]); len(reqs) != 1 || reqs[0].Name != string(placed.UID) {
+		t.Errorf("decided pod enqueues %v, want its revision", reqs)
+	}
+	for _, r := range []*appsv1.ReplicaSet{placed, forgedOnly} {
+		if _, err := ctrl.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: string(r.UID)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cost := func(p *corev1.Pod) (int, bool) {
+		var got corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{annotations.Group, annotations.Fallback, annotations.Signature} {
+			if got.Annotations[k] != p.Annotations[k] {
+				t.Errorf("%s: %s changed from %q to %q", p.Name, k, p.Annotations[k], got.Annotations[k])
+			}
+		}
+		v, ok := got.Annotations[Annotation]
+		n, _ := strconv.Atoi(v)
+		return n, ok
+	}
+	for _, p := range forged {
+		if n, ok := cost(p); !ok || n != unknownGroupCost {
+			t.Errorf("forged pod %s: cost %d (set %v), want the strays' %d", p.Name, n, ok, unknownGroupCost)
+		}
+	}
+	if n, ok := cost(decided[3]); !ok || n >= -3 || n == unknownGroupCost {
+		t.Errorf("signed fallback pod: cost %d (set %v), want a fallback cost", n, ok)
+	}
+	for _, p := range decided[:3] {
+		if n, ok := cost(p); !ok || n < -2 {
+			t.Errorf("decided pod %s: cost %d (set %v), want its place in the split (-2..0)", p.Name, n, ok)
+		}
+	}
+	for _, p := range alone {
+		if n, ok := cost(p); ok {
+			t.Errorf("pod %s of a revision without a signed decision got cost %d", p.Name, n)
 		}
 	}
 }
