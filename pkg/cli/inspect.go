@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/apportion-dev/apportion/pkg/imagearch"
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 const inspectUsage = `Usage: apportion inspect IMAGE... [--pull-secret FILE] [-o table|json] [--timeout 30s]
@@ -24,7 +25,10 @@ const inspectUsage = `Usage: apportion inspect IMAGE... [--pull-secret FILE] [-o
 Reads from the registry which platforms each image runs on (an OCI index or Docker manifest
 list gives its entries, attestations left out; a single image its config), with the code the
 placement controller uses, and the linux architectures all the images share: the architectures
-a pod made of these images can be placed on.
+a pod made of these images can be placed on. It reads from any registry host, localhost
+included: settings.imageRegistries restricts the placement controller only, since this command
+runs with your own network access. Registry errors are shown as the controller's Events show
+them: host, HTTP status and error code, never the registry's message.
 
   --pull-secret FILE  a docker config JSON: the .dockerconfigjson of a kubernetes.io/dockerconfigjson
                       Secret (e.g. kubectl get secret regcred -o jsonpath='{.data.\.dockerconfigjson}' | base64 -d)
@@ -120,6 +124,7 @@ func Inspect(args []string, stdout, stderr io.Writer) int {
 	kc := authn.NewMultiKeychain(chain...) // anonymous when none has credentials
 	in := imagearch.New(nil, imagearch.Options{
 		RegistryTimeout: o.timeout,
+		Registries:      registries.Open(),
 		Keychain:        func(context.Context, imagearch.Credentials) (authn.Keychain, error) { return kc, nil },
 	})
 

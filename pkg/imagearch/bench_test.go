@@ -10,7 +10,7 @@ import (
 )
 
 func BenchmarkCachedLookup(b *testing.B) {
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 	ref := "registry.example.com/team/app:v1.2.3"
 	in.put(ref, &entry{platforms: []Platform{platform("linux", "amd64", ""), platform("linux", "arm64", "v8")}, fetched: in.opts.Clock.Now()})
 	ctx := b.Context()
@@ -24,7 +24,7 @@ func BenchmarkCachedLookup(b *testing.B) {
 }
 
 func BenchmarkCachedLookupParallel(b *testing.B) {
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 	ref := "registry.example.com/team/app:v1.2.3"
 	in.put(ref, &entry{platforms: []Platform{platform("linux", "amd64", "")}, fetched: in.opts.Clock.Now()})
 	ctx := b.Context()
@@ -45,7 +45,7 @@ func BenchmarkCachedLookupParallel(b *testing.B) {
 func BenchmarkCacheMemory(b *testing.B) {
 	const n = 10000
 	for b.Loop() {
-		in := New(nil, Options{CacheSize: n})
+		in := newTestInspector(nil, Options{CacheSize: n})
 		refs := make([]string, n)
 		for k := range refs {
 			refs[k] = fmt.Sprintf("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/service-%05d:v1.2.3", k)

@@ -42,8 +42,9 @@ func (b *breakers) get(ctx context.Context, host string) *breaker {
 			MaxRequests: 1,
 			Timeout:     b.opts.BreakerOpen,
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-			// The registry answered about the image: it works.
-			IsSuccessful: func(err error) bool { return err == nil || isImageError(err) },
+			// The registry answered about the image: it works. A host the
+			// Registries policy refused (a redirect's) says nothing about it.
+			IsSuccessful: func(err error) bool { return err == nil || isImageError(err) || isDenied(err) },
 			OnStateChange: func(_ string, from, to gobreaker.State) {
 				logger.Info("registry circuit breaker changed state", "from", from.String(), "to", to.String())
 				if to == gobreaker.StateOpen {

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 // testRegistry is go-containerregistry's in-memory registry on 127.0.0.1,
@@ -33,6 +35,8 @@ type testRegistry struct {
 	pings, manifestGets, manifestHeads, blobGets atomic.Int64
 
 	status  atomic.Int64 // when non-zero, every read answers this status
+	// blobsTo, when set, redirects every blob GET to this URL.
+	blobsTo atomic.Pointer[string]
 	user    string       // when set, basic auth user:pass is required
 	pass    string
 	mu      sync.Mutex
@@ -68,6 +72,10 @@ func newTestRegistry(t *testing.T) *testRegistry {
 			r.manifestHeads.Add(1)
 		case strings.Contains(req.URL.Path, "/blobs/") && req.Method == http.MethodGet:
 			r.blobGets.Add(1)
+		}
+		if to := r.blobsTo.Load(); to != nil && strings.Contains(req.URL.Path, "/blobs/") {
+			http.Redirect(w, req, *to, http.StatusTemporaryRedirect)
+			return
 		}
 		if s := r.status.Load(); s != 0 && read {
 			http.Error(w, "failing on purpose", int(s))
@@ -200,7 +208,16 @@ func platformStrings(ps []Platform) []string {
 	return out
 }
 
-// newTestInspector is New for the tests' registries on 127.0.0.1.
+// newTestInspector is New allowing the tests' registries on 127.0.0.1,
+// which the default Registries policy denies as loopback, unless opts names
+// a policy.
 func newTestInspector(kube kubernetes.Interface, opts Options) *Inspector {
+	if opts.Registries == nil {
+		p, err := registries.Parse(`{"allow":["127.0.0.1"]}`)
+		if err != nil {
+			panic(err)
+		}
+		opts.Registries = p
+	}
 	return New(kube, opts)
 }

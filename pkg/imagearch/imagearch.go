@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 // Defaults of Options.
@@ -102,6 +103,11 @@ type Options struct {
 	// then anonymous; if the Kubernetes part fails, ECR then anonymous.
 	Keychain  func(ctx context.Context, creds Credentials) (authn.Keychain, error)
 	Transport http.RoundTripper // default remote.DefaultTransport
+	// Registries decides which hosts may be connected to (default
+	// registries.Default(): loopback, link-local and in-cluster names
+	// denied). Every request of a look-up and every address its
+	// connections go to is checked, redirects included.
+	Registries *registries.Policy
 
 	// Clock decides the freshness of cached answers (default the real clock);
 	// tests step a fake one.
@@ -139,6 +145,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Transport == nil {
 		o.Transport = remote.DefaultTransport
+	}
+	if o.Registries == nil {
+		o.Registries = registries.Default()
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -178,6 +187,10 @@ type entry struct {
 // anonymous are used).
 func New(kube kubernetes.Interface, opts Options) *Inspector {
 	opts = opts.withDefaults()
+	opts.Transport = opts.Registries.Transport(opts.Transport)
+	for _, r := range registries.Reasons {
+		metrics.ImageRegistryDeniedTotal.WithLabelValues(string(r))
+	}
 	i := &Inspector{
 		opts: opts,
 		kube: kube,
@@ -378,7 +391,9 @@ func (i *Inspector) fetch(ctx context.Context, key, ref string, creds Credential
 		if errors.Is(e.err, ErrCircuitOpen) {
 			return e
 		}
-		if isImageError(e.err) {
+		if d := (*registries.DeniedError)(nil); errors.As(e.err, &d) {
+			metrics.ImageRegistryDeniedTotal.WithLabelValues(string(d.Reason)).Inc()
+		} else if isImageError(e.err) {
 			i.put(key, e)
 			return e
 		}

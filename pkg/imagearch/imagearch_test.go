@@ -60,7 +60,7 @@ func TestIndexes(t *testing.T) {
 				entryOf{platform: plat("windows", "amd64", "")},
 			)
 			reg.resetCounts()
-			in := New(nil, Options{})
+			in := newTestInspector(nil, Options{})
 			ps, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{})
 			if err != nil {
 				t.Fatal(err)
@@ -83,7 +83,7 @@ func TestSingleImage(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			ref := reg.pushImage("single/"+p.Architecture+":v1", p)
 			reg.resetCounts()
-			in := New(nil, Options{})
+			in := newTestInspector(nil, Options{})
 			ps, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{})
 			if err != nil {
 				t.Fatal(err)
@@ -104,7 +104,7 @@ func TestNotFoundIsCachedBrieflyAndDoesNotTripTheBreaker(t *testing.T) {
 	good := reg.pushImage("app/good:v1", Platform{"linux", "amd64", ""})
 	reg.resetCounts()
 	clk := clocktesting.NewFakeClock(time.Now())
-	in := New(nil, Options{BreakerFailures: 2, FailureTTL: time.Hour, Clock: clk})
+	in := newTestInspector(nil, Options{BreakerFailures: 2, FailureTTL: time.Hour, Clock: clk})
 	missing := reg.ref("app/missing:v1")
 	for range 5 {
 		_, err := in.Platforms(t.Context(), missing, corev1.PullIfNotPresent, Credentials{})
@@ -146,7 +146,7 @@ func TestBreaker(t *testing.T) {
 	var logs safeLines
 	ctx := log.IntoContext(t.Context(), funcr.New(logs.add, funcr.Options{}))
 	before := testutil.ToFloat64(metrics.ImageBreakerOpenTotal.WithLabelValues(reg.host))
-	in := New(nil, Options{BreakerFailures: 3, BreakerOpen: open})
+	in := newTestInspector(nil, Options{BreakerFailures: 3, BreakerOpen: open})
 
 	for k := range 3 {
 		_, err := in.Platforms(ctx, reg.ref(fmt.Sprintf("app/x%d:v1", k)), corev1.PullIfNotPresent, Credentials{})
@@ -197,7 +197,7 @@ func TestCallerDeadlineDetachesTheRequest(t *testing.T) {
 	ref, _ := reg.pushIndex("slow/app:v1", false, entryOf{platform: plat("linux", "amd64", "")}, entryOf{platform: plat("linux", "arm64", "")})
 	reg.resetCounts()
 	release := reg.block()
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
@@ -232,7 +232,7 @@ func TestHangingRegistryCostsOneTimeout(t *testing.T) {
 	ref, _ := reg.pushIndex("hang/app:v1", false, entryOf{platform: plat("linux", "arm64", "")})
 	reg.resetCounts()
 	release := reg.block()
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
 	if _, err := in.Platforms(ctx, ref, corev1.PullIfNotPresent, Credentials{}); !errors.Is(err, context.DeadlineExceeded) {
@@ -270,7 +270,7 @@ func TestTTLByPullPolicy(t *testing.T) {
 	latest, _ := reg.pushIndex("ttl/app:latest", false, entryOf{platform: plat("linux", "amd64", "")})
 	reg.resetCounts()
 	clk := clocktesting.NewFakeClock(time.Now())
-	in := New(nil, Options{IfNotPresentTTL: time.Hour, PullAlwaysTTL: time.Minute, Clock: clk})
+	in := newTestInspector(nil, Options{IfNotPresentTTL: time.Hour, PullAlwaysTTL: time.Minute, Clock: clk})
 	look := func(ref string, policy corev1.PullPolicy, wantGets int64) {
 		t.Helper()
 		if _, err := in.Platforms(t.Context(), ref, policy, Credentials{}); err != nil {
@@ -298,7 +298,7 @@ func TestTTLByPullPolicy(t *testing.T) {
 
 	// PullAlwaysTTL 0: Always is never served from the cache.
 	reg.resetCounts()
-	in = New(nil, Options{Clock: clk})
+	in = newTestInspector(nil, Options{Clock: clk})
 	look(ref, corev1.PullAlways, 1)
 	look(ref, corev1.PullAlways, 2)
 	look(ref, corev1.PullIfNotPresent, 2)
@@ -309,7 +309,7 @@ func TestDigestNeverExpires(t *testing.T) {
 	_, d := reg.pushIndex("pinned/app:v1", false, entryOf{platform: plat("linux", "arm64", "")})
 	reg.resetCounts()
 	clk := clocktesting.NewFakeClock(time.Now())
-	in := New(nil, Options{IfNotPresentTTL: time.Minute, PullAlwaysTTL: time.Second, Clock: clk})
+	in := newTestInspector(nil, Options{IfNotPresentTTL: time.Minute, PullAlwaysTTL: time.Second, Clock: clk})
 	for _, ref := range []string{reg.ref("pinned/app@" + d.String()), reg.ref("pinned/app:v1@" + d.String())} {
 		for _, policy := range []corev1.PullPolicy{corev1.PullAlways, corev1.PullIfNotPresent, ""} {
 			if _, err := in.Platforms(t.Context(), ref, policy, Credentials{}); err != nil {
@@ -329,7 +329,7 @@ func TestDigestNeverExpires(t *testing.T) {
 
 func TestCacheSizeBound(t *testing.T) {
 	reg := newTestRegistry(t)
-	in := New(nil, Options{CacheSize: 3})
+	in := newTestInspector(nil, Options{CacheSize: 3})
 	for k := range 5 {
 		ref, _ := reg.pushIndex(fmt.Sprintf("many/app%d:v1", k), false, entryOf{platform: plat("linux", "amd64", "")})
 		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{}); err != nil {
@@ -355,7 +355,7 @@ func TestCoalescing(t *testing.T) {
 				ref, _ = reg.pushIndex("burst/index:v1", false, entryOf{platform: plat("linux", "amd64", "")}, entryOf{platform: plat("linux", "arm64", "")})
 			}
 			reg.resetCounts()
-			in := New(nil, Options{})
+			in := newTestInspector(nil, Options{})
 			const n = 1000
 			start := make(chan struct{})
 			errs := make(chan error, n)
@@ -396,7 +396,7 @@ func TestPodIntersection(t *testing.T) {
 	sideRef, _ := reg.pushIndex("pod/side:v1", false, entryOf{platform: plat("linux", "arm64", "v8")}, entryOf{platform: plat("linux", "amd64", "")}, entryOf{platform: plat("windows", "s390x", "")})
 	armOnly := reg.pushImage("pod/armonly:v1", Platform{"linux", "arm64", "v8"})
 	amdOnly := reg.pushImage("pod/amdonly:v1", Platform{"linux", "amd64", ""})
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 
 	pod := func(inits []string, containers ...string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p"}}
@@ -476,7 +476,7 @@ func TestPullSecrets(t *testing.T) {
 	)
 
 	t.Run("service account", func(t *testing.T) {
-		in := New(kube, Options{})
+		in := newTestInspector(kube, Options{})
 		ps, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ServiceAccountName: "builder"})
 		if err != nil {
 			t.Fatal(err)
@@ -486,7 +486,7 @@ func TestPullSecrets(t *testing.T) {
 		}
 	})
 	t.Run("pod imagePullSecrets", func(t *testing.T) {
-		in := New(kube, Options{})
+		in := newTestInspector(kube, Options{})
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "p"}, Spec: corev1.PodSpec{
 			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "podcred"}},
 			Containers:       []corev1.Container{{Name: "app", Image: ref}},
@@ -500,7 +500,7 @@ func TestPullSecrets(t *testing.T) {
 		}
 	})
 	t.Run("no credentials", func(t *testing.T) {
-		in := New(kube, Options{BreakerFailures: 1})
+		in := newTestInspector(kube, Options{BreakerFailures: 1})
 		for range 2 {
 			_, err := in.Platforms(t.Context(), ref+"-"+fmt.Sprint(time.Now().UnixNano()), corev1.PullIfNotPresent, Credentials{Namespace: "other"})
 			if te := (*transport.Error)(nil); !errors.As(err, &te) || te.StatusCode != http.StatusUnauthorized {
@@ -515,7 +515,7 @@ func TestPullSecrets(t *testing.T) {
 		})
 		var logs safeLines
 		ctx := log.IntoContext(t.Context(), funcr.New(logs.add, funcr.Options{}))
-		in := New(denied, Options{})
+		in := newTestInspector(denied, Options{})
 		for k := range 3 {
 			_, err := in.Platforms(ctx, reg.ref(fmt.Sprintf("private/app%d:v1", k)), corev1.PullIfNotPresent, Credentials{Namespace: "team", ImagePullSecrets: []string{"regcred"}})
 			if te := (*transport.Error)(nil); !errors.As(err, &te) || te.StatusCode != http.StatusUnauthorized {
@@ -530,14 +530,14 @@ func TestPullSecrets(t *testing.T) {
 		}
 	})
 	t.Run("missing service account is not an error", func(t *testing.T) {
-		in := New(kube, Options{})
+		in := newTestInspector(kube, Options{})
 		_, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ServiceAccountName: "nobody", ImagePullSecrets: []string{"regcred", "absent"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("a namespace without the secret does not fail one that has it", func(t *testing.T) {
-		in := New(kube, Options{})
+		in := newTestInspector(kube, Options{})
 		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "other"}); err == nil {
 			t.Fatal("no credentials: want a 401")
 		}
@@ -563,7 +563,7 @@ func TestPullSecrets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := New(nil, Options{Keychain: func(context.Context, Credentials) (authn.Keychain, error) { return kc, nil }})
+		in := newTestInspector(nil, Options{Keychain: func(context.Context, Credentials) (authn.Keychain, error) { return kc, nil }})
 		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{}); err != nil {
 			t.Fatal(err)
 		}
@@ -573,7 +573,7 @@ func TestPullSecrets(t *testing.T) {
 func TestMetricsByResult(t *testing.T) {
 	reg := newTestRegistry(t)
 	ref, _ := reg.pushIndex("metrics/app:v1", false, entryOf{platform: plat("linux", "amd64", "")})
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 	value := func(result string) float64 {
 		return testutil.ToFloat64(metrics.ImageLookupsTotal.WithLabelValues(result))
 	}
@@ -644,7 +644,7 @@ type helperFunc func(string) (string, string, error)
 func (f helperFunc) Get(url string) (string, string, error) { return f(url) }
 
 func TestBadReference(t *testing.T) {
-	in := New(nil, Options{BreakerFailures: 1})
+	in := newTestInspector(nil, Options{BreakerFailures: 1})
 	for range 2 {
 		_, err := in.Platforms(t.Context(), "Not A Reference", corev1.PullIfNotPresent, Credentials{})
 		if err == nil || errors.Is(err, ErrCircuitOpen) || !strings.Contains(err.Error(), "Not A Reference") {

@@ -23,7 +23,7 @@ func TestWithoutClientThePullSecretsHint(t *testing.T) {
 	reg := newTestRegistry(t)
 	reg.user, reg.pass = "robot", "s3cr3t-pa55"
 	ref, _ := reg.pushIndex("private/app:v1", false, entryOf{platform: plat("linux", "arm64", "")})
-	in := New(nil, Options{})
+	in := newTestInspector(nil, Options{})
 
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p"}, Spec: corev1.PodSpec{
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "other"}},
@@ -59,7 +59,7 @@ func TestWithClientNoPullSecretsHint(t *testing.T) {
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(t, reg.host, reg.user, "wrong")},
 	})
-	_, err := New(kube, Options{}).Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ImagePullSecrets: []string{"regcred"}})
+	_, err := newTestInspector(kube, Options{}).Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ImagePullSecrets: []string{"regcred"}})
 	if te := (*transport.Error)(nil); !errors.As(err, &te) || te.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("error = %v, want the registry's 401", err)
 	}

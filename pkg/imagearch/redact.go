@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 // redacted is an error told in apportion's own words: what failed, the
@@ -31,15 +33,21 @@ type redacted struct {
 func (e *redacted) Error() string { return e.msg }
 func (e *redacted) Unwrap() error { return e.err }
 
+func isDenied(err error) bool {
+	d := (*registries.DeniedError)(nil)
+	return errors.As(err, &d)
+}
+
 // registryError describes err, the failure of step (e.g. "getting the
 // manifest") against the registry host.
 func registryError(host, step string, err error) error {
-	return &redacted{msg: fmt.Sprintf("%s from %s: %s", step, host, cause(err)), err: err}
+	return &redacted{msg: fmt.Sprintf("%s from %s: %s", step, host, cause(host, err)), err: err}
 }
 
 // cause names what went wrong, from a closed vocabulary.
-func cause(err error) string {
+func cause(host string, err error) string {
 	var (
+		denied   *registries.DeniedError
 		te       *transport.Error
 		dnsErr   *net.DNSError
 		netErr   net.Error
@@ -53,8 +61,20 @@ func cause(err error) string {
 		typ      *json.UnmarshalTypeError
 	)
 	switch {
+	case errors.As(err, &denied):
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if strings.EqualFold(strings.Trim(host, "[]"), denied.Host) {
+			return denied.Error()
+		}
+		// A redirect or a token service: its name is the server's text.
+		return "the registry sent apportion to a host that settings.imageRegistries does not allow (" + denied.Reason.Describe() + ")"
 	case errors.As(err, &te):
 		return httpCause(te)
+	case strings.Contains(err.Error(), "SSRF protection: redirect"):
+		// go-containerregistry's own check (an errors.New, no type).
+		return "the registry redirected to a private or link-local address, which is refused"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return "no answer in time"
 	case errors.Is(err, context.Canceled):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 // attestationAnnotation marks the provenance/SBOM entries BuildKit adds to an
@@ -57,6 +59,10 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 		return nil, &imageError{"parsing reference: " + err.Error()}
 	}
 	host := r.Context().RegistryStr()
+	// Refused before any request: no breaker, no credentials.
+	if err := i.allowed(r.Context().Registry); err != nil {
+		return nil, err
+	}
 	br := i.breakers.get(ctx, host)
 	// Skip the API calls of the keychain when the registry is skipped anyway.
 	if open(br) {
@@ -72,6 +78,23 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
 	}
 	return ps, i.credentialHint(host, creds, err)
+}
+
+// allowed checks the registry's host against the Registries policy, on the
+// port the registry is reached on (the scheme's when the reference names
+// none). The transport checks each request again, redirects included.
+func (i *Inspector) allowed(reg name.Registry) error {
+	host, port, err := net.SplitHostPort(reg.RegistryStr())
+	if err != nil {
+		host, port = reg.RegistryStr(), "443"
+		if reg.Scheme() == "http" {
+			port = "80"
+		}
+	}
+	if v := i.opts.Registries.Host(host, port); !v.Allowed {
+		return &registries.DeniedError{Host: reg.RegistryStr(), Reason: v.Reason}
+	}
+	return nil
 }
 
 // remotePlatforms GETs the manifest once; an index gives its entries'

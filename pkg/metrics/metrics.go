@@ -112,6 +112,14 @@ var (
 		Namespace: namespace, Subsystem: "image", Name: "breaker_open_total",
 		Help: "Times a registry's circuit breaker opened. Labels: registry.",
 	}, []string{LabelRegistry})
+	// ImageRegistryDeniedTotal counts image look-ups refused by the
+	// registry hosts setting (settings.imageRegistries), by reason
+	// (loopback, link_local, cluster_name, deny_entry): the host the
+	// reference names, or a redirect's.
+	ImageRegistryDeniedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "image", Name: "registry_denied_total",
+		Help: "Image look-ups refused by the registry hosts setting. Labels: reason (loopback, link_local, cluster_name, deny_entry).",
+	}, []string{LabelReason})
 	// CapacityUnavailableTotal counts outages: a NodePool (kind nodepool) or
 	// a group's label set (kind labels) newly marked out of capacity, for
 	// every workload (scope cluster) or for one (scope workload), by reason
@@ -156,7 +164,7 @@ func Register() {
 	once.Do(func() {
 		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
-			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal,
+			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal, ImageRegistryDeniedTotal,
 			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)
 	})
 }

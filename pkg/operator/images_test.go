@@ -19,6 +19,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 // refusingRegistry answers every request 401 with a basic-auth challenge,
@@ -73,6 +74,11 @@ func TestPullSecretsReadOnlyWhenAsked(t *testing.T) {
 			Containers:         []corev1.Container{{Name: "app", Image: reg.host + "/private/app:v1"}},
 		},
 	}
+	// The registry is on 127.0.0.1, which the default registry policy denies.
+	allow, err := registries.Parse(`{"allow":["` + reg.host + `"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, read := range []bool{false, true} {
 		kube := fake.NewClientset(
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "builder"}},
@@ -94,7 +100,7 @@ func TestPullSecretsReadOnlyWhenAsked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := imagearch.New(client, imagearch.Options{})
+		in := imagearch.New(client, imagearch.Options{Registries: allow})
 		_, err = in.Pod(t.Context(), pod)
 		if err == nil {
 			t.Fatalf("read=%v: the registry refuses everything, want an error", read)

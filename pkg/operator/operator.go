@@ -268,6 +268,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			RegistryTimeout: imagearch.DefaultRegistryTimeout,
 			BreakerFailures: imagearch.DefaultBreakerFailures,
 			BreakerOpen:     imagearch.DefaultBreakerOpen,
+			Registries:      o.Registries(),
 		})
 		placer.WithImages(images, o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}

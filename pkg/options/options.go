@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/apportion-dev/apportion/pkg/profiles"
+	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
 // Options configure the webhook process.
@@ -66,6 +67,12 @@ type Options struct {
 	// apportion's own identity (ECR through IRSA or EKS Pod Identity), then
 	// anonymous access.
 	ReadPullSecrets bool
+	// ImageRegistries is --image-registries, the JSON of the registry hosts
+	// image look-ups may connect to ({"allow":[...],"deny":[...]} over
+	// built-in denials of loopback, link-local and in-cluster names);
+	// Validate parses it (see Registries).
+	ImageRegistries string
+	registries      *registries.Policy
 
 	// Capacity fallback: how long a decided pod may stay unschedulable with
 	// no NodeClaim on its way before its NodePool (or node group) counts
@@ -153,6 +160,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.ScaleFromZero, "scale-from-zero", o.envBool("SCALE_FROM_ZERO", false), "node-label mode (no Karpenter): serve a group even when no node has its labels now, because its node group can scale from zero")
 	fs.StringVar(&o.RuntimeClassProfiles, "runtime-class-profiles", env("RUNTIME_CLASS_PROFILES", ""), `runtime-class profiles (peer pods), a JSON list: [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]; pods of such a class get their cpu and memory requests and limits replaced by the extended resource on the first container, the removed values recorded in the annotation apportion.dev/original-resources unless keepRequests is false (empty: none)`)
 	fs.BoolVar(&o.ReadPullSecrets, "read-pull-secrets", o.envBool("READ_PULL_SECRETS", false), "read the image pull secrets of each pod and of its ServiceAccount (get by name, in the pod's namespace) to inspect private images, as the kubelet pulls them; needs get on secrets and serviceaccounts in every namespace. Off: only apportion's own identity (ECR through IRSA or EKS Pod Identity), then anonymous access")
+	fs.StringVar(&o.ImageRegistries, "image-registries", env("IMAGE_REGISTRIES", ""), `registry hosts image look-ups may connect to, as JSON: {"allow":["registry.tools.svc.cluster.local:5000"],"deny":["*.corp.example","10.0.0.0/8"]}; entries are host, host:port, *.domain, an IP address (optionally with a port), a CIDR range, or * (every name). An allow entry wins, then a deny entry, then the built-in denials (loopback, link-local such as the instance metadata service 169.254.169.254, in-cluster names: *.svc, *.cluster.local and names without a dot); anything else is allowed, private ranges included (ECR through a VPC endpoint resolves to private addresses). Names are checked again once resolved, redirects included (empty: the built-in denials alone)`)
 	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 
@@ -204,6 +212,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--webhook-service-name: %q is not a Service name: %s", o.WebhookServiceName, strings.Join(problems, "; ")))
 	}
 	errs = append(errs, o.validateArchitectures()...)
+	if p, err := registries.Parse(o.ImageRegistries); err != nil {
+		errs = append(errs, fmt.Errorf("--image-registries: %w", err))
+	} else {
+		o.registries = p
+	}
 	if list, err := profiles.Parse(o.RuntimeClassProfiles); err != nil {
 		errs = append(errs, fmt.Errorf("--runtime-class-profiles: %w", err))
 	} else {
@@ -307,6 +320,9 @@ func checkBindAddress(addr string) error {
 func (o *Options) Excluded() []string {
 	return append(append([]string(nil), o.ExcludedNamespaces...), o.SystemNamespace)
 }
+
+// Registries is the policy of --image-registries; valid after Validate.
+func (o *Options) Registries() *registries.Policy { return o.registries }
 
 // Profiles returns the runtime-class profiles by runtimeClassName (nil when
 // none); valid after Validate.

@@ -227,3 +227,40 @@ func TestReadPullSecretsIsOptIn(t *testing.T) {
 		t.Errorf("READ_PULL_SECRETS=maybe: error %v", err)
 	}
 }
+
+func TestImageRegistries(t *testing.T) {
+	o := parse(t)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if v := o.Registries().Host("169.254.169.254", "80"); v.Allowed {
+		t.Error("default: the metadata service is allowed")
+	}
+	if v := o.Registries().Host("123456789012.dkr.ecr.us-east-1.amazonaws.com", "443"); !v.Allowed {
+		t.Error("default: ECR is denied")
+	}
+
+	t.Setenv("IMAGE_REGISTRIES", `{"allow":["127.0.0.1:5000"]}`)
+	o = parse(t)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if v := o.Registries().Host("127.0.0.1", "5000"); !v.Allowed {
+		t.Error("IMAGE_REGISTRIES: the allowed host is denied")
+	}
+	o = parse(t, `--image-registries={"deny":["*.corp.example"]}`)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if v := o.Registries().Host("127.0.0.1", "5000"); v.Allowed {
+		t.Error("the flag did not win over the environment")
+	}
+	if v := o.Registries().Host("r.corp.example", "443"); v.Allowed {
+		t.Error("--image-registries: the denied host is allowed")
+	}
+
+	err := parse(t, `--image-registries={"allow":["https://registry.example.com"]}`).Validate()
+	if err == nil || !strings.Contains(err.Error(), "--image-registries") || !strings.Contains(err.Error(), "not a URL") {
+		t.Errorf("a URL entry: error %v", err)
+	}
+}

@@ -38,6 +38,13 @@ const PrivatePrefix = "private/"
 // does not count.
 const ownUserAgent = "apportion-e2e-registry-helper"
 
+// ImageRegistriesArg is the `apportion webhook` flag StartReplica passes so
+// that replicas read the Registries of this package: they serve on
+// 127.0.0.1, which image look-ups are denied by default as loopback. The
+// allow entry names the address (any port: each test serves its own
+// registry), so localhost and other loopback addresses stay denied.
+const ImageRegistriesArg = `--image-registries={"allow":["127.0.0.1"]}`
+
 // RegistryMode says how a Registry answers.
 type RegistryMode int32
 

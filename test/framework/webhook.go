@@ -48,8 +48,10 @@ type Replica struct {
 }
 
 // StartReplica starts `apportion webhook` (bin) inside the cluster with its
-// serving certificate from certDir (see cluster.IssueServingCert). Its log
-// goes to the cluster's log folder as name.log.
+// serving certificate from certDir (see cluster.IssueServingCert), allowed
+// to read this package's Registries (ImageRegistriesArg; extraArgs may name
+// another --image-registries, the last one wins). Its log goes to the
+// cluster's log folder as name.log.
 func StartReplica(c *cluster.Cluster, bin, certDir, name string, gateTimeout time.Duration, extraArgs ...string) (*Replica, error) {
 	ports, err := c.FreePorts(3)
 	if err != nil {
@@ -65,7 +67,7 @@ func StartReplica(c *cluster.Cluster, bin, certDir, name string, gateTimeout tim
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(r.MetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(r.HealthPort),
 		"--system-namespace=" + SystemNamespace, "--leader-election-id=" + LeaseName,
-		"--gate-timeout=" + gateTimeout.String(),
+		"--gate-timeout=" + gateTimeout.String(), ImageRegistriesArg,
 	}, extraArgs...)
 	r.Cmd = c.Command(bin, args...)
 	if err := c.StartProcess(name, r.Cmd); err != nil {
