@@ -38,9 +38,10 @@ const (
 )
 
 // TestChart walks one release through its life: install, placement through
-// the Service, validation, RBAC, an upgrade that forces short certificate
-// lifetimes and the rotations that follow, a SIGTERM of the leader in a
-// burst, and uninstall. The steps share the release, so they run in order
+// the Service, validation, workloads that did not opt in left alone, RBAC
+// (least privilege: no Secret read outside the release), an upgrade that
+// forces short certificate lifetimes and the rotations that follow, a
+// SIGTERM of the leader in a burst, and uninstall. The steps share the release, so they run in order
 // and a failed step stops the rest.
 func TestChart(t *testing.T) {
 	steps := []struct {
@@ -50,7 +51,9 @@ func TestChart(t *testing.T) {
 		{"Install", testInstall},
 		{"Seed004ThroughService", testSeed004},
 		{"InvalidStrategyRefused", testInvalidStrategy},
+		{"UnannotatedWorkloadsUntouched", testUnannotatedUntouched},
 		{"RBACAllowlist", testRBAC},
+		{"CanIGetSecrets", testCanIGetSecrets},
 		{"UpgradeAndCertificateRotation", testRotation},
 		{"SIGTERMLeaderDuringBurst", testSIGTERM},
 		{"Uninstall", testUninstall},
@@ -206,11 +209,15 @@ func testRBAC(t *testing.T) {
 		if len(f) > 0 && (f[0] == "*" || strings.HasPrefix(f[0], "*.") || strings.Contains(line, "[*]")) {
 			t.Errorf("wildcard permission: %s", line)
 		}
-		// Secrets: update only the certificate Secret; any other Secret
-		// (the pods' image pull secrets) only read by name, never listed
-		// or watched.
-		if len(f) > 0 && f[0] == "secrets" && !strings.Contains(line, "["+release+"-cert]") && !strings.HasSuffix(line, "[] [] [get]") {
-			t.Errorf("Secret access beyond get by name: %s", line)
+		// Secrets and ServiceAccounts: the default install touches only
+		// its certificate Secret, by name; the pods' image pull secrets
+		// (and their ServiceAccounts) are read only with
+		// settings.readPullSecrets.
+		if len(f) > 0 && f[0] == "secrets" && !strings.Contains(line, "["+release+"-cert]") {
+			t.Errorf("Secret access beyond the certificate Secret: %s", line)
+		}
+		if len(f) > 0 && f[0] == "serviceaccounts" {
+			t.Errorf("ServiceAccount access in the default install: %s", line)
 		}
 	}
 }
