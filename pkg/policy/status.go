@@ -147,9 +147,9 @@ func Status(p *v1alpha1.PlacementPolicy, workloads []Workload, pools []GroupPool
 	for _, w := range placed {
 		desired := make([]int64, len(s.Groups))
 		if anyAvail {
-			for range w.Replicas {
-				desired[m.Next(desired, avail)]++
-			}
+			// The split the placement controller reaches at
+			// spec.replicas, in closed form: the same at any size.
+			desired = m.CountsAt(int64(w.Replicas), avail)
 		}
 		actual := make([]int64, len(s.Groups))
 		var unmatched int32

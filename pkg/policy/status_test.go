@@ -1,0 +1,63 @@
+package policy
+
+import (
+	"errors"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+)
+
+// TestDesiredIsTheSteppedSplit: Desired, computed in closed form, is the
+// split the placement controller reaches one pod at a time, for every
+// replica count up to several hundred, with every group served and with a
+// group left out.
+func TestDesiredIsTheSteppedSplit(t *testing.T) {
+	groups := &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+		{Labels: map[string]string{ct: "on-demand"}, Base: 3, Weight: 2},
+		{Labels: map[string]string{ct: "spot"}, Base: 1, Weight: 5},
+		{Labels: map[string]string{ct: "reserved"}, Weight: 3},
+	}}
+	p := pol("a", 1, ref("Deployment", "web"), groups)
+	m, err := apportion.New([]apportion.Group{{Base: 3, Weight: 2}, {Base: 1, Weight: 5}, {Weight: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		pools []GroupPool
+		avail apportion.Set
+	}{
+		{"every group served", []GroupPool{{NodePool: "od"}, {NodePool: "spot"}, {NodePool: "reserved"}}, apportion.All},
+		{"spot without a NodePool", []GroupPool{{NodePool: "od"}, {Err: errors.New("none")}, {NodePool: "reserved"}}, apportion.All.Without(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stepped := make([]int64, 3)
+			for n := int32(0); n <= 400; n++ {
+				st := Status(p, []Workload{{Kind: "Deployment", Name: "web", Replicas: n, Winner: "a"}}, tc.pools, metav1.NewTime(epoch))
+				for i := range stepped {
+					if int64(st.Groups[i].Desired) != stepped[i] {
+						t.Fatalf("%d replicas: desired %v, stepping gives %v", n, st.Groups, stepped)
+					}
+				}
+				stepped[m.Next(stepped, tc.avail)]++
+			}
+		})
+	}
+}
+
+// BenchmarkStatusHugeReplicas: one workload at ten million replicas (the
+// status stepped the engine once per replica: 29 s per reconcile).
+func BenchmarkStatusHugeReplicas(b *testing.B) {
+	p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+	workloads := []Workload{{Kind: "Deployment", Name: "web", Replicas: 10_000_000, Winner: "a"}}
+	pools := []GroupPool{{NodePool: "od"}, {NodePool: "spot"}}
+	now := metav1.NewTime(epoch)
+	for b.Loop() {
+		if st := Status(p, workloads, pools, now); st.Groups[0].Desired+st.Groups[1].Desired != 10_000_000 {
+			b.Fatalf("groups %+v", st.Groups)
+		}
+	}
+}
