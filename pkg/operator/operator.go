@@ -300,7 +300,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 				followed = append(followed, gvk)
 			}
 		}
-		controllers = append(controllers, policyctrl.NewController(clk, mgr.GetClient(), mgr.GetAPIReader(), capacity, policies,
+		controllers = append(controllers, policyctrl.NewController(clk, mgr.GetClient(), capacity, policies,
 			policyctrl.Options{Kinds: followed, NodePools: apis.Served(NodePoolGVK)}))
 	}
 	if o.Rebalance {

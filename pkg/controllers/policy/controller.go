@@ -6,11 +6,15 @@
 // it changed. Placement itself reads policies through policy.Source at
 // admission; this controller only reports.
 //
-// Reads: policies, workload metadata, pods and node metadata come from the
-// manager's caches. A workload's spec.replicas and its pod template's
-// annotations are not in the metadata caches: they are read with one GET per
-// targeted workload and reconcile through the uncached API reader (the
-// existing get permission on the workload kinds is enough). Reconciles come
+// Reads: everything comes from the manager's caches, so a reconcile sends no
+// request but the status patch. Policies, workload metadata, pods and node
+// metadata come from the informers placement uses; a targeted workload's
+// spec.replicas and pod template annotations from the typed apps/v1 object
+// (Deployment, StatefulSet, ReplicaSet), which the cached client serves from
+// an informer of its own (list and watch on the kinds are granted for the
+// metadata informers already). Argo Rollouts, which have no Go type in the
+// scheme, are read as unstructured objects: the manager's client sends those
+// reads to the API server. Reconciles come
 // from policy changes, from pod, workload and NodePool events of the
 // namespace (batched: one reconcile per policy per batchDelay), and every
 // resyncPeriod.
@@ -22,6 +26,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,8 +57,8 @@ import (
 )
 
 const (
-	// resyncPeriod re-reads every policy: replica counts come from GETs,
-	// which no event announces.
+	// resyncPeriod re-reads every policy, for what no watched event
+	// announces.
 	resyncPeriod = 30 * time.Second
 	// batchDelay collects the events of a namespace into one reconcile per
 	// policy: a rollout's pod events do not each recompute the status.
@@ -79,17 +85,16 @@ type Options struct {
 type Controller struct {
 	clock      clock.Clock
 	kubeClient client.Client
-	apiReader  client.Reader
 	capacity   Capacity
 	source     *policy.Source
 	opts       Options
 }
 
 // NewController builds the controller. kubeClient is the manager's cached
-// client (with policy.IndexPolicies registered), apiReader the uncached
-// reader, source the Source the placement controller uses.
-func NewController(clk clock.Clock, kubeClient client.Client, apiReader client.Reader, capacity Capacity, source *policy.Source, opts Options) *Controller {
-	return &Controller{clock: clk, kubeClient: kubeClient, apiReader: apiReader, capacity: capacity, source: source, opts: opts}
+// client (with policy.IndexPolicies registered), source the Source the
+// placement controller uses.
+func NewController(clk clock.Clock, kubeClient client.Client, capacity Capacity, source *policy.Source, opts Options) *Controller {
+	return &Controller{clock: clk, kubeClient: kubeClient, capacity: capacity, source: source, opts: opts}
 }
 
 // Name is the controller's name in logs and metrics.
@@ -300,26 +305,20 @@ func (c *Controller) pools(ctx context.Context, s *strategy.Strategy) ([]policy.
 }
 
 // observe reads one workload: spec.replicas and its own strategy annotation
-// (metadata or pod template) with a GET through the API reader, the policy
-// that wins it, and its Running pods' node labels. found is false when the
-// workload is gone.
+// (metadata or pod template) from the cache, the policy that wins it, and its
+// Running pods' node labels. found is false when the workload is gone.
 func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, top *metav1.PartialObjectMetadata, pods *podIndex) (policy.Workload, bool, error) {
 	gvk := top.GroupVersionKind()
 	w := policy.Workload{Kind: gvk.Kind, Name: top.Name, Winner: p.Name}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	if err := c.apiReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: top.Name}, u); err != nil {
+	spec, err := c.spec(ctx, gvk, client.ObjectKey{Namespace: p.Namespace, Name: top.Name})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return w, false, nil
 		}
 		return w, false, fmt.Errorf("getting %s %s/%s: %w", gvk.Kind, p.Namespace, top.Name, err)
 	}
-	w.Replicas = 1 // the API's default for every kind followed
-	if r, found, err := unstructured.NestedInt64(u.Object, "spec", "replicas"); err == nil && found {
-		w.Replicas = int32(r)
-	}
-	template, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "annotations")
-	if _, src, found := strategy.Find(u.GetAnnotations(), template); found {
+	w.Replicas = spec.replicas
+	if _, src, found := strategy.Find(spec.annotations, spec.template); found {
 		w.Annotation = src.String()
 	}
 	policies, err := c.source.Policies(ctx, p.Namespace, top)
@@ -333,6 +332,50 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, t
 		return w, false, err
 	}
 	return w, true, nil
+}
+
+// workloadSpec is what the status reads from a workload beyond its metadata.
+type workloadSpec struct {
+	replicas              int32
+	annotations, template map[string]string // the object's and its pod template's
+}
+
+// spec reads a workload through the cached client: the apps/v1 kinds as their
+// typed objects (served from the cache), any other kind as an unstructured
+// object.
+func (c *Controller) spec(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (workloadSpec, error) {
+	var obj client.Object
+	switch gvk {
+	case workload.DeploymentGVK:
+		obj = &appsv1.Deployment{}
+	case workload.StatefulSetGVK:
+		obj = &appsv1.StatefulSet{}
+	case workload.ReplicaSetGVK:
+		obj = &appsv1.ReplicaSet{}
+	default:
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		obj = u
+	}
+	if err := c.kubeClient.Get(ctx, key, obj); err != nil {
+		return workloadSpec{}, err
+	}
+	// 1 is the API's default for spec.replicas of every kind followed.
+	spec := workloadSpec{replicas: 1, annotations: obj.GetAnnotations()}
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		spec.replicas, spec.template = ptr.Deref(o.Spec.Replicas, 1), o.Spec.Template.Annotations
+	case *appsv1.StatefulSet:
+		spec.replicas, spec.template = ptr.Deref(o.Spec.Replicas, 1), o.Spec.Template.Annotations
+	case *appsv1.ReplicaSet:
+		spec.replicas, spec.template = ptr.Deref(o.Spec.Replicas, 1), o.Spec.Template.Annotations
+	case *unstructured.Unstructured:
+		if r, found, err := unstructured.NestedInt64(o.Object, "spec", "replicas"); err == nil && found {
+			spec.replicas = int32(r)
+		}
+		spec.template, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "annotations")
+	}
+	return spec, nil
 }
 
 // podIndex groups the Running pods of one namespace by workload, listed once

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/catalog"
@@ -62,6 +64,12 @@ func newPolicy(name string, age time.Duration, target v1alpha1.Target) *v1alpha1
 
 func fixture(t *testing.T, deployAnnotations map[string]string, objs ...client.Object) client.Client {
 	t.Helper()
+	return fixtureWith(t, nil, deployAnnotations, objs...)
+}
+
+// fixtureWith is fixture with the client's calls intercepted by funcs.
+func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[string]string, objs ...client.Object) client.Client {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, appsv1.AddToScheme, corev1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -89,14 +97,18 @@ func fixture(t *testing.T, deployAnnotations map[string]string, objs ...client.O
 		objs = append(objs, pod(i, node, corev1.PodRunning))
 	}
 	objs = append(objs, pod(10, "", corev1.PodPending), pod(11, "spot-1", corev1.PodSucceeded))
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.PlacementPolicy{}).
-		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex).Build()
+		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex)
+	if funcs != nil {
+		b = b.WithInterceptorFuncs(*funcs)
+	}
+	return b.Build()
 }
 
 func reconcileStatus(t *testing.T, c client.Client, cap Capacity, name string) v1alpha1.PlacementPolicyStatus {
 	t.Helper()
-	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, c, cap, policy.NewSource(c),
+	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, cap, policy.NewSource(c),
 		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}})
 	ctx := context.Background()
 	var p v1alpha1.PlacementPolicy
@@ -179,4 +191,62 @@ func TestReconcileConflicts(t *testing.T) {
 			t.Errorf("Ready %+v", r)
 		}
 	})
+}
+
+// TestReadsWorkloadsFromTheCache: the targeted workload's spec.replicas and
+// template annotations are read as the typed object, which the manager's
+// client serves from its cache; an unstructured read (what the status did,
+// through the uncached API reader) would go to the API server once per
+// workload per reconcile.
+func TestReadsWorkloadsFromTheCache(t *testing.T) {
+	var typed, uncached int
+	c := fixtureWith(t, &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		switch obj.(type) {
+		case *unstructured.Unstructured:
+			uncached++
+		case *appsv1.Deployment:
+			typed++
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, nil, newPolicy("split", time.Hour, v1alpha1.Target{Kind: "Deployment", Name: "nginx"}))
+	st := reconcileStatus(t, c, pools{}, "split")
+	if uncached != 0 || typed != 1 {
+		t.Errorf("%d unstructured and %d typed Deployment reads, want the typed one only", uncached, typed)
+	}
+	if st.Replicas != 10 || st.Groups[0].Desired != 4 || st.Groups[1].Desired != 6 {
+		t.Errorf("status %+v: want spec.replicas 10 read from the typed object", st)
+	}
+
+	// The pod template's strategy annotation is read from the typed object too.
+	tmpl := fixture(t, nil, newPolicy("p", time.Hour, v1alpha1.Target{Kind: "Deployment", Name: "nginx"}))
+	var d appsv1.Deployment
+	if err := tmpl.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "nginx"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Annotations = map[string]string{"apportion.dev/strategy": "a=b,weight=1"}
+	if err := tmpl.Update(context.Background(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if cf := condition(reconcileStatus(t, tmpl, pools{}, "p"), v1alpha1.ConditionConflict); cf.Reason != v1alpha1.ReasonAnnotationWins {
+		t.Errorf("Conflict %+v: want the template's annotation to win", cf)
+	}
+}
+
+// TestForgedDecisionsDoNotCount: the status counts Running pods by their
+// node's labels, never by decision annotations: a pod on a spot node whose
+// client wrote it an on-demand decision counts as spot.
+func TestForgedDecisionsDoNotCount(t *testing.T) {
+	c := fixture(t, nil, newPolicy("split", time.Hour, v1alpha1.Target{Kind: "Deployment", Name: "nginx"}))
+	var p corev1.Pod
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "nginx-abc-9"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations = map[string]string{"apportion.dev/group": ct + "=on-demand", "apportion.dev/nodepool": "on-demand", "apportion.dev/signature": "forged"}
+	if err := c.Update(context.Background(), &p); err != nil {
+		t.Fatal(err)
+	}
+	st := reconcileStatus(t, c, pools{}, "split")
+	if st.Groups[0].Actual != 4 || st.Groups[1].Actual != 6 || !st.WithinQuota {
+		t.Errorf("groups %+v within %v: want the forged pod counted on its spot node", st.Groups, st.WithinQuota)
+	}
 }
