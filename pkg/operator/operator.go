@@ -304,7 +304,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 			policyctrl.Options{Kinds: followed, NodePools: apis.Served(NodePoolGVK)}))
 	}
 	if o.Rebalance {
-		controllers = append(controllers, rebalance.NewController(clk, mgr.GetClient(), recorder, capacity, policySource, rebalanceQPS))
+		controllers = append(controllers, rebalance.NewController(clk, mgr.GetClient(), recorder, capacity, policySource, signer, rebalanceQPS))
 	}
 	for _, c := range controllers {
 		if err := c.Register(ctx, mgr); err != nil {

@@ -3,12 +3,18 @@
 // registers it with --rebalance). It runs on the elected leader.
 //
 // A fallback pod was placed while some group of its strategy was out of
-// capacity (annotation apportion.dev/fallback lists those groups). When one
-// of them can be chosen again (its NodePool or label set is no longer marked
-// out), the pod is evicted through the Eviction API, so PodDisruptionBudgets
-// apply; its controller recreates it and placement puts the new pod where the
-// strategy's quota now says, which is the group that came back, short of the
-// pods it lost.
+// capacity (annotation apportion.dev/fallback lists those groups; only a
+// decision apportion signed counts, so a client cannot mark a pod for
+// eviction). When one of them can be chosen again (its NodePool or label set
+// is no longer marked out) and the split needs the pod there, the pod is
+// evicted through the Eviction API, so PodDisruptionBudgets apply; its
+// controller recreates it and placement puts the new pod where the
+// strategy's quota now says. The split needs it when, over the controller's
+// running pods with a signed decision, the pod's group holds more pods than
+// the engine's split at their number, the group it fell back from fewer, and
+// the engine gives the place the eviction frees to that group: otherwise the
+// replacement would land in the pod's own group again (the split was
+// repaired meanwhile, by a scale-down or by other evictions).
 //
 // One at a time per workload: a pod is evicted only while every other pod of
 // its controller runs, and after an eviction only once a pod its controller
@@ -46,10 +52,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -89,6 +96,7 @@ type Controller struct {
 	recorder events.EventRecorder
 	capacity Capacity
 	policies workload.PolicySource
+	signer   *decision.Signer
 	limiter  Limiter
 
 	mu      sync.Mutex
@@ -102,10 +110,12 @@ type eviction struct {
 	known sets.Set[types.UID]
 }
 
-// NewController builds the controller; QPS bounds evictions cluster-wide.
-func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, capacity Capacity, policies workload.PolicySource, qps float64) *Controller {
+// NewController builds the controller; signer recognises apportion's
+// decisions (the placement controller's Signer), QPS bounds evictions
+// cluster-wide.
+func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, capacity Capacity, policies workload.PolicySource, signer *decision.Signer, qps float64) *Controller {
 	return &Controller{
-		clk: clk, kube: kube, recorder: recorder, capacity: capacity, policies: policies,
+		clk: clk, kube: kube, recorder: recorder, capacity: capacity, policies: policies, signer: signer,
 		limiter: rate.NewLimiter(rate.Limit(qps), 1),
 		evicted: map[types.UID]eviction{},
 	}
@@ -129,7 +139,11 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 		Named(c.Name()).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			pod, ok := o.(*corev1.Pod)
-			return ok && candidate(pod)
+			if !ok {
+				return false
+			}
+			_, candidate := c.candidate(pod)
+			return candidate
 		}))).
 		// One worker: two pods of one workload are never weighed at once.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
@@ -143,23 +157,22 @@ func ownerIndex(o client.Object) []string {
 	return nil
 }
 
-// candidate: a fallback pod that runs, of a ReplicaSet or StatefulSet (which
-// recreate what is evicted).
-func candidate(pod *corev1.Pod) bool {
-	if pod.Annotations[annotations.Fallback] == "" || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-		return false
+// candidate: a fallback pod (by a decision apportion signed) that runs, of a
+// ReplicaSet or StatefulSet (which recreate what is evicted). It returns the
+// pod's decision.
+func (c *Controller) candidate(pod *corev1.Pod) (decision.Verified, bool) {
+	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || !workload.Recreated(pod) {
+		return decision.Verified{}, false
 	}
-	owner := metav1.GetControllerOfNoCopy(pod)
-	if owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") {
-		return false
-	}
-	return owner.Kind == workload.ReplicaSetGVK.Kind || owner.Kind == workload.StatefulSetGVK.Kind
+	d, ok := c.signer.Read(pod)
+	return d, ok && len(d.Fallback) > 0
 }
 
-// Reconcile weighs one fallback pod and evicts it when its group is back and
-// its workload is settled.
+// Reconcile weighs one fallback pod and evicts it when a group it fell back
+// from is back, its workload is settled and the split needs the pod there.
 func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
-	if !candidate(pod) {
+	d, ok := c.candidate(pod)
+	if !ok {
 		return reconcile.Result{}, nil
 	}
 	info, err := workload.Resolve(ctx, c.kube, pod.Namespace, pod, workload.WithPolicies(c.policies))
@@ -173,7 +186,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if err != nil {
 		return reconcile.Result{}, nil // the placement controller reports it
 	}
-	back, err := c.back(ctx, s, pod, string(info.Workload.UID))
+	back, avail, err := c.back(ctx, s, pod, d, string(info.Workload.UID))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -181,43 +194,107 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return reconcile.Result{RequeueAfter: Recheck}, nil
 	}
 	owner := metav1.GetControllerOfNoCopy(pod)
-	known, busy, err := c.busy(ctx, pod, owner.UID)
-	if err != nil || busy {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingFields{OwnerIndex: string(owner.UID)}); err != nil {
 		return reconcile.Result{RequeueAfter: Recheck}, err
+	}
+	known, busy := c.busy(pod, owner.UID, pods.Items)
+	if busy {
+		return reconcile.Result{RequeueAfter: Recheck}, nil
+	}
+	to, needed, err := c.needed(s, d, pods.Items, avail, back)
+	if err != nil {
+		return reconcile.Result{}, nil // the placement controller reports the strategy
+	}
+	if !needed {
+		log.FromContext(ctx).V(1).Info("fallback pod left in place: the split does not need it elsewhere", "back", strings.Join(back, ";"))
+		return reconcile.Result{RequeueAfter: Recheck}, nil
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
 		return reconcile.Result{}, nil // shutting down
 	}
-	return c.evict(ctx, pod, owner.UID, known, info, back), nil
+	return c.evict(ctx, pod, owner.UID, known, info, to), nil
 }
 
-// back lists the groups the pod fell back from that can be chosen again.
-// The pod is weighed as it was before its decision: without the required
-// node affinity the decision added (its group's labels and NodePool), which
-// pins it to the group it runs in. The user's own constraints, and the
-// architectures, stay.
-func (c *Controller) back(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, scope string) ([]string, error) {
-	_, errs, err := c.capacity.Choose(ctx, s, undecided(s, pod), nil, scope)
+// back lists the groups the pod fell back from (d.Fallback) that can be
+// chosen again, and avail the groups that can. The pod is weighed as it was
+// before its decision: without the required node affinity the decision added
+// (its group's labels and NodePool), which pins it to the group it runs in.
+// The user's own constraints, and the architectures, stay.
+func (c *Controller) back(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, d decision.Verified, scope string) (back []string, avail apportion.Set, err error) {
+	_, errs, err := c.capacity.Choose(ctx, s, undecided(s, pod, d.Group), nil, scope)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := strings.Split(pod.Annotations[annotations.Fallback], ";")
-	var back []string
+	avail = apportion.All
 	for i, g := range s.Groups {
-		if i < len(errs) && errs[i] == nil && slices.Contains(out, g.Key()) {
+		if i >= len(errs) || errs[i] != nil {
+			avail = avail.Without(i)
+			continue
+		}
+		if slices.Contains(d.Fallback, g.Key()) {
 			back = append(back, g.Key())
 		}
 	}
-	return back, nil
+	return back, avail, nil
+}
+
+// needed reports whether evicting the pod (decided d) moves the split toward
+// the strategy, and to which group its replacement goes. Over the
+// controller's running pods with a signed decision in a group of s (their
+// number n over the available groups): the pod's group holds more pods than
+// the engine's split at n, and the group the engine gives the freed place to
+// is one the pod fell back from (back) that holds fewer. Without that, the
+// replacement would land where the pod is.
+func (c *Controller) needed(s *strategy.Strategy, d decision.Verified, pods []corev1.Pod, avail apportion.Set, back []string) (string, bool, error) {
+	m, err := plan.Method(s)
+	if err != nil {
+		return "", false, err
+	}
+	index := make(map[string]int, len(s.Groups))
+	for i, k := range s.Keys() {
+		index[k] = i
+	}
+	counts := make([]int64, len(s.Groups))
+	var n int64
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		v, ok := c.signer.Read(p)
+		if !ok {
+			continue
+		}
+		if gi, ok := index[v.Group]; ok {
+			counts[gi]++
+			if avail.Has(gi) {
+				n++
+			}
+		}
+	}
+	split := m.CountsAt(n, avail)
+	after := slices.Clone(counts)
+	if cur, ok := index[d.Group]; ok {
+		if counts[cur] <= split[cur] {
+			return "", false, nil // the pod's group is not above its share
+		}
+		after[cur]--
+	}
+	next := m.Next(after, avail)
+	if next < 0 || counts[next] >= split[next] || !slices.Contains(back, s.Groups[next].Key()) {
+		return "", false, nil
+	}
+	return s.Groups[next].Key(), true, nil
 }
 
 // undecided is a copy of pod without the required node affinity expressions
-// on the keys its decision set.
-func undecided(s *strategy.Strategy, pod *corev1.Pod) *corev1.Pod {
+// on the keys its decision (group) set.
+func undecided(s *strategy.Strategy, pod *corev1.Pod, group string) *corev1.Pod {
 	probe := pod.DeepCopy()
 	drop := map[string]bool{karpv1.NodePoolLabelKey: true}
 	for _, g := range s.Groups {
-		if g.Key() == pod.Annotations[annotations.Group] {
+		if g.Key() == group {
 			for _, l := range g.Labels {
 				drop[l.Key] = true
 			}
@@ -234,14 +311,10 @@ func undecided(s *strategy.Strategy, pod *corev1.Pod) *corev1.Pod {
 	return probe
 }
 
-// busy: some other pod of the controller is not running (pending, gated,
-// stopping), or no pod that came after the last eviction runs yet. It
-// returns the controller's pods.
-func (c *Controller) busy(ctx context.Context, pod *corev1.Pod, owner types.UID) (sets.Set[types.UID], bool, error) {
-	var pods corev1.PodList
-	if err := c.kube.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingFields{OwnerIndex: string(owner)}); err != nil {
-		return nil, true, err
-	}
+// busy: some other pod of the controller (pods) is not running (pending,
+// gated, stopping), or no pod that came after the last eviction runs yet. It
+// returns the controller's pods' UIDs.
+func (c *Controller) busy(pod *corev1.Pod, owner types.UID, pods []corev1.Pod) (sets.Set[types.UID], bool) {
 	c.mu.Lock()
 	last, evicted := c.evicted[owner]
 	if evicted && c.clk.Since(last.at) > forget {
@@ -251,24 +324,25 @@ func (c *Controller) busy(ctx context.Context, pod *corev1.Pod, owner types.UID)
 	c.mu.Unlock()
 	known := sets.New[types.UID]()
 	replaced := !evicted
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		known.Insert(p.UID)
 		if p.UID == pod.UID {
 			continue
 		}
 		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning || decision.HasGate(p) {
-			return nil, true, nil
+			return nil, true
 		}
 		if evicted && !last.known.Has(p.UID) {
 			replaced = true
 		}
 	}
-	return known, !replaced, nil
+	return known, !replaced
 }
 
-func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID, known sets.Set[types.UID], info *workload.Info, back []string) reconcile.Result {
-	logger := log.FromContext(ctx).WithValues("namespace", pod.Namespace, "name", pod.Name, "back", strings.Join(back, ";"))
+// evict evicts the pod, whose replacement goes to group to.
+func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID, known sets.Set[types.UID], info *workload.Info, to string) reconcile.Result {
+	logger := log.FromContext(ctx).WithValues("namespace", pod.Namespace, "name", pod.Name, "to", to)
 	req := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
@@ -286,7 +360,7 @@ func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID
 		// recorder merges Events that differ only in their note).
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 		c.recorder.Eventf(ref, related, corev1.EventTypeNormal, "Rebalanced", "Evict",
-			"evicted fallback pod %s: %s can be chosen again; its replacement is placed by the strategy", pod.Name, strings.Join(back, ", "))
+			"evicted fallback pod %s: %s can be chosen again and is short of its share; its replacement goes there", pod.Name, to)
 		return reconcile.Result{}
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return reconcile.Result{} // gone or replaced meanwhile

@@ -23,6 +23,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -89,13 +90,21 @@ func newFixture(t *testing.T, rebalance string, funcs *interceptor.Funcs) *fixtu
 	}
 	f := &fixture{t: t, clk: clocktesting.NewFakeClock(time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)), kube: b.Build(),
 		capacity: &fakeCapacity{out: map[string]bool{spot: true}}, recorder: events.NewFakeRecorder(10), rs: rs}
-	f.c = NewController(f.clk, f.kube, f.recorder, f.capacity, nil, 1).WithLimiter(noWait{})
+	f.c = NewController(f.clk, f.kube, f.recorder, f.capacity, nil, testSigner, 1).WithLimiter(noWait{})
 	return f
 }
 
-// pod adds a pod of the ReplicaSet decided in group, running unless
+// testSigner signs the fixtures' decisions.
+var testSigner = decision.RandomSigner()
+
+// pod adds a pod of the ReplicaSet decided in group (signed), running unless
 // pending, and returns its name.
 func (f *fixture) pod(group, fallback string, pending bool) string {
+	return f.podWith(group, fallback, pending, nil)
+}
+
+// podWith is pod with mutate applied to it before it is created.
+func (f *fixture) podWith(group, fallback string, pending bool, mutate func(*corev1.Pod)) string {
 	f.n++
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", f.n), UID: types.UID(fmt.Sprintf("pod-%d", f.n)),
 		CreationTimestamp: metav1.NewTime(f.clk.Now()),
@@ -109,8 +118,14 @@ func (f *fixture) pod(group, fallback string, pending bool) string {
 			}}}},
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	var out []string
 	if fallback != "" {
 		p.Annotations[annotations.Fallback] = fallback
+		out = strings.Split(fallback, ";")
+	}
+	p.Annotations[annotations.Signature] = testSigner.Sign(p.UID, group, "", out...)
+	if mutate != nil {
+		mutate(p)
 	}
 	if pending {
 		p.Status.Phase = corev1.PodPending
@@ -169,9 +184,14 @@ func TestEvictsOnceTheGroupIsBack(t *testing.T) {
 func TestOneAtATimePerWorkload(t *testing.T) {
 	f := newFixture(t, "true", nil)
 	f.capacity.out = nil
+	// 6 on-demand pods, 4 of them fell back from spot: the split at 6 is
+	// 3 and 3, so two evictions are needed.
+	f.pod(onDemand, "", false)
 	f.pod(onDemand, "", false)
 	first := f.pod(onDemand, spot, false)
 	second := f.pod(onDemand, spot, false)
+	f.pod(onDemand, spot, false)
+	f.pod(onDemand, spot, false)
 	if exists, _ := f.reconcile(first); exists {
 		t.Fatal("the first fallback pod was not evicted")
 	}
@@ -241,9 +261,88 @@ func TestDisruptionBudgetRefusal(t *testing.T) {
 		},
 	})
 	f.capacity.out = nil
+	f.pod(onDemand, "", false)
+	f.pod(onDemand, "", false)
 	fb := f.pod(onDemand, spot, false)
 	exists, requeue := f.reconcile(fb)
 	if !exists || requeue != Blocked || evictions != 1 {
 		t.Fatalf("PDB refusal: exists %v, requeue %s, evictions %d; want kept, retried in %s, one attempt", exists, requeue, evictions, Blocked)
+	}
+}
+
+// TestLeftWhereTheReplacementWouldLand: a fallback pod whose group is no
+// longer above its share (the split was repaired meanwhile) stays: its
+// replacement would be placed in its own group again.
+func TestLeftWhereTheReplacementWouldLand(t *testing.T) {
+	for name, setup := range map[string]func(f *fixture) string{
+		// Seed 004 at 5: on-demand 3, spot 2, which the pods hold.
+		"split exact": func(f *fixture) string {
+			f.pod(onDemand, "", false)
+			f.pod(onDemand, "", false)
+			f.pod(spot, "", false)
+			f.pod(spot, "", false)
+			return f.pod(onDemand, spot, false)
+		},
+		// Seed 004 at 2: both on-demand (the base); nothing for spot.
+		"within the base": func(f *fixture) string {
+			f.pod(onDemand, "", false)
+			return f.pod(onDemand, spot, false)
+		},
+		// Seed 004 at 7: on-demand 3, spot 4; on-demand holds 3 (with
+		// two fallback pods) and spot 4.
+		"two fallback pods, the split repaired": func(f *fixture) string {
+			f.pod(onDemand, "", false)
+			f.pod(onDemand, spot, false)
+			for range 4 {
+				f.pod(spot, "", false)
+			}
+			return f.pod(onDemand, spot, false)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, "true", nil)
+			f.capacity.out = nil
+			pod := setup(f)
+			if exists, requeue := f.reconcile(pod); !exists || requeue != Recheck {
+				t.Fatalf("pod exists %v, requeue %s: want it kept, looked at again in %s", exists, requeue, Recheck)
+			}
+		})
+	}
+}
+
+// TestForgedFallbackIsLeftAlone: a fallback annotation apportion did not
+// sign marks no pod for eviction, where a signed one in the same place would
+// be evicted (TestEvictsOnceTheGroupIsBack).
+func TestForgedFallbackIsLeftAlone(t *testing.T) {
+	for name, forge := range map[string]func(p *corev1.Pod){
+		"unsigned": func(p *corev1.Pod) { delete(p.Annotations, annotations.Signature) },
+		"fallback added to a signed decision": func(p *corev1.Pod) {
+			p.Annotations[annotations.Signature] = testSigner.Sign(p.UID, onDemand, "")
+		},
+		"signature copied from another pod": func(p *corev1.Pod) {
+			p.Annotations[annotations.Signature] = testSigner.Sign("pod-1", onDemand, "", spot)
+		},
+		"another key": func(p *corev1.Pod) {
+			p.Annotations[annotations.Signature] = decision.RandomSigner().Sign(p.UID, onDemand, "", spot)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, "true", nil)
+			f.capacity.out = nil
+			f.pod(onDemand, "", false)
+			f.pod(onDemand, "", false)
+			f.pod(spot, "", false)
+			forged := f.podWith(onDemand, spot, false, forge)
+			var p corev1.Pod
+			if err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: forged}, &p); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.c.candidate(&p); ok {
+				t.Error("a forged fallback pod is a candidate")
+			}
+			if exists, _ := f.reconcile(forged); !exists {
+				t.Fatal("a pod with a forged fallback annotation was evicted")
+			}
+		})
 	}
 }
