@@ -218,7 +218,9 @@ func HasGate(pod *corev1.Pod) bool {
 	})
 }
 
-// Decided reports whether the pod already carries a decision.
+// Decided reports whether the pod carries a group annotation. Anyone who can
+// write the pod can write one: Signer.Read tells whether apportion did, and
+// only such a decision is to be acted on or counted.
 func Decided(pod *corev1.Pod) bool {
 	_, ok := pod.Annotations[annotations.Group]
 	return ok
