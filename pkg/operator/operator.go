@@ -14,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -358,6 +359,12 @@ func CacheOptions(o *options.Options) cache.Options {
 		DefaultTransform: StripMetadata,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Transform: StripPod},
+			// PlacementPolicy status reads workloads' replicas and pod
+			// template annotations; the metadata caches of the same kinds
+			// share these options.
+			&appsv1.Deployment{}:  {Transform: StripWorkload},
+			&appsv1.StatefulSet{}: {Transform: StripWorkload},
+			&appsv1.ReplicaSet{}:  {Transform: StripWorkload},
 			// Only Karpenter's Events (capacity evidence), stripped.
 			&corev1.Event{}: {
 				Field:     fields.OneTermEqualSelector("source", capacitypkg.KarpenterComponent),
@@ -371,6 +378,31 @@ func CacheOptions(o *options.Options) cache.Options {
 			},
 		},
 	}
+}
+
+// StripWorkload keeps what is read from a Deployment, StatefulSet or
+// ReplicaSet: its metadata (StripMetadata), spec.replicas and its pod
+// template's annotations. Containers, volumes and status, most of a
+// workload's size, are dropped. Metadata-only objects get StripMetadata.
+func StripWorkload(obj any) (any, error) {
+	if _, err := StripMetadata(obj); err != nil {
+		return nil, err
+	}
+	template := func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: t.Annotations}}
+	}
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		o.Spec = appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: template(o.Spec.Template)}
+		o.Status = appsv1.DeploymentStatus{}
+	case *appsv1.StatefulSet:
+		o.Spec = appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Template: template(o.Spec.Template)}
+		o.Status = appsv1.StatefulSetStatus{}
+	case *appsv1.ReplicaSet:
+		o.Spec = appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Template: template(o.Spec.Template)}
+		o.Status = appsv1.ReplicaSetStatus{}
+	}
+	return obj, nil
 }
 
 // LastAppliedAnnotation is where `kubectl apply` keeps the whole manifest.

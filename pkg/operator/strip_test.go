@@ -1,12 +1,14 @@
 package operator
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -103,5 +105,60 @@ func TestEveryCacheDropsManagedFieldsAndLastApplied(t *testing.T) {
 		if by.Transform == nil {
 			t.Errorf("%T is cached with its own options but no transform", obj)
 		}
+	}
+}
+
+// TestWorkloadsCachedSmall: the typed workload caches (PlacementPolicy
+// status) keep replicas and pod template annotations only; the metadata
+// caches of the same kinds, which share the options, are stripped too.
+func TestWorkloadsCachedSmall(t *testing.T) {
+	opts := CacheOptions(&options.Options{SystemNamespace: "apportion-system", LeaderElectionID: "apportion"})
+	replicas := int32(7)
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "a"}, Annotations: map[string]string{annotations.Strategy: "a=b,weight=1"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1", Env: []corev1.EnvVar{{Name: "A", Value: strings.Repeat("x", 1024)}}}}}}
+	meta := metav1.ObjectMeta{Name: "w", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, Annotations: map[string]string{corev1.LastAppliedConfigAnnotation: "{}"}}
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{Replicas: &replicas, Template: tmpl}, Status: appsv1.DeploymentStatus{Replicas: 7}},
+		&appsv1.StatefulSet{ObjectMeta: meta, Spec: appsv1.StatefulSetSpec{Replicas: &replicas, Template: tmpl}},
+		&appsv1.ReplicaSet{ObjectMeta: meta, Spec: appsv1.ReplicaSetSpec{Replicas: &replicas, Template: tmpl}},
+	} {
+		var by cache.ByObject
+		ok := false
+		for k, v := range opts.ByObject {
+			if fmt.Sprintf("%T", k) == fmt.Sprintf("%T", obj) {
+				by, ok = v, true
+			}
+		}
+		if !ok || by.Transform == nil {
+			t.Fatalf("%T: no transform", obj)
+		}
+		out, err := by.Transform(obj.DeepCopyObject())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec struct {
+			replicas int32
+			tmpl     corev1.PodTemplateSpec
+		}
+		switch o := out.(type) {
+		case *appsv1.Deployment:
+			spec.replicas, spec.tmpl = *o.Spec.Replicas, o.Spec.Template
+			if o.Status.Replicas != 0 {
+				t.Errorf("Deployment status kept")
+			}
+		case *appsv1.StatefulSet:
+			spec.replicas, spec.tmpl = *o.Spec.Replicas, o.Spec.Template
+		case *appsv1.ReplicaSet:
+			spec.replicas, spec.tmpl = *o.Spec.Replicas, o.Spec.Template
+		}
+		m := out.(metav1.Object)
+		if spec.replicas != 7 || spec.tmpl.Annotations[annotations.Strategy] == "" || len(spec.tmpl.Spec.Containers) != 0 || spec.tmpl.Labels != nil ||
+			m.GetManagedFields() != nil || m.GetAnnotations()[corev1.LastAppliedConfigAnnotation] != "" {
+			t.Errorf("%T cached as %+v", obj, out)
+		}
+	}
+	deploy := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "d", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}}}
+	if out, err := StripWorkload(deploy); err != nil || out.(metav1.Object).GetManagedFields() != nil {
+		t.Errorf("metadata-only workload: %v %+v", err, out)
 	}
 }
