@@ -66,6 +66,11 @@ const (
 
 // StrategyNames lists the annotation names a strategy may be written under,
 // in the order they are looked up.
+// DecisionKeys are the annotations only apportion writes, on the pods it
+// decides. No client may: pods created with them lose them at admission,
+// and a decision counts only with apportion's Signature.
+var DecisionKeys = []string{Group, NodePool, Decision, Fallback, Signature}
+
 var StrategyNames = []string{Strategy, LegacyStrategy, LegacyCamelStrategy}
 
 // Mode values.

@@ -28,7 +28,7 @@ func (p Problem) Detail() string { return fmt.Sprintf("%q %s", truncate(p.Value,
 // writtenByApportion are keys apportion writes on pods; on a workload or a
 // pod template they have no effect (and pods are stripped of them at
 // creation).
-var writtenByApportion = []string{Group, NodePool, Decision, Fallback, Signature, OriginalResources}
+var writtenByApportion = append([]string{OriginalResources}, DecisionKeys...)
 
 // Check returns the problems of the apportion.dev/* annotations a user set on
 // a workload or its pod template: each knob's value outside its range, keys

@@ -183,13 +183,10 @@ func Apply(pod *corev1.Pod, d Decision) {
 // The architectures annotation stays: on a pod it may be the user's
 // apportion.dev/architectures: auto opt-in, which a decision overwrites.
 func Strip(pod *corev1.Pod) {
-	for _, k := range owned {
+	for _, k := range annotations.DecisionKeys {
 		delete(pod.Annotations, k)
 	}
 }
-
-// owned are the annotations Strip removes.
-var owned = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature, annotations.Decision}
 
 func nodeAffinity(pod *corev1.Pod) *corev1.NodeAffinity {
 	if pod.Spec.Affinity == nil {

@@ -188,23 +188,20 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	return admission.Patched("", ops...).WithWarnings(warnings...)
 }
 
-// decisionKeys are the annotations only apportion writes, once it has
-// decided a pod. No pod is created with a decision: whatever a client wrote
-// under these keys (a copied manifest, a tenant steering the split or the
-// capacity fallback) is removed at admission, so no controller, metric or
-// deletion cost takes it for one.
-var decisionKeys = []string{annotations.Group, annotations.NodePool, annotations.Decision, annotations.Fallback, annotations.Signature}
-
-// stripDecision removes the decision annotations from the pod being created
-// (in and the patch), except in excluded namespaces and on mirror pods,
-// which apportion never touches. It returns the patch and the keys removed.
+// stripDecision removes the decision annotations (annotations.DecisionKeys)
+// from the pod being created. No pod is created with a decision: whatever a
+// client wrote under these keys (a copied manifest, a tenant steering the
+// split or the capacity fallback) is removed, so no controller, metric or
+// deletion cost takes it for one. It edits in and returns the patch and the
+// keys removed; excluded namespaces and mirror pods, which apportion never
+// touches, keep theirs.
 func (m *PodMutator) stripDecision(namespace string, in *admissionPod) ([]jsonpatch.JsonPatchOperation, []string) {
 	if len(in.Metadata.Annotations) == 0 || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
 		return nil, nil
 	}
 	var ops []jsonpatch.JsonPatchOperation
 	var removed []string
-	for _, k := range decisionKeys {
+	for _, k := range annotations.DecisionKeys {
 		if _, ok := in.Metadata.Annotations[k]; ok {
 			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: annotations.PatchPath(k)})
 			removed = append(removed, k)

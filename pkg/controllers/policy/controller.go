@@ -440,7 +440,7 @@ func (x *podIndex) build(ctx context.Context) error {
 			continue
 		}
 		uid := owner.UID
-		if owner.Kind == workload.ReplicaSetGVK.Kind {
+		if workload.Is(owner, workload.ReplicaSetGVK) {
 			if up, ok := rsOwner[uid]; ok {
 				uid = up
 			}
