@@ -5,7 +5,10 @@
 // (digest-pinned references for good, tags by their pull policy's TTL,
 // failures briefly), concurrent look-ups of one reference share one registry
 // request, and a per-registry circuit breaker stops a failing registry from
-// being hammered.
+// being hammered. Only hosts the Options.Registries policy allows are
+// connected to (pkg/registries), and an error tells the registry's host,
+// HTTP status and standard error codes, never what the server answered: a
+// reference is a tenant's text and its errors become Event notes.
 //
 // The caller's context bounds only how long the caller waits: the registry
 // request runs detached, bounded by Options.RegistryTimeout, so an answer that
