@@ -75,7 +75,7 @@ func TestRegistryHostsOfThePolicy(t *testing.T) {
 	_, port, _ := strings.Cut(reg.host, ":")
 	for _, c := range []struct {
 		name, policy, ref string
-		want             registries.Reason // "": allowed
+		want              registries.Reason // "": allowed
 	}{
 		{"the exact host and port", `{"allow":["127.0.0.1:` + port + `"]}`, ref, ""},
 		{"a range of addresses", `{"allow":["127.0.0.0/8"]}`, ref, ""},

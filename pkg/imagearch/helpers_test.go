@@ -34,10 +34,10 @@ type testRegistry struct {
 
 	pings, manifestGets, manifestHeads, blobGets atomic.Int64
 
-	status  atomic.Int64 // when non-zero, every read answers this status
+	status atomic.Int64 // when non-zero, every read answers this status
 	// blobsTo, when set, redirects every blob GET to this URL.
 	blobsTo atomic.Pointer[string]
-	user    string       // when set, basic auth user:pass is required
+	user    string // when set, basic auth user:pass is required
 	pass    string
 	mu      sync.Mutex
 	blocked chan struct{} // when non-nil, manifest GETs wait for it to close
