@@ -12,12 +12,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/apportion-dev/apportion/test/helmbin"
 )
 
 // The release the chart is rendered as, and the names its rules then carry
@@ -349,7 +350,10 @@ func TestRBACTable(t *testing.T) {
 	if len(rows) == 0 {
 		t.FailNow()
 	}
-	helm := helmBinary(t)
+	helm, err := helmbin.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
 	render := func(m mode) ([]permission, error) { return renderRBAC(t, helm, m) }
 	for _, p := range compareRBAC(rows, allModes(), render) {
 		t.Error(p)
@@ -453,53 +457,6 @@ func renderRBAC(t *testing.T, helm string, m mode) ([]permission, error) {
 	return perms, nil
 }
 
-var helmOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
-// helmBinary is the helm CLI the test cluster uses (test/tools/helm pins
-// it): $HELM when set; else the one test/tools/build.sh built, when it is
-// there; else built now from test/tools/helm with the go command (the
-// first time takes a minute or two; the build cache makes later ones quick).
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		return h
-	}
-	helmOnce.Do(func() {
-		root := repoRoot(t)
-		if out, err := exec.Command(filepath.Join(root, "test", "tools", "build.sh"), "--print-dir").Output(); err == nil {
-			p := filepath.Join(strings.TrimSpace(string(out)), "helm")
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-				helmOnce.path = p
-				return
-			}
-		}
-		dir, err := os.MkdirTemp("", "apportion-chartdocs-helm-")
-		if err != nil {
-			helmOnce.err = err
-			return
-		}
-		p := filepath.Join(dir, "helm")
-		// build.sh's flags, so that the packages it compiled are reused.
-		cmd := exec.Command("go", "build", "-mod=readonly", "-buildvcs=false", "-trimpath",
-			"-tags", "selinux,notest,grpcnotrace", "-o", p, "helm.sh/helm/v3/cmd/helm")
-		cmd.Dir = filepath.Join(root, "test", "tools", "helm")
-		cmd.Env = append(os.Environ(), "GOFLAGS=", "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			helmOnce.err = fmt.Errorf("building helm from test/tools/helm: %v\n%s", err, out)
-			return
-		}
-		helmOnce.path = p
-	})
-	if helmOnce.err != nil {
-		t.Fatal(helmOnce.err)
-	}
-	return helmOnce.path
-}
-
 // TestRBACCompare pins compareRBAC and the table parser on a made-up chart:
 // a rule without a row, a row without a rule and a wrong condition are each
 // reported; an exact table is not.
@@ -577,4 +534,10 @@ func TestRBACCompare(t *testing.T) {
 	if _, problems := readmeRBAC("no table here\n"); len(problems) == 0 {
 		t.Error("a README without the RBAC table: no problem reported")
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	helmbin.Cleanup()
+	os.Exit(code)
 }

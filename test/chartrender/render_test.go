@@ -4,18 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/apportion-dev/apportion/test/helmbin"
 )
 
 const (
@@ -26,63 +26,17 @@ const (
 	kubeVersion = "1.36.0"
 )
 
-var (
-	helmBinary = sync.OnceValues(findHelm)
-	// builtDir holds a helm built by findHelm, removed by TestMain.
-	builtDir string
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if builtDir != "" {
-		_ = os.RemoveAll(builtDir)
-	}
+	helmbin.Cleanup()
 	os.Exit(code)
-}
-
-// findHelm returns $HELM, the helm that test/tools/build.sh built, or one
-// built here.
-func findHelm() (string, error) {
-	if h := os.Getenv("HELM"); h != "" {
-		return h, nil
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return "", err
-	}
-	out, err := exec.Command("bash", filepath.Join(root, "test", "tools", "build.sh"), "--print-dir").Output()
-	if err != nil {
-		return "", fmt.Errorf("running test/tools/build.sh --print-dir: %w", err)
-	}
-	if h := filepath.Join(strings.TrimSpace(string(out)), "helm"); isExecutable(h) {
-		return h, nil
-	}
-	if builtDir, err = os.MkdirTemp("", "apportion-chartrender-"); err != nil {
-		return "", err
-	}
-	h := filepath.Join(builtDir, "helm")
-	// With test/tools/build.sh's flags, so the Go build cache it filled
-	// serves; only the version stamp is left out.
-	build := exec.Command("go", "build", "-mod=readonly", "-buildvcs=false", "-trimpath",
-		"-tags", "selinux,notest,grpcnotrace", "-ldflags", "-s -w", "-o", h, "helm.sh/helm/v3/cmd/helm")
-	build.Dir = filepath.Join(root, "test", "tools", "helm")
-	build.Env = append(os.Environ(), "GOTOOLCHAIN=auto", "GOFLAGS=", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building helm from test/tools/helm: %w\n%s", err, out)
-	}
-	return h, nil
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // render runs helm template on chart/ with the given --set values and
 // returns the objects, keyed by "Kind/name".
 func render(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
 	t.Helper()
-	helm, err := helmBinary()
+	helm, err := helmbin.Path()
 	if err != nil {
 		t.Fatal(err)
 	}
