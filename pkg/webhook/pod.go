@@ -96,7 +96,10 @@ const warnInterval = 10 * time.Minute
 
 // warnAnnotations records a Warning Event InvalidAnnotation on the workload
 // naming its out-of-range apportion.dev/* annotations, at most once per
-// warnInterval for the same problems.
+// warnInterval for the same problems. The webhook is the one place that
+// reports them (besides the workload validator's warnings at apply time):
+// it sees every pod's template annotations, which the placement leader's
+// pod cache does not keep.
 func (m *PodMutator) warnAnnotations(info *workload.Info) {
 	if m.Recorder == nil {
 		return

@@ -228,11 +228,6 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return c.release(ctx, pod, ReasonError, err)
 	case err != nil:
 		return c.release(ctx, pod, ReasonError, err)
-	}
-	if info != nil && len(info.Problems) > 0 {
-		c.warnOnce(workloadRef(info), workload.ReasonInvalidAnnotation, "%s", workload.DescribeProblems(info.Problems))
-	}
-	switch {
 	case info == nil && c.byArchitecture(ctx, pod, nil):
 		return c.placeByArchitecture(ctx, pod, podRef)
 	case info == nil:

@@ -262,18 +262,3 @@ func TestGatedWithoutOptInIsReleasedUnchanged(t *testing.T) {
 		t.Fatalf("--architectures=all: arch %v, want amd64", requiredArch(got))
 	}
 }
-
-// TestInvalidAnnotationEvent: a workload whose knob is out of range is
-// placed with the default, and gets one InvalidAnnotation Event naming it.
-func TestInvalidAnnotationEvent(t *testing.T) {
-	f := newFixture(t, map[string]string{annotations.Strategy: seed004, annotations.Mode: "prefered"}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
-	for i := range 3 {
-		pod := f.reconcile(t, f.gatedPod(t, i))
-		if na := pod.Spec.Affinity.NodeAffinity; na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-			t.Fatalf("pod %d: no required affinity, want required mode as the default", i)
-		}
-	}
-	if ev := drainEvents(f); strings.Count(ev, "InvalidAnnotation") != 1 || !strings.Contains(ev, `apportion.dev/mode "prefered" is neither required nor preferred`) {
-		t.Fatalf("events:\n%s\nwant one InvalidAnnotation naming apportion.dev/mode", ev)
-	}
-}
