@@ -66,10 +66,10 @@ func TestSmoke(t *testing.T) {
 		time.Since(t0).Round(10*time.Millisecond))
 	stopped := false
 	defer func() {
-		if t.Failed() {
-			c.DumpLogs(t.Output(), 40)
-		}
 		if !stopped {
+			if t.Failed() {
+				c.DumpLogs(t.Output(), 40)
+			}
 			_ = c.Stop()
 		}
 	}()
@@ -146,6 +146,10 @@ func TestSmoke(t *testing.T) {
 		}
 	})
 
+	if t.Failed() {
+		// Before Stop, which removes the run folder with the logs.
+		c.DumpLogs(t.Output(), 40)
+	}
 	t1 := time.Now()
 	err = c.Stop()
 	stopped = true
@@ -264,10 +268,18 @@ func TestDetachedOutlivesLauncher(t *testing.T) {
 	l.check(t, mountsBefore)
 }
 
+// smokeNodePool is the NodePool the smoke pod gets its node from.
+// Consolidation is off, as in every suite's NodePools: with Karpenter's
+// default (consolidateAfter 0s) a busy machine let Karpenter remove the new
+// node as empty before the pod bound, and the pod, bound to a node that was
+// gone, was deleted by the pod garbage collector.
 func smokeNodePool() *karpv1.NodePool {
 	return &karpv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
-		Spec: karpv1.NodePoolSpec{Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+		Spec: karpv1.NodePoolSpec{Disruption: karpv1.Disruption{
+			ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmpty,
+			ConsolidateAfter:    karpv1.MustParseNillableDuration("Never"),
+		}, Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
 			NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: "default"},
 			Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
 				{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}},
