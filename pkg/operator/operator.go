@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"maps"
 	"os"
 	"time"
 
@@ -157,17 +156,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 		if err != nil {
 			return fmt.Errorf("starting the node informer: %w", err)
 		}
-		invalidate := func(any) { nodes.Invalidate() }
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: invalidate, DeleteFunc: invalidate,
-			UpdateFunc: func(oldObj, newObj any) {
-				o, ok1 := oldObj.(client.Object)
-				n, ok2 := newObj.(client.Object)
-				if !ok1 || !ok2 || !maps.Equal(o.GetLabels(), n.GetLabels()) {
-					nodes.Invalidate()
-				}
-			},
-		}); err != nil {
+		if _, err := inf.AddEventHandler(placement.OnLabelChange(nodes.Invalidate)); err != nil {
 			return fmt.Errorf("watching nodes: %w", err)
 		}
 		capacity = nodes

@@ -262,20 +262,26 @@ func (t *Tally) NodeEventHandler() toolscache.ResourceEventHandler {
 	t.mu.Lock()
 	t.watchNodes = true
 	t.mu.Unlock()
-	changed := func(any) {
+	return OnLabelChange(func() {
 		t.mu.Lock()
 		t.stamp++
 		t.nodesStamp = t.stamp
 		t.mu.Unlock()
-	}
+	})
+}
+
+// OnLabelChange is an informer event handler that calls changed when an
+// object comes or goes, or when an update changes its labels: what placing
+// by node labels depends on.
+func OnLabelChange(changed func()) toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		DeleteFunc: changed,
+		AddFunc:    func(any) { changed() },
+		DeleteFunc: func(any) { changed() },
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(metav1.Object)
 			n, ok2 := newObj.(metav1.Object)
 			if !ok1 || !ok2 || !maps.Equal(o.GetLabels(), n.GetLabels()) {
-				changed(newObj)
+				changed()
 			}
 		},
 	}
