@@ -63,6 +63,15 @@ func envValue(t *testing.T, deploy *unstructured.Unstructured, name string) stri
 	return ""
 }
 
+// setJSON is helm's --set-json flag for each name=JSON value.
+func setJSON(values []string) []string {
+	var flags []string
+	for _, v := range values {
+		flags = append(flags, "--set-json", v)
+	}
+	return flags
+}
+
 func sameJSON(t *testing.T, got, want string) bool {
 	t.Helper()
 	var g, w any
@@ -93,11 +102,7 @@ func TestRuntimeClassProfiles(t *testing.T) {
 			want: kataRemote, notice: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var flags []string
-			for _, v := range tc.values {
-				flags = append(flags, "--set-json", v)
-			}
-			out, err := helmTemplate(t, chart, flags...)
+			out, err := helmTemplate(t, chart, setJSON(tc.values)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,11 +137,7 @@ func TestRuntimeClassProfilesRefused(t *testing.T) {
 			want: "additional properties 'count' not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var flags []string
-			for _, v := range tc.values {
-				flags = append(flags, "--set-json", v)
-			}
-			_, err := helmTemplate(t, chartDir, flags...)
+			_, err := helmTemplate(t, chartDir, setJSON(tc.values)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("helm template with %v: error %v, want one containing %q", tc.values, err, tc.want)
 			}
