@@ -5,7 +5,7 @@
 #     --build-arg COMMIT=$(git rev-parse --short HEAD) \
 #     --build-arg REVISION=$(git rev-parse HEAD) -t apportion .
 # Without a container engine (the dev machines and CI), `make image` writes
-# the same image as an OCI layout to bin/image (cmd/apportion-image): same
+# the same image as an OCI layout to bin/image (hack/apportion-image): same
 # user, entrypoint, working directory, environment and labels, on an empty
 # base instead of distroless.
 FROM --platform=$BUILDPLATFORM golang:1.26.9-bookworm AS build

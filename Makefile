@@ -34,10 +34,11 @@ build: ## Build bin/apportion
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/apportion ./cmd/apportion
 
 # The container image without a container engine: both binaries
-# cross-compiled statically, then cmd/apportion-image writes them as one
-# multi-arch OCI image layout (pkg/ociimage) and checks what it wrote. The
-# image's time is SOURCE_DATE_EPOCH (default: the commit time), so a commit
-# gives the same digests every time. IMAGE_TARBALL=FILE also writes an OCI
+# cross-compiled statically, then the build tool hack/apportion-image (not
+# part of the product) writes them as one multi-arch OCI image layout
+# (hack/apportion-image/ociimage) and checks what it wrote. The image's time
+# is SOURCE_DATE_EPOCH (default: the commit time), so a commit gives the same
+# digests every time. IMAGE_TARBALL=FILE also writes an OCI
 # archive (skopeo/podman/docker load); IMAGE_CA_BUNDLE=FILE picks the CA
 # bundle (default: this machine's /etc/ssl/certs/ca-certificates.crt).
 IMAGE_DIR         ?= $(BIN)/image
@@ -50,7 +51,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker needed)
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-amd64/apportion ./cmd/apportion
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/apportion ./cmd/apportion
-	$(GO) run ./cmd/apportion-image --amd64 $(BIN)/linux-amd64/apportion --arm64 $(BIN)/linux-arm64/apportion \
+	$(GO) run ./hack/apportion-image --amd64 $(BIN)/linux-amd64/apportion --arm64 $(BIN)/linux-arm64/apportion \
 	  --version '$(VERSION)' --revision '$(IMAGE_REVISION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out '$(IMAGE_DIR)' \
 	  $(if $(IMAGE_TARBALL),--tarball '$(IMAGE_TARBALL)') $(if $(IMAGE_CA_BUNDLE),--ca-bundle '$(IMAGE_CA_BUNDLE)')
 

@@ -128,6 +128,20 @@ Checks that fail the render with a clear message.
 {{- if ge $shutdown $budget }}
 {{- fail (printf "settings.gracefulShutdownTimeout (%s) must be below terminationGracePeriodSeconds (%d) minus preStopSleepSeconds (%d), or the kubelet kills apportion before it has shut down" .Values.settings.gracefulShutdownTimeout (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds)) }}
 {{- end }}
+{{- $profiles := .Values.settings.runtimeClassProfiles | default list }}
+{{- $deprecated := .Values.runtimeClassProfiles | default list }}
+{{- if and $profiles $deprecated (ne (toJson $profiles) (toJson $deprecated)) }}
+{{- fail "settings.runtimeClassProfiles and the deprecated top-level runtimeClassProfiles are both set, to different lists: keep only settings.runtimeClassProfiles" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The runtime-class profiles as JSON: settings.runtimeClassProfiles, else the
+top-level runtimeClassProfiles of earlier releases, so that their values
+files keep working (apportion.validate refuses two different lists).
+*/}}
+{{- define "apportion.runtimeClassProfiles" -}}
+{{- .Values.settings.runtimeClassProfiles | default .Values.runtimeClassProfiles | default list | toJson }}
 {{- end }}
 
 {{/*

@@ -44,6 +44,9 @@ type schemaNode struct {
 	Type        any                    `json:"type"`
 	Description string                 `json:"description"`
 	Properties  map[string]*schemaNode `json:"properties"`
+	// Deprecated marks a key the chart still accepts from older values
+	// files but no longer sets in values.yaml.
+	Deprecated bool `json:"deprecated"`
 }
 
 func loadValues(t *testing.T) map[string]any {
@@ -71,6 +74,9 @@ type valueKey struct {
 	// structured: a map of the chart's own keys (the schema lists its
 	// properties), documented key by key; its own default is not shown.
 	structured bool
+	// deprecated: only the schema has the key (see documentedKeys); it
+	// has no default to show.
+	deprecated bool
 	value      any
 }
 
@@ -99,6 +105,24 @@ func valueKeys(values map[string]any, schema *schemaNode) []valueKey {
 		}
 	}
 	walk("", values, schema)
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out
+}
+
+// documentedKeys is valueKeys plus the deprecated keys the schema still
+// accepts but values.yaml no longer has: the README lists them too, so that
+// whoever has one in an old values file finds what replaced it.
+func documentedKeys(values map[string]any, schema *schemaNode) []valueKey {
+	out := valueKeys(values, schema)
+	inValues := map[string]bool{}
+	for _, k := range out {
+		inValues[k.path] = true
+	}
+	for path, n := range schemaKeys(schema) {
+		if n != nil && n.Deprecated && !inValues[path] {
+			out = append(out, valueKey{path: path, deprecated: true})
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
 	return out
 }
@@ -194,9 +218,10 @@ func splitRow(line string) []string {
 }
 
 // defaultCell is how the table shows a default: compact JSON in backticks,
-// nothing for a structured map (its keys have their own rows).
+// nothing for a structured map (its keys have their own rows) or a
+// deprecated key (values.yaml has none).
 func defaultCell(k valueKey) string {
-	if k.structured {
+	if k.structured || k.deprecated {
 		return ""
 	}
 	b, err := json.Marshal(k.value)
@@ -208,7 +233,7 @@ func defaultCell(k valueKey) string {
 
 func TestValuesTable(t *testing.T) {
 	schema := loadSchema(t)
-	keys := valueKeys(loadValues(t), schema)
+	keys := documentedKeys(loadValues(t), schema)
 	if *printTable {
 		nodes := schemaKeys(schema)
 		var b strings.Builder
@@ -248,7 +273,7 @@ func TestValuesTable(t *testing.T) {
 	}
 	for _, r := range rows {
 		if !inValues[r.key] {
-			t.Errorf("README.md:%d: `%s` is in the values table but no longer in chart/values.yaml", r.line, r.key)
+			t.Errorf("README.md:%d: `%s` is in the values table but no longer in chart/values.yaml (nor deprecated in chart/values.schema.json)", r.line, r.key)
 		}
 	}
 }
@@ -269,8 +294,11 @@ func TestValuesSchema(t *testing.T) {
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
-		if !inValues[p] {
-			t.Errorf("chart/values.schema.json describes `%s`, which chart/values.yaml does not have", p)
+		switch n := nodes[p]; {
+		case n != nil && n.Deprecated && inValues[p]:
+			t.Errorf("chart/values.yaml sets the deprecated `%s`: a default there would be mistaken for the user's old value", p)
+		case (n == nil || !n.Deprecated) && !inValues[p]:
+			t.Errorf("chart/values.schema.json describes `%s`, which chart/values.yaml does not have (nor is it deprecated)", p)
 		}
 		if n := nodes[p]; n == nil || strings.TrimSpace(n.Description) == "" {
 			t.Errorf("chart/values.schema.json: `%s` has no description", p)
@@ -302,5 +330,24 @@ func TestValueKeys(t *testing.T) {
 	}
 	if cells := splitRow("| `a` | `\"x\\|y\"` | d |"); len(cells) != 3 || cells[1] != "`\"x|y\"`" {
 		t.Fatalf("splitRow = %q", cells)
+	}
+}
+
+// TestDocumentedKeys: a deprecated key only the schema has gets a row with
+// no default; a deprecated key values.yaml still has is listed once.
+func TestDocumentedKeys(t *testing.T) {
+	schema := &schemaNode{Properties: map[string]*schemaNode{
+		"settings": {Properties: map[string]*schemaNode{"profiles": {}}},
+		"profiles": {Deprecated: true},
+		"kept":     {Deprecated: true},
+	}}
+	values := map[string]any{"settings": map[string]any{"profiles": []any{}}, "kept": 1}
+	var got []string
+	for _, k := range documentedKeys(values, schema) {
+		got = append(got, fmt.Sprintf("%s=%s", k.path, defaultCell(k)))
+	}
+	want := []string{"kept=`1`", "profiles=", "settings=", "settings.profiles=`[]`"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("documentedKeys = %v, want %v", got, want)
 	}
 }

@@ -7,5 +7,7 @@
 //
 // `go test ./test/chartdocs/ -run TestValuesTable -print-table` prints the
 // table as it should be (defaults from values.yaml, descriptions from the
-// schema), to paste into the README.
+// schema, plus a row without a default for each key the schema marks
+// "deprecated": true and values.yaml no longer has), to paste into the
+// README.
 package chartdocs

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -32,18 +33,33 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// chartDir is the chart under test, relative to this package.
+var chartDir = filepath.Join("..", "..", "chart")
+
 // render runs helm template on chart/ with the given --set values and
 // returns the objects, keyed by "Kind/name".
 func render(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	var flags []string
+	for _, s := range set {
+		flags = append(flags, "--set", s)
+	}
+	out, err := helmTemplate(t, chartDir, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objects(t, out)
+}
+
+// helmTemplate runs helm template on chart with the given flags and returns
+// what it printed; a failed render's error holds helm's stderr.
+func helmTemplate(t *testing.T, chart string, flags ...string) ([]byte, error) {
 	t.Helper()
 	helm, err := helmbin.Path()
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"template", release, filepath.Join("..", "..", "chart"), "-n", namespace, "--kube-version", kubeVersion}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
+	args := append([]string{"template", release, chart, "-n", namespace, "--kube-version", kubeVersion}, flags...)
 	cmd := exec.Command(helm, args...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
@@ -51,10 +67,16 @@ func render(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		return nil, fmt.Errorf("running helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
+	return stdout.Bytes(), nil
+}
+
+// objects parses helm template's output, keyed by "Kind/name".
+func objects(t *testing.T, out []byte) map[string]*unstructured.Unstructured {
+	t.Helper()
 	objs := map[string]*unstructured.Unstructured{}
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(&stdout))
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
 	for {
 		doc, err := docs.Read()
 		if errors.Is(err, io.EOF) {

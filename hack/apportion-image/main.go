@@ -1,7 +1,8 @@
 // Command apportion-image writes apportion's multi-arch container image as an
-// OCI image layout, without a container engine (see pkg/ociimage), then reads
+// OCI image layout, without a container engine (see ./ociimage), then reads
 // the layout back, checks it and prints one line per platform. `make image`
-// runs it on the binaries it cross-compiles.
+// runs it on the binaries it cross-compiles. It is build tooling, kept under
+// hack/ because nothing of it runs in a cluster.
 package main
 
 import (
@@ -16,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apportion-dev/apportion/pkg/ociimage"
+	"github.com/apportion-dev/apportion/hack/apportion-image/ociimage"
 )
 
 // defaultCABundle is the build machine's CA bundle (Debian's path), copied

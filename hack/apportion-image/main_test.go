@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apportion-dev/apportion/pkg/ociimage"
+	"github.com/apportion-dev/apportion/hack/apportion-image/ociimage"
 )
 
 // fakeELF writes the smallest static ELF64 executable header debug/elf
