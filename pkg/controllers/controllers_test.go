@@ -190,3 +190,44 @@ func constants(t *testing.T, dir, prefix string) map[string]string {
 	}
 	return out
 }
+
+// TestNoControllerImportsAnother: what two controllers share lives in a
+// package named for it, below both, so that each controller can change (or
+// go) on its own.
+func TestNoControllerImportsAnother(t *testing.T) {
+	const prefix = "github.com/apportion-dev/apportion/pkg/controllers"
+	dirs, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllers := 0
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		controllers++
+		err := filepath.WalkDir(d.Name(), func(path string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				own := prefix + "/" + d.Name()
+				if strings.HasPrefix(p, prefix+"/") && p != own && !strings.HasPrefix(p, own+"/") {
+					t.Errorf("%s imports %s: move what they share below pkg/controllers", path, p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if controllers < 5 {
+		t.Fatalf("found %d controller packages: the scan is broken", controllers)
+	}
+}
