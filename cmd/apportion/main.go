@@ -1,5 +1,8 @@
-// Command apportion is the single binary of the project: the offline plan
-// preview today, the admission webhook and controllers as they land.
+// Command apportion is the project's single binary. Its subcommands
+// (pkg/cli): `webhook` runs the admission webhooks and the controllers in a
+// cluster; `plan` previews a strategy's split offline; `inspect` reports the
+// architectures an image offers; `release-gates` removes the placement gate
+// from pods left gated (a recovery tool); `version` prints the build.
 package main
 
 import (

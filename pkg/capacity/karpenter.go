@@ -2,7 +2,13 @@ package capacity
 
 import (
 	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
+
+// NodePoolGVK is Karpenter's NodePool. Without its API (the cluster runs no
+// Karpenter), groups are matched to the nodes' labels instead.
+var NodePoolGVK = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}
 
 // What Karpenter's provisioner says about pods and NodePools, as Kubernetes
 // Events (sigs.k8s.io/karpenter pkg/controllers/provisioning/scheduling,

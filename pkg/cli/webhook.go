@@ -1,20 +1,24 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/apportion-dev/apportion/pkg/controllers"
 	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/version"
+	"github.com/apportion-dev/apportion/pkg/webhook"
 )
 
 const webhookUsage = `Usage: apportion webhook [flags]
@@ -64,9 +68,29 @@ func Webhook(args []string, stdout, stderr io.Writer) int {
 	ctrl.SetLogger(logger)
 	ctx := log.IntoContext(ctrl.SetupSignalHandler(), logger)
 	logger.Info("apportion webhook", "version", version.String())
-	if err := operator.Run(ctx, cfg, &o); err != nil {
+	if err := runWebhook(ctx, cfg, &o); err != nil {
 		logger.Error(err, "webhook stopped")
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// runWebhook wires the operator, the controllers and the admission webhooks, and
+// blocks until ctx ends.
+func runWebhook(ctx context.Context, cfg *rest.Config, o *options.Options) error {
+	op, err := operator.NewOperator(ctx, cfg, o)
+	if err != nil {
+		return err
+	}
+	cs := controllers.NewControllers(ctx, op.Manager, o, controllers.Dependencies{
+		Clock: op.Clock, Recorder: op.Recorder, APIs: op.APIs, Signer: op.Signer,
+		Policies: op.Policies, PullSecrets: op.PullSecrets,
+	})
+	if err := op.WithControllers(ctx, cs...); err != nil {
+		return err
+	}
+	op.WithWebhooks(webhook.Handlers(webhook.Config{
+		Reader: op.GetClient(), Clock: op.Clock, Recorder: op.Recorder, Policies: op.PolicySource(), Options: o,
+	}))
+	return op.Start(ctx)
 }

@@ -22,6 +22,10 @@ import (
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
+// PodAnnotations are the decision annotations read back from a pod (Read,
+// Decided): an informer cache of pods keeps these.
+var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature}
+
 // FallbackSeparator separates the group keys of the apportion.dev/fallback
 // annotation.
 const FallbackSeparator = ";"

@@ -10,6 +10,7 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -19,11 +20,11 @@ func TestAPIWatchReportsAChange(t *testing.T) {
 	ctx := context.Background()
 	nodePools := &metav1.APIResourceList{GroupVersion: "karpenter.sh/v1", APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}
 	d := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
-	w, err := NewAPIWatch(d, time.Minute, NodePoolGVK, workload.RolloutGVK)
+	w, err := NewAPIWatch(d, time.Minute, capacity.NodePoolGVK, workload.RolloutGVK)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Served(NodePoolGVK) || w.Served(workload.RolloutGVK) {
+	if w.Served(capacity.NodePoolGVK) || w.Served(workload.RolloutGVK) {
 		t.Fatal("nothing is served, yet the watch says otherwise")
 	}
 	if err := w.Check(ctx); err != nil {
@@ -40,11 +41,11 @@ func TestAPIWatchReportsAChange(t *testing.T) {
 	}
 
 	// Started with Karpenter, which is then removed.
-	w, err = NewAPIWatch(d, time.Minute, NodePoolGVK)
+	w, err = NewAPIWatch(d, time.Minute, capacity.NodePoolGVK)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !w.Served(NodePoolGVK) {
+	if !w.Served(capacity.NodePoolGVK) {
 		t.Fatal("NodePool served, yet the watch says otherwise")
 	}
 	d.Resources = nil

@@ -14,27 +14,24 @@ import (
 // /readyz.
 //
 // It must stay a webhook.Server (the interface, embedded here) and nothing
-// more, since the manager (controller-runtime v0.24.1) files runnables by
-// type and stops the groups in this order on SIGTERM
-// (pkg/manager/internal.go:570-591, engageStopProcedure):
+// more: the manager files runnables by type and, on SIGTERM, stops the
+// groups in this order, all within one GracefulShutdownTimeout:
 //
 //  1. Others (the gate janitor, the API watch, the certificate rotator),
-//     with the warmup runnables in parallel (:566-567);
-//  2. LeaderElection (placement and deletion cost) (:577-578);
-//  3. Caches (:584);
-//  4. Webhooks (:588): cancelling the server's context makes
-//     DefaultServer.Start call http.Server.Shutdown (pkg/webhook/server.go:
-//     247-257), which closes the listener and waits for in-flight admission
-//     requests, which still read the stopped caches' last contents;
-//  5. HTTPServers: health probes and metrics (:591).
+//     with the warmup runnables in parallel;
+//  2. LeaderElection (placement, deletion cost and the other leader-only
+//     controllers);
+//  3. Caches;
+//  4. Webhooks: cancelling the server's context makes it shut its
+//     http.Server down, which closes the listener and waits for in-flight
+//     admission requests, which still read the stopped caches' last
+//     contents;
+//  5. HTTPServers: health probes and metrics.
 //
-// The Lease is released only after all that (the deferred
-// leaderElectionCancel, internal.go:545-555). Every step shares one
-// GracefulShutdownTimeout (internal.go:513). A runnable lands in Webhooks
-// when it matches the webhook.Server case of runnables.Add
-// (runnable_group.go:79) and none before it: *manager.Server or hasCache
-// (a GetCache method), which would file it with the HTTP servers or the
-// caches instead.
+// The Lease is released only after all that. A runnable lands in Webhooks
+// when it is a webhook.Server and matches no earlier case of the manager's
+// sorting: a *manager.Server, or anything with a GetCache method, would be
+// filed with the HTTP servers or the caches instead.
 type startAfter struct {
 	webhook.Server
 	// ready is set before the manager starts; nil means start at once.

@@ -29,6 +29,10 @@ func (s Source) String() string {
 	return "metadata.annotations[" + s.Annotation + "]"
 }
 
+// PodAnnotations are the annotations Find reads. A pod's own annotations are
+// one of the levels it is given, so an informer cache of pods keeps these.
+var PodAnnotations = append([]string{annotations.LegacyEnabled}, annotations.StrategyNames...)
+
 // Find returns the raw strategy written on a workload: the workload's own
 // annotations are looked at first, then its pod template's; at each level the
 // names of annotations.StrategyNames are tried in order. The legacy

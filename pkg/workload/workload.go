@@ -39,6 +39,12 @@ const (
 	ControllerRevisionHashKey = "controller-revision-hash"
 )
 
+// PodAnnotations are the pod annotations Resolve and ArchitecturesOptedIn
+// read (a pod's own annotations override its workload's): an informer cache
+// of pods keeps these.
+var PodAnnotations = append([]string{annotations.Skip, annotations.Mode, annotations.CapacityTimeout,
+	annotations.Architectures, annotations.Rebalance}, strategy.PodAnnotations...)
+
 // Ref names a workload object.
 type Ref struct {
 	Kind      string

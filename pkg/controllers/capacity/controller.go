@@ -122,6 +122,10 @@ const (
 	ClaimOnTheWayIndex = "apportion.nodeClaimOnTheWay"
 )
 
+// PodAnnotations are the pod annotations this controller reads: an informer
+// cache of pods keeps these.
+var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.CapacityTimeout}
+
 // Options configure the detector.
 type Options struct {
 	// Timeout is how long a decided pod may stay unschedulable while no

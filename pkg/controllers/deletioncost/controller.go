@@ -56,6 +56,10 @@ import (
 // Annotation is the Kubernetes pod deletion cost annotation.
 const Annotation = "controller.kubernetes.io/pod-deletion-cost"
 
+// PodAnnotations are the pod annotations this controller reads: an informer
+// cache of pods keeps these.
+var PodAnnotations = []string{Annotation, annotations.Group, annotations.Fallback}
+
 // IndexOwnerKey indexes pods by workload.OwnerKey: the pods of one revision.
 const IndexOwnerKey = "apportion.ownerKey"
 

@@ -10,6 +10,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 )
 
+// addHealthChecks: /healthz answers while the process runs; /readyz once the
+// webhook server listens and the informer caches have synced.
+func (op *Operator) addHealthChecks() error {
+	if err := op.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := op.AddReadyzCheck("webhook", op.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	return op.AddReadyzCheck("caches", cachesSynced(op.GetCache()))
+}
+
 // cacheSyncer is the part of the manager's cache readiness looks at.
 type cacheSyncer interface {
 	WaitForCacheSync(ctx context.Context) bool

@@ -1,0 +1,209 @@
+// Package controllers is the one list of apportion's controllers
+// (NewControllers) and of what they read from cached pods (PodAnnotations).
+// Each controller lives in its own package below this one, and none imports
+// another: what they share (the capacity choice, the outage tracker, gate
+// release, decisions) lives in packages named for it.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/awslabs/operatorpkg/controller"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
+	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
+	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
+	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
+	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
+	"github.com/apportion-dev/apportion/pkg/controllers/rebalance"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/imagearch"
+	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// PodAnnotations are the pod annotations any controller reads from the pod
+// informer cache, which drops every other one. Each package declares the
+// keys it reads next to the code that reads them, and a test checks that
+// every annotation read in those packages is declared.
+func PodAnnotations() []string {
+	var keys []string
+	for _, k := range [][]string{
+		decision.PodAnnotations, workload.PodAnnotations,
+		capacityctrl.PodAnnotations, deletioncost.PodAnnotations,
+	} {
+		keys = append(keys, k...)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// Served tells whether the API server serves a kind; the operator's
+// discovery watch is one.
+type Served interface {
+	Served(gvk schema.GroupVersionKind) bool
+}
+
+// Dependencies are what the operator built before the controllers: the
+// clients and the state several controllers share.
+type Dependencies struct {
+	Clock    clock.Clock
+	Recorder events.EventRecorder
+	APIs     Served
+	Signer   *decision.Signer
+	// Policies reads PlacementPolicies; nil without their CRD.
+	Policies *policy.Source
+	// PullSecrets reads image pull secrets; nil unless --read-pull-secrets.
+	PullSecrets kubernetes.Interface
+}
+
+// rebalanceQPS paces the evictions of fallback pods cluster-wide; each
+// workload also waits for its last eviction's replacement to run.
+const rebalanceQPS = 1
+
+// followedKinds are the workload kinds whose pods apportion places.
+var followedKinds = []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK, workload.RolloutGVK}
+
+// NewControllers returns every controller and informer hook apportion runs,
+// in the order they register.
+func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options, d Dependencies) []controller.Controller {
+	kube := mgr.GetClient()
+	nodePools := d.APIs.Served(capacitypkg.NodePoolGVK)
+	// NodePools (or node groups) out of capacity: shared by the detector
+	// that marks them and the controllers that pass them over.
+	tracker := capacitypkg.NewTracker(d.Clock, o.CapacityTTL, o.CapacityMaxTTL)
+	capacity, watchCapacity := newCapacity(ctx, kube, tracker, o, nodePools)
+	var policySource workload.PolicySource // nil without the CRD
+	if d.Policies != nil {
+		policySource = d.Policies
+	}
+	tally := placement.NewTally()
+	placer := placement.NewController(d.Clock, kube, d.Recorder, capacity, tally.WithSigner(d.Signer), o.GateTimeout).
+		WithNodes(kube).WithPolicies(policySource).WithSigner(d.Signer)
+	if o.Architectures != options.ArchitecturesOff {
+		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
+	}
+	cs := []controller.Controller{
+		watchCapacity,
+		countPods(tally),
+		placer,
+		gatejanitor.NewController(d.Clock, kube, d.Recorder, o.GateTimeout),
+		capacityctrl.NewController(d.Clock, kube, d.Recorder, tracker, capacityctrl.Options{
+			Timeout: o.CapacityTimeout, NominationWait: o.CapacityNominationWait, DeleteQPS: o.CapacityDeleteQPS,
+			NodeLabels: !nodePools, ScaleFromZero: o.ScaleFromZero,
+			Signer: d.Signer, APIReader: mgr.GetAPIReader(),
+		}),
+		deletioncost.NewController(kube, d.Signer).WithPolicies(policySource),
+	}
+	if d.Policies != nil {
+		var followed []schema.GroupVersionKind
+		for _, gvk := range followedKinds {
+			if d.APIs.Served(gvk) {
+				followed = append(followed, gvk)
+			}
+		}
+		cs = append(cs, policyctrl.NewController(d.Clock, kube, capacity, d.Policies,
+			policyctrl.Options{Kinds: followed, NodePools: nodePools}))
+	}
+	if o.Rebalance {
+		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, capacity, policySource, d.Signer, rebalanceQPS))
+	}
+	return cs
+}
+
+// newCapacity picks how groups are matched to capacity: Karpenter's
+// NodePools when their API is served, the nodes' labels otherwise. The
+// second value keeps the choice's cache current from the informers.
+func newCapacity(ctx context.Context, kube client.Reader, tracker *capacitypkg.Tracker, o *options.Options, nodePools bool) (placement.Capacity, controller.Controller) {
+	if !nodePools {
+		log.FromContext(ctx).Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
+		nodes := &placement.NodeLabelCapacity{Reader: kube, Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
+		return nodes, registerFunc(func(ctx context.Context, m manager.Manager) error {
+			_, err := handle(ctx, m, nodeMetadata(), placement.OnLabelChange(nodes.Invalidate))
+			return err
+		})
+	}
+	pools := &placement.NodePoolCapacity{Reader: kube, Tracker: tracker}
+	invalidate := func(any) { pools.Invalidate() }
+	return pools, registerFunc(func(ctx context.Context, m manager.Manager) error {
+		_, err := handle(ctx, m, &karpv1.NodePool{}, toolscache.ResourceEventHandlerFuncs{
+			AddFunc: invalidate, DeleteFunc: invalidate, UpdateFunc: func(any, any) { pools.Invalidate() },
+		})
+		return err
+	})
+}
+
+// newImages is the image inspector for architecture placement. Without
+// --read-pull-secrets kube is nil and it reads no Secret or ServiceAccount.
+func newImages(kube kubernetes.Interface, o *options.Options) *imagearch.Inspector {
+	return imagearch.New(kube, imagearch.Options{
+		CacheSize:       o.ImageCacheSize,
+		IfNotPresentTTL: o.IfNotPresentCacheTime,
+		PullAlwaysTTL:   o.PullAlwaysCacheTime,
+		FailureTTL:      o.ImageFailureCacheTime,
+		RegistryTimeout: imagearch.DefaultRegistryTimeout,
+		BreakerFailures: imagearch.DefaultBreakerFailures,
+		BreakerOpen:     imagearch.DefaultBreakerOpen,
+		Registries:      o.Registries(),
+	})
+}
+
+// registerFunc makes a registration step (informer hooks) a
+// controller.Controller, so that NewControllers lists it with the rest.
+type registerFunc func(context.Context, manager.Manager) error
+
+func (f registerFunc) Register(ctx context.Context, m manager.Manager) error { return f(ctx, m) }
+
+// countPods keeps the tally from the informers: pods by revision, and
+// strays (pods admitted without a decision) in the group their node's labels
+// match.
+func countPods(tally *placement.Tally) registerFunc {
+	return func(ctx context.Context, m manager.Manager) error {
+		registration, err := handle(ctx, m, &corev1.Pod{}, tally.EventHandler())
+		if err != nil {
+			return err
+		}
+		tally.SetSynced(registration.HasSynced)
+		_, err = handle(ctx, m, nodeMetadata(), tally.NodeEventHandler())
+		return err
+	}
+}
+
+func nodeMetadata() *metav1.PartialObjectMetadata {
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	return node
+}
+
+// handle adds h to the informer of obj's kind.
+func handle(ctx context.Context, m manager.Manager, obj client.Object, h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	gvk, err := apiutil.GVKForObject(obj, m.GetScheme())
+	if err != nil {
+		return nil, fmt.Errorf("finding the kind to watch: %w", err)
+	}
+	inf, err := m.GetCache().GetInformer(ctx, obj)
+	if err != nil {
+		return nil, fmt.Errorf("starting the %s informer: %w", gvk.Kind, err)
+	}
+	registration, err := inf.AddEventHandler(h)
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", gvk.Kind, err)
+	}
+	return registration, nil
+}

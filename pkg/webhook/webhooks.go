@@ -1,0 +1,44 @@
+package webhook
+
+import (
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// Config is what the admission webhooks read.
+type Config struct {
+	// Reader is the informer cache.
+	Reader   client.Reader
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	// Policies gives strategies from PlacementPolicies; nil without their
+	// CRD.
+	Policies workload.PolicySource
+	Options  *options.Options
+}
+
+// Handlers are apportion's admission webhooks, by the path each is served
+// at (the chart's webhook configurations name the same paths).
+func Handlers(c Config) map[string]admission.Handler {
+	o := c.Options
+	return map[string]admission.Handler{
+		PodMutatorPath: &PodMutator{
+			Reader: c.Reader,
+			Leader: &LeaseLiveness{Reader: c.Reader, Clock: c.Clock, Namespace: o.SystemNamespace, Name: o.LeaderElectionID,
+				Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
+			Recorder:      c.Recorder,
+			Excluded:      sets.New(o.Excluded()...),
+			Policies:      c.Policies,
+			Architectures: o.Architectures,
+			Profiles:      o.Profiles(),
+		},
+		WorkloadValidatorPath: WorkloadValidator{},
+		PolicyValidatorPath:   PolicyValidator{},
+	}
+}
