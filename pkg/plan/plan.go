@@ -15,6 +15,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -71,13 +72,15 @@ type Group struct {
 	Unavailable string `json:"unavailable,omitempty"`
 }
 
-// Method builds the apportioning engine for a parsed strategy.
+// Method builds the apportioning engine for a parsed strategy, as the
+// controllers do (pkg/compiled); the e2e suites compute their expectations
+// with it.
 func Method(s *strategy.Strategy) (*apportion.Method, error) {
-	groups := make([]apportion.Group, len(s.Groups))
-	for i, g := range s.Groups {
-		groups[i] = apportion.Group{Base: int64(g.Base), Weight: int64(g.Weight)}
+	c, err := compiled.New(s)
+	if err != nil {
+		return nil, err
 	}
-	return apportion.New(groups)
+	return c.Method, nil
 }
 
 // Compute previews s at the given number of replicas, every group available.
@@ -90,10 +93,11 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 	if replicas < 0 || replicas > MaxReplicas {
 		return nil, fmt.Errorf("replicas must be between 0 and %d, got %d", MaxReplicas, replicas)
 	}
-	m, err := Method(s)
+	c, err := compiled.New(s)
 	if err != nil {
 		return nil, fmt.Errorf("building apportioning method: %w", err)
 	}
+	m := c.Method
 	avail := apportion.All
 	choices := make([]catalog.Choice, len(s.Groups))
 	unavailable := make([]string, len(s.Groups))

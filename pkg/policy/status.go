@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -10,7 +11,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -65,17 +66,51 @@ type GroupPool struct {
 // group's ideal share at their number, over the groups a NodePool serves,
 // and none runs outside them.
 func Status(p *v1alpha1.PlacementPolicy, workloads []Workload, pools []GroupPool, now metav1.Time) v1alpha1.PlacementPolicyStatus {
-	st := v1alpha1.PlacementPolicyStatus{
+	b := &statusBuilder{p: p, now: now, st: v1alpha1.PlacementPolicyStatus{
 		ObservedGeneration: p.Generation,
 		Target:             describeTarget(p, workloads),
 		Conditions:         append([]metav1.Condition(nil), p.Status.Conditions...),
-	}
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
-			ObservedGeneration: p.Generation, LastTransitionTime: now})
-	}
+	}}
+	placed := b.workloads(workloads)
 
-	var placed []*Workload
+	raw, err := Strategy(&p.Spec)
+	b.st.Strategy = raw
+	if err != nil {
+		b.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidStrategy, err.Error())
+		b.set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionUnknown, v1alpha1.ReasonInvalidStrategy, "")
+		return b.st
+	}
+	// Strategy parsed it already: only the engine can refuse it here.
+	s, err := compiled.Parse(raw)
+	if err != nil {
+		b.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidStrategy, err.Error())
+		return b.st
+	}
+	avail, unavailable := b.groups(s.Strategy, pools)
+	anyAvail := len(unavailable) < len(s.Strategy.Groups)
+	b.quota(s, placed, avail, anyAvail)
+	b.ready(len(workloads), placed, anyAvail, unavailable)
+	return b.st
+}
+
+// statusBuilder fills a policy's status one step at a time.
+type statusBuilder struct {
+	p   *v1alpha1.PlacementPolicy
+	now metav1.Time
+	st  v1alpha1.PlacementPolicyStatus
+}
+
+// set sets a condition; meta.SetStatusCondition keeps its transition time
+// when its status does not change.
+func (b *statusBuilder) set(typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&b.st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: b.p.Generation, LastTransitionTime: b.now})
+}
+
+// workloads lists the targeted workloads and what places each, sets the
+// Conflict condition, and returns those the policy places.
+func (b *statusBuilder) workloads(workloads []Workload) (placed []*Workload) {
+	p := b.p
 	var byAnnotation, byPolicy []string
 	for i := range workloads {
 		w := &workloads[i]
@@ -87,121 +122,121 @@ func Status(p *v1alpha1.PlacementPolicy, workloads []Workload, pools []GroupPool
 			byPolicy = append(byPolicy, fmt.Sprintf("%s/%s is placed by the older PlacementPolicy %s", w.Kind, w.Name, w.Winner))
 		default:
 			placed = append(placed, w)
-			st.Replicas += w.Replicas
+			b.st.Replicas += w.Replicas
 		}
-		st.Workloads = append(st.Workloads, ws)
+		b.st.Workloads = append(b.st.Workloads, ws)
 	}
 	switch {
 	case len(byPolicy) > 0:
-		set(v1alpha1.ConditionConflict, metav1.ConditionTrue, v1alpha1.ReasonOlderPolicyWins, strings.Join(append(byPolicy, byAnnotation...), "; "))
+		b.set(v1alpha1.ConditionConflict, metav1.ConditionTrue, v1alpha1.ReasonOlderPolicyWins, strings.Join(append(byPolicy, byAnnotation...), "; "))
 	case len(byAnnotation) > 0:
-		set(v1alpha1.ConditionConflict, metav1.ConditionTrue, v1alpha1.ReasonAnnotationWins, strings.Join(byAnnotation, "; ")+": an annotation wins over a policy")
+		b.set(v1alpha1.ConditionConflict, metav1.ConditionTrue, v1alpha1.ReasonAnnotationWins, strings.Join(byAnnotation, "; ")+": an annotation wins over a policy")
 	default:
-		set(v1alpha1.ConditionConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "")
+		b.set(v1alpha1.ConditionConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "")
 	}
+	return placed
+}
 
-	raw, err := Strategy(&p.Spec)
-	st.Strategy = raw
-	if err != nil {
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidStrategy, err.Error())
-		set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionUnknown, v1alpha1.ReasonInvalidStrategy, "")
-		return st
-	}
-	s, _ := strategy.Parse(raw) // Strategy parsed it already
-	m, err := plan.Method(s)
-	if err != nil {
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidStrategy, err.Error())
-		return st
-	}
-
-	avail := apportion.All
-	var unavailable []string
-	st.Groups = make([]v1alpha1.GroupStatus, len(s.Groups))
+// groups lists the strategy's groups with the pool serving each, sets the
+// GroupUnavailable condition, and returns the groups a NodePool serves and
+// why each other one is left out.
+func (b *statusBuilder) groups(s *strategy.Strategy, pools []GroupPool) (avail apportion.Set, unavailable []string) {
+	avail = apportion.All
+	b.st.Groups = make([]v1alpha1.GroupStatus, len(s.Groups))
 	for i, g := range s.Groups {
-		st.Groups[i].Key = g.Key()
+		gs := &b.st.Groups[i]
+		gs.Key = g.Key()
 		switch {
 		case i >= len(pools):
-			st.Groups[i].Unavailable = "not looked up"
+			gs.Unavailable = "not looked up"
 		case pools[i].Err != nil:
-			st.Groups[i].Unavailable = pools[i].Err.Error()
+			gs.Unavailable = pools[i].Err.Error()
 		default:
-			st.Groups[i].NodePool = pools[i].NodePool
+			gs.NodePool = pools[i].NodePool
 			continue
 		}
 		avail = avail.Without(i)
-		unavailable = append(unavailable, fmt.Sprintf("group %d (%s): %s", i+1, g.Key(), st.Groups[i].Unavailable))
+		unavailable = append(unavailable, fmt.Sprintf("group %d (%s): %s", i+1, g.Key(), gs.Unavailable))
 	}
-	anyAvail := len(unavailable) < len(s.Groups)
 	if len(unavailable) > 0 {
-		set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionTrue, v1alpha1.ReasonNoNodePool,
+		b.set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionTrue, v1alpha1.ReasonNoNodePool,
 			strings.Join(unavailable, "; ")+": left out of the split")
 	} else {
-		set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionFalse, v1alpha1.ReasonGroupsAvailable, "")
+		b.set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionFalse, v1alpha1.ReasonGroupsAvailable, "")
 	}
+	return avail, unavailable
+}
 
-	selectors := make([]labels.Selector, len(s.Groups))
-	for i, g := range s.Groups {
+// quota sums Desired and Actual over the placed workloads and tells whether
+// each, and all, are within quota.
+func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail apportion.Set, anyAvail bool) {
+	selectors := make([]labels.Selector, len(s.Strategy.Groups))
+	for i, g := range s.Strategy.Groups {
 		selectors[i] = labels.SelectorFromSet(g.Selector())
 	}
-	st.WithinQuota = len(placed) > 0 && anyAvail
+	b.st.WithinQuota = len(placed) > 0 && anyAvail
 	for _, w := range placed {
-		desired := make([]int64, len(s.Groups))
+		desired := make([]int64, len(selectors))
 		if anyAvail {
 			// The split the placement controller reaches at
 			// spec.replicas, in closed form: the same at any size.
-			desired = m.CountsAt(int64(w.Replicas), avail)
+			desired = s.Method.CountsAt(int64(w.Replicas), avail)
 		}
-		actual := make([]int64, len(s.Groups))
-		var unmatched int32
-		for _, nl := range w.NodeLabels {
-			gi := -1
-			for i, sel := range selectors {
-				if sel.Matches(labels.Set(nl)) {
-					gi = i
-					break
-				}
-			}
-			if gi < 0 {
-				unmatched++
-				continue
-			}
-			actual[gi]++
-		}
+		actual, unmatched := running(w, selectors)
 		// Pods left in a group no NodePool serves now are off the split
 		// Desired shows, as are pods outside every group.
-		within := anyAvail && unmatched == 0 && m.WithinQuota(actual, avail)
+		within := anyAvail && unmatched == 0 && s.Method.WithinQuota(actual, avail)
 		for i := range actual {
 			within = within && (avail.Has(i) || actual[i] == 0)
 		}
-		for i := range st.Groups {
-			st.Groups[i].Desired += int32(desired[i])
-			st.Groups[i].Actual += int32(actual[i])
+		for i := range b.st.Groups {
+			b.st.Groups[i].Desired += int32(desired[i])
+			b.st.Groups[i].Actual += int32(actual[i])
 		}
-		st.Unmatched += unmatched
-		st.WithinQuota = st.WithinQuota && within
-		for i := range st.Workloads {
-			if st.Workloads[i].Kind == w.Kind && st.Workloads[i].Name == w.Name {
-				st.Workloads[i].WithinQuota = &within
+		b.st.Unmatched += unmatched
+		b.st.WithinQuota = b.st.WithinQuota && within
+		for i := range b.st.Workloads {
+			if b.st.Workloads[i].Kind == w.Kind && b.st.Workloads[i].Name == w.Name {
+				b.st.Workloads[i].WithinQuota = &within
 			}
 		}
 	}
+}
 
+// running counts the workload's Running pods per group, by the labels of
+// their node: in the first group (in strategy order) whose labels the node
+// carries; unmatched counts those in none.
+func running(w *Workload, selectors []labels.Selector) (actual []int64, unmatched int32) {
+	actual = make([]int64, len(selectors))
+	for _, nl := range w.NodeLabels {
+		gi := slices.IndexFunc(selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(nl)) })
+		if gi < 0 {
+			unmatched++
+			continue
+		}
+		actual[gi]++
+	}
+	return actual, unmatched
+}
+
+// ready sets the Ready condition: whether the policy places any workload, on
+// any group.
+func (b *statusBuilder) ready(targeted int, placed []*Workload, anyAvail bool, unavailable []string) {
 	switch {
-	case len(workloads) == 0:
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTargetNotFound, "no workload of the namespace matches the target")
+	case targeted == 0:
+		b.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTargetNotFound, "no workload of the namespace matches the target")
 	case len(placed) == 0:
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConflict, "the policy places no workload: every targeted workload follows something else (see the Conflict condition)")
+		b.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConflict, "the policy places no workload: every targeted workload follows something else (see the Conflict condition)")
 	case !anyAvail:
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoGroupAvailable, "no group of the strategy has a NodePool: "+strings.Join(unavailable, "; "))
+		b.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoGroupAvailable, "no group of the strategy has a NodePool: "+strings.Join(unavailable, "; "))
 	default:
 		names := make([]string, len(placed))
 		for i, w := range placed {
 			names[i] = w.Kind + "/" + w.Name
 		}
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonApplied,
+		b.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonApplied,
 			"places the new pods of "+strings.Join(names, ", ")+"; running pods are not moved")
 	}
-	return st
 }
 
 // describeTarget is the Target column: the workload the policy names, or the

@@ -46,9 +46,9 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
-	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -82,12 +82,20 @@ type Controller struct {
 	kubeClient client.Client
 	signer     *decision.Signer
 	resolve    []workload.Option
+	strategies *compiled.Cache
 }
 
 // NewController builds the deletion-cost controller; signer recognises
 // apportion's decisions (the placement controller's Signer).
 func NewController(kubeClient client.Client, signer *decision.Signer) *Controller {
-	return &Controller{kubeClient: kubeClient, signer: signer}
+	return &Controller{kubeClient: kubeClient, signer: signer, strategies: compiled.NewCache(compiled.DefaultSize)}
+}
+
+// WithStrategies compiles strategies through cache, shared with the other
+// controllers, instead of a cache of its own.
+func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
+	c.strategies = cache
+	return c
 }
 
 // WithPolicies orders the pods of workloads whose strategy comes from a
@@ -169,11 +177,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil || info == nil || !info.Found {
 		return reconcile.Result{}, nil // nothing to order by; the owner may be gone
 	}
-	s, err := strategy.Parse(info.Strategy)
+	s, err := c.strategies.Get(info.Strategy)
 	if err != nil {
 		return reconcile.Result{}, nil
 	}
-	costs, err := Costs(s, pods)
+	costs := costsOf(s, pods)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -217,19 +225,20 @@ func unsigned(p *corev1.Pod) *corev1.Pod {
 // annotations as their decisions: the controller passes the pods whose
 // decisions do not verify without them.
 func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
-	m, err := plan.Method(s)
+	cs, err := compiled.New(s)
 	if err != nil {
 		return nil, err
 	}
-	index := make(map[string]int, len(s.Groups))
-	for i, k := range s.Keys() {
-		index[k] = i
-	}
-	byGroup := make([][]*corev1.Pod, len(s.Groups))
+	return costsOf(cs, pods), nil
+}
+
+// costsOf is Costs of a compiled strategy.
+func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
+	byGroup := make([][]*corev1.Pod, len(s.Index))
 	costs := make(map[types.UID]int, len(pods))
 	var fallback []*corev1.Pod
 	for _, p := range pods {
-		gi, ok := index[p.Annotations[annotations.Group]]
+		gi, ok := s.Index[p.Annotations[annotations.Group]]
 		switch {
 		case !ok:
 			costs[p.UID] = unknownGroupCost
@@ -246,7 +255,7 @@ func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) 
 	for k, p := range fallback {
 		costs[p.UID] = fallbackCost + k
 	}
-	counts := make([]int64, len(s.Groups))
+	counts := make([]int64, len(s.Index))
 	var n int64
 	for gi, ps := range byGroup {
 		// Newest first: the next victim of a group is at the front.
@@ -255,11 +264,11 @@ func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) 
 		n += counts[gi]
 	}
 	for left := n; left > 0; left-- {
-		v := m.Victim(counts, apportion.All)
+		v := s.Method.Victim(counts, apportion.All)
 		p := byGroup[v][0]
 		byGroup[v] = byGroup[v][1:]
 		counts[v]--
 		costs[p.UID] = -int(left - 1)
 	}
-	return costs, nil
+	return costs
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -67,7 +67,8 @@ func TestRemovingByCostKeepsQuota(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, _ := plan.Method(s)
+		cs, _ := compiled.New(s)
+		m := cs.Method
 		n := 1 + r.IntN(60)
 		pods := podsFor(t, s, m.Sequence(n))
 		costs, err := Costs(s, pods)

@@ -33,10 +33,10 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
-	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -98,21 +98,8 @@ type Controller struct {
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
 	retrier    *Retrier
-	strategies *ttlcache.Cache[string, *parsed] // raw strategy -> compiled, bounded: the keys are user text
+	strategies *compiled.Cache
 }
-
-type parsed struct {
-	strategy *strategy.Strategy
-	method   *apportion.Method
-	index    map[string]int // group key -> group index
-	hash     string
-	err      error
-}
-
-// strategyCacheSize bounds the compiled strategies kept: one per distinct
-// strategy text in the cluster, far fewer than pods; a tenant writing many
-// distinct ones only evicts the least recently used.
-const strategyCacheSize = 4096
 
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
@@ -120,8 +107,15 @@ const strategyCacheSize = 4096
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
 		warned:     ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
-		strategies: ttlcache.New(ttlcache.WithTTL[string, *parsed](time.Hour), ttlcache.WithCapacity[string, *parsed](strategyCacheSize)),
+		strategies: compiled.NewCache(compiled.DefaultSize),
 		retrier:    NewRetrier(), signer: decision.RandomSigner()}
+}
+
+// WithStrategies compiles strategies through cache, shared with the other
+// controllers, instead of a cache of its own.
+func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
+	c.strategies = cache
+	return c
 }
 
 // WithSigner signs every decision with s, the key the replicas share, so
@@ -239,10 +233,10 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	case !info.Found:
 		return c.release(ctx, pod, ReasonNoStrategy, nil)
 	}
-	p := c.parse(info.Strategy)
+	p, perr := c.strategies.Get(info.Strategy)
 	ref := workloadRef(info)
-	if p.err != nil {
-		c.warnOnce(ref, "InvalidStrategy", "%s: %v; pods are placed without apportion", info.Source, p.err)
+	if perr != nil {
+		c.warnOnce(ref, "InvalidStrategy", "%s: %v; pods are placed without apportion", info.Source, perr)
 		return c.release(ctx, pod, ReasonInvalidStrategy, nil)
 	}
 
@@ -266,28 +260,28 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		archs = images.Architectures
 	}
 	scope := string(info.Workload.UID)
-	choices, groupErrs, err := c.capacity.Choose(ctx, p.strategy, pod, archs, scope)
+	choices, groupErrs, err := c.capacity.Choose(ctx, p.Strategy, pod, archs, scope)
 	if err != nil {
 		return c.release(ctx, pod, ReasonError, err)
 	}
-	avail, archOut, capacityOut, why := c.available(ctx, ref, p.strategy, pod, images, groupErrs, scope)
+	avail, archOut, capacityOut, why := c.available(ctx, ref, p.Strategy, pod, images, groupErrs, scope)
 
 	unlock := c.locks.lock(key)
 	defer unlock()
 	rev := Revision(pod.Namespace, key)
-	counts := make([]int64, len(p.strategy.Groups))
-	c.tally.Counts(rev, p.index, counts)
+	counts := make([]int64, len(p.Strategy.Groups))
+	c.tally.Counts(rev, p.Index, counts)
 	seen := counts
 	var strays []int64
 	if c.nodes != nil {
-		if strays = c.tally.StrayCounts(rev, len(counts), c.strayGroup(ctx, p.strategy)); strays != nil {
+		if strays = c.tally.StrayCounts(rev, len(counts), c.strayGroup(ctx, p.Strategy)); strays != nil {
 			seen = make([]int64, len(counts))
 			for i := range counts {
 				seen[i] = counts[i] + strays[i]
 			}
 		}
 	}
-	g := p.method.Next(seen, avail)
+	g := p.Method.Next(seen, avail)
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -297,12 +291,12 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return c.release(ctx, pod, ReasonNoGroup, nil)
 	}
 	d := decision.Decision{
-		Group:         p.strategy.Groups[g],
+		Group:         p.Strategy.Groups[g],
 		NodePool:      choices[g].PoolName(),
-		Architectures: groupArchitectures(p.strategy.Groups[g], archs),
+		Architectures: groupArchitectures(p.Strategy.Groups[g], archs),
 		Tolerations:   choices[g].Tolerations,
 		Preferred:     info.Preferred,
-		Record:        decision.Record{Strategy: p.hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
+		Record:        decision.Record{Strategy: p.Hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
 	}
 	if len(capacityOut) > 0 {
 		d.Fallback, d.Record.Reason, d.Record.Out = capacityOut, RecordFallback, why
@@ -503,23 +497,6 @@ func describeImages(res *imagearch.Result) string {
 
 func workloadRef(info *workload.Info) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
-}
-
-func (c *Controller) parse(raw string) *parsed {
-	if item := c.strategies.Get(raw); item != nil {
-		return item.Value()
-	}
-	p := &parsed{}
-	if p.strategy, p.err = strategy.Parse(raw); p.err == nil {
-		p.method, p.err = plan.Method(p.strategy)
-		p.hash = decision.StrategyHash(p.strategy)
-		p.index = make(map[string]int, len(p.strategy.Groups))
-		for i, k := range p.strategy.Keys() {
-			p.index[k] = i
-		}
-	}
-	c.strategies.Set(raw, p, ttlcache.DefaultTTL)
-	return p
 }
 
 // warnOnce records a Warning Event on the workload, at most once per

@@ -51,6 +51,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -88,13 +89,22 @@ type Controller struct {
 	capacity   Capacity
 	source     *policy.Source
 	opts       Options
+	strategies *compiled.Cache
 }
 
 // NewController builds the controller. kubeClient is the manager's cached
 // client (with policy.IndexPolicies registered), source the Source the
 // placement controller uses.
 func NewController(clk clock.Clock, kubeClient client.Client, capacity Capacity, source *policy.Source, opts Options) *Controller {
-	return &Controller{clock: clk, kubeClient: kubeClient, capacity: capacity, source: source, opts: opts}
+	return &Controller{clock: clk, kubeClient: kubeClient, capacity: capacity, source: source, opts: opts,
+		strategies: compiled.NewCache(compiled.DefaultSize)}
+}
+
+// WithStrategies compiles strategies through cache, shared with the other
+// controllers, instead of a cache of its own.
+func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
+	c.strategies = cache
+	return c
 }
 
 // Name is the controller's name in logs and metrics.
@@ -200,9 +210,11 @@ func (c *Controller) Reconcile(ctx context.Context, p *v1alpha1.PlacementPolicy)
 		return reconcile.Result{}, err
 	}
 	var pools []policy.GroupPool
-	if raw, err := policy.Strategy(&p.Spec); err == nil {
-		s, _ := strategy.Parse(raw)
-		if pools, err = c.pools(ctx, s); err != nil {
+	// An invalid strategy needs no pools: Status reports it. Its raw text
+	// does not compile either (it is "" or what the parser refused).
+	raw, _ := policy.Strategy(&p.Spec)
+	if cs, err := c.strategies.Get(raw); err == nil {
+		if pools, err = c.pools(ctx, cs.Strategy); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

@@ -54,9 +54,9 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
-	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -98,6 +98,8 @@ type Controller struct {
 	policies workload.PolicySource
 	signer   *decision.Signer
 	limiter  Limiter
+	// strategies compiles the workloads' strategy texts.
+	strategies *compiled.Cache
 
 	mu      sync.Mutex
 	evicted map[types.UID]eviction // controller UID -> its last eviction
@@ -116,9 +118,17 @@ type eviction struct {
 func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, capacity Capacity, policies workload.PolicySource, signer *decision.Signer, qps float64) *Controller {
 	return &Controller{
 		clk: clk, kube: kube, recorder: recorder, capacity: capacity, policies: policies, signer: signer,
-		limiter: rate.NewLimiter(rate.Limit(qps), 1),
-		evicted: map[types.UID]eviction{},
+		limiter:    rate.NewLimiter(rate.Limit(qps), 1),
+		evicted:    map[types.UID]eviction{},
+		strategies: compiled.NewCache(compiled.DefaultSize),
 	}
+}
+
+// WithStrategies compiles strategies through cache, shared with the other
+// controllers, instead of a cache of its own.
+func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
+	c.strategies = cache
+	return c
 }
 
 // WithLimiter replaces the limiter (tests).
@@ -182,11 +192,11 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if err != nil || info == nil || !info.Rebalance || !info.Found {
 		return reconcile.Result{}, nil
 	}
-	s, err := strategy.Parse(info.Strategy)
+	cs, err := c.strategies.Get(info.Strategy)
 	if err != nil {
 		return reconcile.Result{}, nil // the placement controller reports it
 	}
-	back, avail, err := c.back(ctx, s, pod, d, string(info.Workload.UID))
+	back, avail, err := c.back(ctx, cs.Strategy, pod, d, string(info.Workload.UID))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -202,10 +212,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if busy {
 		return reconcile.Result{RequeueAfter: Recheck}, nil
 	}
-	to, needed, err := c.needed(s, d, pods.Items, avail, back)
-	if err != nil {
-		return reconcile.Result{}, nil // the placement controller reports the strategy
-	}
+	to, needed := c.needed(cs, d, pods.Items, avail, back)
 	if !needed {
 		log.FromContext(ctx).V(1).Info("fallback pod left in place: the split does not need it elsewhere", "back", strings.Join(back, ";"))
 		return reconcile.Result{RequeueAfter: Recheck}, nil
@@ -246,15 +253,8 @@ func (c *Controller) back(ctx context.Context, s *strategy.Strategy, pod *corev1
 // the engine's split at n, and the group the engine gives the freed place to
 // is one the pod fell back from (back) that holds fewer. Without that, the
 // replacement would land where the pod is.
-func (c *Controller) needed(s *strategy.Strategy, d decision.Verified, pods []corev1.Pod, avail apportion.Set, back []string) (string, bool, error) {
-	m, err := plan.Method(s)
-	if err != nil {
-		return "", false, err
-	}
-	index := make(map[string]int, len(s.Groups))
-	for i, k := range s.Keys() {
-		index[k] = i
-	}
+func (c *Controller) needed(cs *compiled.Strategy, d decision.Verified, pods []corev1.Pod, avail apportion.Set, back []string) (string, bool) {
+	s, m, index := cs.Strategy, cs.Method, cs.Index
 	counts := make([]int64, len(s.Groups))
 	var n int64
 	for i := range pods {
@@ -277,15 +277,15 @@ func (c *Controller) needed(s *strategy.Strategy, d decision.Verified, pods []co
 	after := slices.Clone(counts)
 	if cur, ok := index[d.Group]; ok {
 		if counts[cur] <= split[cur] {
-			return "", false, nil // the pod's group is not above its share
+			return "", false // the pod's group is not above its share
 		}
 		after[cur]--
 	}
 	next := m.Next(after, avail)
 	if next < 0 || counts[next] >= split[next] || !slices.Contains(back, s.Groups[next].Key()) {
-		return "", false, nil
+		return "", false
 	}
-	return s.Groups[next].Key(), true, nil
+	return s.Groups[next].Key(), true
 }
 
 // undecided is a copy of pod without the required node affinity expressions
