@@ -25,6 +25,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
@@ -93,9 +94,11 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	if d.Policies != nil {
 		policySource = d.Policies
 	}
+	// One cache of compiled strategies for every controller that reads them.
+	strategies := compiled.NewCache(compiled.DefaultSize)
 	tally := placement.NewTally()
 	placer := placement.NewController(d.Clock, kube, d.Recorder, capacity, tally.WithSigner(d.Signer), o.GateTimeout).
-		WithNodes(kube).WithPolicies(policySource).WithSigner(d.Signer)
+		WithNodes(kube).WithPolicies(policySource).WithSigner(d.Signer).WithStrategies(strategies)
 	if o.Architectures != options.ArchitecturesOff {
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}
@@ -109,7 +112,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			NodeLabels: !nodePools, ScaleFromZero: o.ScaleFromZero,
 			Signer: d.Signer, APIReader: mgr.GetAPIReader(),
 		}),
-		deletioncost.NewController(kube, d.Signer).WithPolicies(policySource),
+		deletioncost.NewController(kube, d.Signer).WithPolicies(policySource).WithStrategies(strategies),
 	}
 	if d.Policies != nil {
 		var followed []schema.GroupVersionKind
@@ -119,10 +122,10 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			}
 		}
 		cs = append(cs, policyctrl.NewController(d.Clock, kube, capacity, d.Policies,
-			policyctrl.Options{Kinds: followed, NodePools: nodePools}))
+			policyctrl.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
 	}
 	if o.Rebalance {
-		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, capacity, policySource, d.Signer, rebalanceQPS))
+		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, capacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
 	}
 	return cs
 }
