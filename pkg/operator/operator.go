@@ -47,6 +47,7 @@ import (
 	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
 	"github.com/apportion-dev/apportion/pkg/controllers/rebalance"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
@@ -113,7 +114,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	metrics.Register()
 	logger := log.FromContext(ctx)
 	clk := clock.RealClock{}
-	recorder := truncatingRecorder{mgr.GetEventRecorder("apportion")}
+	recorder := events.NewRecorder(mgr.GetEventRecorder("apportion"))
 
 	if o.CertSecretName != "" {
 		rotator := certs.NewRotator(clk, mgr.GetAPIReader(), mgr.GetClient(), certs.Config{
