@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
@@ -54,8 +55,8 @@ const (
 	ResultError    = "error"
 )
 
-// MirrorPodAnnotation marks static pods mirrored by the kubelet (kept for
-// the operator's list of pod annotations its cache keeps).
+// MirrorPodAnnotation marks static pods mirrored by the kubelet (named here
+// for the operator's list of the pod annotations its cache keeps).
 const MirrorPodAnnotation = corev1.MirrorPodAnnotationKey
 
 // Liveness tells whether a placement leader can take gated pods.
@@ -211,7 +212,7 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 // keys removed; excluded namespaces and mirror pods, which apportion never
 // touches, keep theirs.
 func (m *PodMutator) stripDecision(namespace string, in *admissionPod) ([]jsonpatch.JsonPatchOperation, []string) {
-	if len(in.Metadata.Annotations) == 0 || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
+	if len(in.Metadata.Annotations) == 0 || m.Excluded.Has(namespace) || in.Metadata.Annotations[corev1.MirrorPodAnnotationKey] != "" {
 		return nil, nil
 	}
 	var ops []jsonpatch.JsonPatchOperation
@@ -237,7 +238,7 @@ func (m *PodMutator) profileOps(namespace string, in *admissionPod, raw []byte) 
 		return nil, nil
 	}
 	profile, ok := m.Profiles[*in.Spec.RuntimeClassName]
-	if !ok || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
+	if !ok || m.Excluded.Has(namespace) || in.Metadata.Annotations[corev1.MirrorPodAnnotationKey] != "" {
 		return nil, nil
 	}
 	full := &corev1.Pod{}
@@ -253,8 +254,8 @@ func (m *PodMutator) profileOps(namespace string, in *admissionPod, raw []byte) 
 func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod) (string, []string) {
 	switch {
 	case m.Excluded.Has(namespace),
-		pod.Annotations[MirrorPodAnnotation] != "",
-		pod.Spec.NodeName != "",
+		pod.Annotations[corev1.MirrorPodAnnotationKey] != "",
+		podutil.IsScheduled(pod),
 		strings.EqualFold(pod.Annotations[annotations.Skip], "true"),
 		workload.IsDaemonSetPod(pod),
 		decision.HasGate(pod):

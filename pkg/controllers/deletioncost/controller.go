@@ -54,7 +54,7 @@ import (
 )
 
 // Annotation is the Kubernetes pod deletion cost annotation.
-const Annotation = "controller.kubernetes.io/pod-deletion-cost"
+const Annotation = corev1.PodDeletionCost
 
 // IndexOwnerKey indexes pods by workload.OwnerKey: the pods of one revision.
 const IndexOwnerKey = "apportion.ownerKey"
