@@ -1,8 +1,9 @@
-// Package events records apportion's Kubernetes Events. Recorder wraps
-// client-go's events.EventRecorder: it cuts notes to the API server's limit
-// (truncateNote) and, for an Event published with DedupeValues, drops the
-// repeats within the Event's DedupeTimeout, remembered in a bounded cache, so
-// a burst of pods of one workload gives one Warning, not one per pod.
+// Package events records apportion's Kubernetes Events: Recorder (built by
+// NewRecorder) wraps client-go's events.EventRecorder, cuts every note to the
+// API server's limit, and Publish drops an Event that repeats one published
+// within its dedupe window (Event.DedupeValues, DedupeTimeout, else
+// DefaultDedupeTimeout), remembered in a bounded cache, so that a burst of
+// pods of one workload gives one Warning, not one per pod.
 package events
 
 import (
