@@ -18,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -153,14 +155,26 @@ func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun
 
 // releaseGate removes the gate with a JSON patch that first tests the gate's
 // name at its index: if the gates changed since the pod was read, the API
-// server rejects the patch instead of removing another gate, and the pod is
-// read again. It reports false with no error when the pod or its gate is
-// already gone.
+// server rejects the patch (Conflict, or Invalid for the failed test) instead
+// of removing another gate, and the pod is read again, at once: the re-read
+// is what resolves it, not waiting. It reports false with no error when the
+// pod or its gate is already gone.
 func releaseGate(ctx context.Context, c client.Client, pod *corev1.Pod) (bool, error) {
-	for attempt := 1; ; attempt++ {
+	released, reread := false, false
+	err := retry.OnError(wait.Backoff{Steps: releaseAttempts}, gatesChanged, func() error {
+		if reread {
+			fresh, err := getPod(ctx, c, pod.Namespace, pod.Name)
+			if err != nil {
+				return fmt.Errorf("reading the pod again: %w", err)
+			} else if fresh == nil {
+				return nil
+			}
+			pod = fresh
+		}
+		reread = true
 		i := gateIndex(pod)
 		if i < 0 {
-			return false, nil
+			return nil
 		}
 		path := fmt.Sprintf("/spec/schedulingGates/%d", i)
 		patch, err := json.Marshal([]jsonpatch.Operation{
@@ -168,23 +182,24 @@ func releaseGate(ctx context.Context, c client.Client, pod *corev1.Pod) (bool, e
 			jsonpatch.NewOperation("remove", path, nil),
 		})
 		if err != nil {
-			return false, err
+			return err
 		}
 		err = c.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, patch))
 		switch {
 		case err == nil:
-			return true, nil
-		case apierrors.IsNotFound(err):
-			return false, nil
-		case !apierrors.IsConflict(err) && !apierrors.IsInvalid(err), attempt == releaseAttempts:
-			return false, fmt.Errorf("removing the scheduling gate: %w", err)
+			released = true
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("removing the scheduling gate: %w", err)
 		}
-		if pod, err = getPod(ctx, c, pod.Namespace, pod.Name); err != nil {
-			return false, fmt.Errorf("reading the pod again: %w", err)
-		} else if pod == nil {
-			return false, nil
-		}
-	}
+		return nil
+	})
+	return released, err
+}
+
+// gatesChanged tells the patch rejected because the pod's gates changed
+// since it was read.
+func gatesChanged(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
 }
 
 // getPod reads one pod with a List by name, so that the command needs no

@@ -23,9 +23,12 @@ import (
 
 const webhookUsage = `Usage: apportion webhook [flags]
 
-Serves the pod and workload admission webhooks and runs the placement,
-gate-janitor and deletion-cost controllers until SIGINT or SIGTERM. Every flag
-can also be set by an environment variable: its name in UPPER_SNAKE_CASE
+Serves the admission webhooks (pod mutator, workload and PlacementPolicy
+validators) and runs the controllers until SIGINT or SIGTERM: placement,
+capacity fallback, deletion cost, PlacementPolicy status (when its CRD is
+installed) and rebalance (--rebalance) on the leader; the gate janitor and
+the certificate rotator (--cert-secret-name) on every replica. Every flag can
+also be set by an environment variable: its name in UPPER_SNAKE_CASE
 (--gate-timeout -> GATE_TIMEOUT); a flag wins over the variable.
 
 `

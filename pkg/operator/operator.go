@@ -38,6 +38,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/certs"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/policy"
@@ -89,7 +90,7 @@ func NewOperator(ctx context.Context, cfg *rest.Config, o *options.Options) (*Op
 	}
 	op.Manager = mgr
 	metrics.Register()
-	op.Recorder = truncatingRecorder{mgr.GetEventRecorder("apportion")}
+	op.Recorder = apevents.NewRecorder(mgr.GetEventRecorder("apportion"))
 	if err := op.addCertRotator(); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,15 @@
-// Package webhook holds apportion's admission webhooks: the pod mutator that
-// holds in-scope pods with the placement scheduling gate, and the workload
-// validator that rejects invalid strategies at apply time. Both fail open:
-// any error admits the object unchanged, counted and logged once.
+// Package webhook holds apportion's admission webhooks and what they read:
+//   - PodMutator (PodMutatorPath) holds in-scope pods with the placement
+//     scheduling gate, removes decision annotations a client wrote, applies
+//     runtime-class profiles, and warns on the workload (InvalidStrategy,
+//     InvalidAnnotation Events);
+//   - WorkloadValidator (WorkloadValidatorPath) rejects invalid strategies on
+//     workloads at apply time;
+//   - PolicyValidator (PolicyValidatorPath) does the same for
+//     PlacementPolicies;
+//   - LeaseLiveness tells the pod mutator whether a placement leader is alive.
+//
+// All fail open: any error admits the object unchanged, counted and logged.
 package webhook
 
 import (
@@ -18,13 +26,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/events"
+	k8sevents "k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/profiles"
@@ -45,20 +55,26 @@ const (
 	ResultError    = "error"
 )
 
-// MirrorPodAnnotation marks static pods mirrored by the kubelet.
-const MirrorPodAnnotation = "kubernetes.io/config.mirror"
+// MirrorPodAnnotation marks static pods mirrored by the kubelet (named here
+// for the operator's list of the pod annotations its cache keeps).
+const MirrorPodAnnotation = corev1.MirrorPodAnnotationKey
 
 // Liveness tells whether a placement leader can take gated pods.
 type Liveness interface {
 	Alive(ctx context.Context) bool
 }
 
-// PodMutator gates pods whose workload carries a valid strategy.
+// PodMutator decides, at a pod's creation, what apportion adds to it: the
+// placement gate for pods whose workload carries a valid strategy (or, with
+// --architectures, pods placed by architecture alone), the runtime-class
+// profile's resources, and the removal of decision annotations a client
+// wrote. Excluded namespaces, mirror pods, pods with a nodeName, DaemonSet
+// pods and apportion.dev/skip pods are never gated.
 type PodMutator struct {
 	// Reader is the informer cache (metadata of workloads, Leases).
 	Reader   client.Reader
 	Leader   Liveness
-	Recorder events.EventRecorder
+	Recorder k8sevents.EventRecorder
 	// Excluded namespaces are never touched.
 	Excluded sets.Set[string]
 	// Architectures is --architectures: which pods without a strategy are
@@ -75,8 +91,8 @@ type PodMutator struct {
 	Policies workload.PolicySource
 
 	once   sync.Once
-	parsed *ttlcache.Cache[string, error]    // raw strategy -> parse error (nil: valid)
-	warned *ttlcache.Cache[string, struct{}] // workload UID + problems recently warned about
+	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
+	events *events.Recorder               // Recorder, with the InvalidAnnotation dedupe
 }
 
 // parseCacheSize bounds the remembered strategies: one per distinct
@@ -86,7 +102,7 @@ const parseCacheSize = 4096
 func (m *PodMutator) init() {
 	m.once.Do(func() {
 		m.parsed = ttlcache.New(ttlcache.WithCapacity[string, error](parseCacheSize), ttlcache.WithTTL[string, error](time.Hour))
-		m.warned = ttlcache.New(ttlcache.WithCapacity[string, struct{}](parseCacheSize), ttlcache.WithTTL[string, struct{}](warnInterval))
+		m.events = events.NewRecorder(m.Recorder)
 	})
 }
 
@@ -101,18 +117,15 @@ const warnInterval = 10 * time.Minute
 // it sees every pod's template annotations, which the placement leader's
 // pod cache does not keep.
 func (m *PodMutator) warnAnnotations(info *workload.Info) {
-	if m.Recorder == nil {
-		return
-	}
 	m.init()
 	msg := workload.DescribeProblems(info.Problems)
-	key := string(info.Workload.UID) + "/" + msg
-	if m.warned.Has(key) {
-		return
-	}
-	m.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
-	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
-	m.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, workload.ReasonInvalidAnnotation, "Admit", "%s", msg)
+	m.events.Publish(events.Event{Regarding: workloadRef(info), Type: corev1.EventTypeWarning, Reason: workload.ReasonInvalidAnnotation, Action: "Admit",
+		Message: msg, DedupeValues: []string{string(info.Workload.UID), msg}, DedupeTimeout: warnInterval})
+}
+
+// workloadRef is the object the webhook's Events are about.
+func workloadRef(info *workload.Info) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 }
 
 // parse validates a strategy, remembering the verdict: the same text arrives
@@ -199,7 +212,7 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 // keys removed; excluded namespaces and mirror pods, which apportion never
 // touches, keep theirs.
 func (m *PodMutator) stripDecision(namespace string, in *admissionPod) ([]jsonpatch.JsonPatchOperation, []string) {
-	if len(in.Metadata.Annotations) == 0 || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
+	if len(in.Metadata.Annotations) == 0 || m.Excluded.Has(namespace) || in.Metadata.Annotations[corev1.MirrorPodAnnotationKey] != "" {
 		return nil, nil
 	}
 	var ops []jsonpatch.JsonPatchOperation
@@ -225,7 +238,7 @@ func (m *PodMutator) profileOps(namespace string, in *admissionPod, raw []byte) 
 		return nil, nil
 	}
 	profile, ok := m.Profiles[*in.Spec.RuntimeClassName]
-	if !ok || m.Excluded.Has(namespace) || in.Metadata.Annotations[MirrorPodAnnotation] != "" {
+	if !ok || m.Excluded.Has(namespace) || in.Metadata.Annotations[corev1.MirrorPodAnnotationKey] != "" {
 		return nil, nil
 	}
 	full := &corev1.Pod{}
@@ -241,8 +254,8 @@ func (m *PodMutator) profileOps(namespace string, in *admissionPod, raw []byte) 
 func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod) (string, []string) {
 	switch {
 	case m.Excluded.Has(namespace),
-		pod.Annotations[MirrorPodAnnotation] != "",
-		pod.Spec.NodeName != "",
+		pod.Annotations[corev1.MirrorPodAnnotationKey] != "",
+		podutil.IsScheduled(pod),
 		strings.EqualFold(pod.Annotations[annotations.Skip], "true"),
 		workload.IsDaemonSetPod(pod),
 		decision.HasGate(pod):
@@ -285,10 +298,9 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		}
 	default:
 		if perr := m.parse(info.Strategy); perr != nil {
-			ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
-			if m.Recorder != nil {
-				m.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", info.Source, perr)
-			}
+			// Not deduplicated here: client-go folds the repeats on
+			// one workload into one Event series.
+			m.events.Eventf(workloadRef(info), nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", info.Source, perr)
 			return ResultInvalid, []string{"apportion: " + info.Source.String() + ": " + perr.Error() + "; the pod is placed without apportion"}
 		}
 	}

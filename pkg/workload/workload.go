@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,11 +34,9 @@ var (
 	RolloutGVK     = schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Rollout"}
 )
 
-// Revision labels set by the ReplicaSet and StatefulSet controllers.
-const (
-	PodTemplateHashLabel      = "pod-template-hash"
-	ControllerRevisionHashKey = "controller-revision-hash"
-)
+// PodTemplateHashLabel is the revision label the ReplicaSet controller sets
+// (named here because the tests of other packages build pods with it).
+const PodTemplateHashLabel = appsv1.DefaultDeploymentUniqueLabelKey
 
 // PodAnnotations are the pod annotations Resolve and ArchitecturesOptedIn
 // read (a pod's own annotations override its workload's): an informer cache
@@ -126,7 +125,7 @@ func OwnerKey(pod *corev1.Pod) string {
 	case Is(owner, ReplicaSetGVK):
 		return string(owner.UID)
 	case Is(owner, StatefulSetGVK):
-		return string(owner.UID) + "/" + pod.Labels[ControllerRevisionHashKey]
+		return string(owner.UID) + "/" + pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 	}
 	return ""
 }
@@ -196,7 +195,7 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		if err != nil {
 			return nil, err
 		}
-		info.Revision = pod.Labels[ControllerRevisionHashKey]
+		info.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 		top = sts
 	default:
 		return nil, nil

@@ -61,14 +61,14 @@ func TestResolve(t *testing.T) {
 			workload: "Rollout web/canary", revision: "123", found: true, preferred: true, ownerKey: "rs2"},
 		{name: "bare ReplicaSet, strategy on the template", pod: pod(owner("ReplicaSet", "apps/v1", "bare", "rs3"), nil, map[string]string{annotations.Strategy: "a=b,weight=1"}),
 			workload: "ReplicaSet web/bare", found: true, ownerKey: "rs3"},
-		{name: "StatefulSet revision", pod: pod(owner("StatefulSet", "apps/v1", "db", "s1"), map[string]string{ControllerRevisionHashKey: "db-7f"}, map[string]string{annotations.Architectures: " Auto "}),
+		{name: "StatefulSet revision", pod: pod(owner("StatefulSet", "apps/v1", "db", "s1"), map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7f"}, map[string]string{annotations.Architectures: " Auto "}),
 			workload: "StatefulSet web/db", revision: "db-7f", archAuto: true, ownerKey: "s1/db-7f"},
 		{name: "ReplicaSet not cached", pod: pod(owner("ReplicaSet", "apps/v1", "new", "rs9"), nil, nil), ownerKey: "rs9", err: ErrNotCached},
 		{name: "owner replaced (other uid)", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "old"), nil, nil), ownerKey: "old", err: ErrNotCached},
 		{name: "Job pod: not followed", pod: pod(owner("Job", "batch/v1", "j", "j1"), nil, nil)},
 		// Same kind, other API group: OpenKruise's Advanced StatefulSet and
 		// CloneSet-made ReplicaSet look-alikes are not followed.
-		{name: "OpenKruise StatefulSet: not followed", pod: pod(owner("StatefulSet", "apps.kruise.io/v1beta1", "db", "s1"), map[string]string{ControllerRevisionHashKey: "db-7f"}, nil)},
+		{name: "OpenKruise StatefulSet: not followed", pod: pod(owner("StatefulSet", "apps.kruise.io/v1beta1", "db", "s1"), map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7f"}, nil)},
 		{name: "ReplicaSet of another group: not followed", pod: pod(owner("ReplicaSet", "example.com/v1", "nginx-abc", "rs1"), nil, nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

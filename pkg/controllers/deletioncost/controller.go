@@ -54,7 +54,7 @@ import (
 )
 
 // Annotation is the Kubernetes pod deletion cost annotation.
-const Annotation = "controller.kubernetes.io/pod-deletion-cost"
+const Annotation = corev1.PodDeletionCost
 
 // PodAnnotations are the pod annotations this controller reads: an informer
 // cache of pods keeps these.

@@ -1,38 +1,27 @@
 package placement
 
-import "sync"
+import (
+	"sync"
+
+	"k8s.io/utils/keymutex"
+)
+
+// revisionLocks is how many mutexes the revisions hash onto. A decision
+// holds one at a time, so two revisions sharing a mutex only wait for each
+// other, never deadlock; with MaxConcurrentReconciles (4) workers that is
+// rare at this size, and the memory is fixed whatever the number of
+// revisions.
+const revisionLocks = 256
 
 // keyedMutex serialises decisions per revision while different workloads
-// proceed in parallel.
+// proceed in parallel. Its zero value is ready to use.
 type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedLock
-}
-
-type keyedLock struct {
-	sync.Mutex
-	users int
+	once sync.Once
+	km   keymutex.KeyMutex
 }
 
 func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyedLock{}
-		k.locks[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
+	k.once.Do(func() { k.km = keymutex.NewHashed(revisionLocks) })
+	k.km.LockKey(key)
+	return func() { _ = k.km.UnlockKey(key) }
 }
