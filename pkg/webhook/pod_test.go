@@ -26,6 +26,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/profiles"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 type alive bool
@@ -45,8 +46,7 @@ func newMutator(t testing.TB, leader bool, deployAnnotations map[string]string, 
 	}
 	objs := []client.Object{
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: deployAnnotations}},
-		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1", OwnerReferences: test.OwnedBy("apps/v1", "Deployment", "nginx", "d1")}},
 		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "s1", Annotations: map[string]string{annotations.Strategy: good}}},
 	}
 	return &PodMutator{
@@ -61,7 +61,7 @@ func rsPod(mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "nginx-abc-", Labels: map[string]string{"pod-template-hash": "abc"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs1", Controller: ptr.To(true)}}},
+			OwnerReferences: test.OwnedBy("apps/v1", "ReplicaSet", "nginx-abc", "rs1")},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}},
 	}
 	for _, m := range mutate {
@@ -237,14 +237,10 @@ func TestPodMutatorWarnsAboutKnobsOnce(t *testing.T) {
 // behaves like the informer cache.
 func BenchmarkPodMutator(b *testing.B) {
 	m := newMutator(b, true, nil)
-	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
-	_ = appsv1.AddToScheme(scheme)
-	cache := memcache.New(scheme)
+	cache := memcache.New(test.Scheme())
 	if err := cache.Add(
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: map[string]string{annotations.Strategy: good}}},
-		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1", OwnerReferences: test.OwnedBy("apps/v1", "Deployment", "nginx", "d1")}},
 	); err != nil {
 		b.Fatal(err)
 	}
@@ -474,14 +470,10 @@ func TestPodMutatorPolicies(t *testing.T) {
 func benchmarkProfiles(b *testing.B, pod *corev1.Pod, wantOps int) {
 	m := newMutator(b, true, nil)
 	m.Profiles = kataProfiles(b)
-	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
-	_ = appsv1.AddToScheme(scheme)
-	cache := memcache.New(scheme)
+	cache := memcache.New(test.Scheme())
 	if err := cache.Add(
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: map[string]string{annotations.Strategy: good}}},
-		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1", OwnerReferences: test.OwnedBy("apps/v1", "Deployment", "nginx", "d1")}},
 	); err != nil {
 		b.Fatal(err)
 	}

@@ -10,21 +10,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 func owner(kind, apiVersion, name string, uid types.UID) []metav1.OwnerReference {
-	return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}
+	return test.OwnedBy(apiVersion, kind, name, uid)
 }
 
 func TestResolve(t *testing.T) {
-	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
-	_ = appsv1.AddToScheme(scheme)
+	scheme := test.Scheme()
 	rollout := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "canary", UID: "ro1",
 		Annotations: map[string]string{annotations.Strategy: "a=b,weight=1", annotations.Mode: "preferred"}}}
 	rollout.SetGroupVersionKind(RolloutGVK)

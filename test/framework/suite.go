@@ -66,17 +66,12 @@ func RunSuite(m *testing.M, s *Suite, o SuiteOptions) int {
 		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
 		code = 1
 	}
-	if s.C != nil {
-		if code != 0 {
-			for _, r := range s.Replicas {
-				fmt.Fprintf(os.Stderr, "--- %s log tail\n%s\n", r.Name, s.TailLog(r.Name, 60))
-			}
-			s.C.DumpLogs(os.Stderr, 40)
-		}
-		if err := s.C.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
+	if s.C != nil && code != 0 {
+		for _, r := range s.Replicas {
+			fmt.Fprintf(os.Stderr, "--- %s log tail\n%s\n", r.Name, s.TailLog(r.Name, 60))
 		}
 	}
+	StopCluster(s.C, code, 40)
 	fmt.Fprintf(os.Stderr, "%s e2e: wall time %s\n", o.Name, time.Since(start).Round(time.Second))
 	return code
 }
@@ -180,8 +175,12 @@ func (s *Suite) startReplicas(ctx context.Context, o SuiteOptions) error {
 }
 
 // TailLog returns the last lines of a component's or replica's log.
-func (s *Suite) TailLog(name string, lines int) string {
-	f, err := os.Open(filepath.Join(s.C.LogDir(), name+".log"))
+func (s *Suite) TailLog(name string, lines int) string { return TailLog(s.C, name, lines) }
+
+// TailLog returns the last lines of a component's or replica's log in
+// cluster c.
+func TailLog(c *cluster.Cluster, name string, lines int) string {
+	f, err := os.Open(filepath.Join(c.LogDir(), name+".log"))
 	if err != nil {
 		return err.Error()
 	}
@@ -223,4 +222,37 @@ func LogDir(suite string) string {
 		return ""
 	}
 	return filepath.Join(root, suite)
+}
+
+// StartKarpenter builds apportion into dir and starts a cluster with
+// Karpenter's kwok provider (logs under LogDir(name)) whose shared NodePools
+// (test/testdata/karpenter) are Ready: the set-up of the suites that do not
+// run their webhooks from RunSuite. The cluster is returned whenever it
+// started, also with an error, for StopCluster.
+func StartKarpenter(ctx context.Context, dir, name string) (bin string, c *cluster.Cluster, err error) {
+	if bin, err = BuildApportion(ctx, dir, os.Stderr); err != nil {
+		return "", nil, err
+	}
+	if c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: LogDir(name)}); err != nil {
+		return bin, c, err
+	}
+	kube := c.Client()
+	if err := Apply(ctx, kube, filepath.Join(RepoRoot(), "test", "testdata", "karpenter")); err != nil {
+		return bin, c, err
+	}
+	return bin, c, WaitNodePoolsReady(ctx, kube)
+}
+
+// StopCluster prints the last lines of every component's log when the
+// suite's exit code is not 0, then stops c; a nil c is nothing to stop.
+func StopCluster(c *cluster.Cluster, code, lines int) {
+	if c == nil {
+		return
+	}
+	if code != 0 {
+		c.DumpLogs(os.Stderr, lines)
+	}
+	if err := c.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
+	}
 }

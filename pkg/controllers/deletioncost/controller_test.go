@@ -12,13 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -35,21 +35,16 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 		Annotations: map[string]string{annotations.Strategy: seed004}}}
 	plain := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "plain", UID: "plain-uid"}}
 	rs := func(name string, owner *appsv1.Deployment) *appsv1.ReplicaSet {
-		return &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}}}
+		return test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid")}, owner)
 	}
 	placed, unplaced := rs("nginx-abc", deploy), rs("plain-xyz", plain)
 	base := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	pod := func(owner *appsv1.ReplicaSet, i int, group string, gated bool) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", owner.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", owner.Name, i)),
+		p := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", owner.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", owner.Name, i)),
 			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(i) * time.Second)),
-			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
-			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}}}
+			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"}}, Owner: owner, Gated: gated})
 		if group != "" {
 			p.Annotations = map[string]string{annotations.Group: group, annotations.Signature: testSigner.Sign(p.UID, group, "")}
-		}
-		if gated {
-			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
 		}
 		return p
 	}
@@ -111,17 +106,15 @@ func TestForgedDecisionsAreStrays(t *testing.T) {
 	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid",
 		Annotations: map[string]string{annotations.Strategy: seed004}}}
 	rs := func(name string) *appsv1.ReplicaSet {
-		return &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: deploy.Name, UID: deploy.UID, Controller: ptr.To(true)}}}}
+		return test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid")}, deploy)
 	}
 	placed, forgedOnly := rs("nginx-abc"), rs("nginx-def")
 	base := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	pod := func(owner *appsv1.ReplicaSet, i int, ann map[string]string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", owner.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", owner.Name, i)),
+		return test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", owner.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", owner.Name, i)),
 			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(i) * time.Second)),
 			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
-			Annotations:       ann,
-			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}}}
+			Annotations:       ann}, Owner: owner})
 	}
 	signed := func(owner *appsv1.ReplicaSet, i int, group string, fallback ...string) *corev1.Pod {
 		p := pod(owner, i, map[string]string{annotations.Group: group})

@@ -8,15 +8,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -105,43 +101,15 @@ func newRegistry(t *testing.T, images ...string) *framework.Registry {
 	return reg
 }
 
-var nsSeq atomic.Int32
-
 func newNamespace(t *testing.T, labels map[string]string) string {
 	t.Helper()
-	name := fmt.Sprintf("arch-%d-%s", nsSeq.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if err := env.Kube.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
-	return name
+	return framework.NewNamespace(t, env.Kube, framework.TestNamespaceName(t, "arch"), labels)
 }
 
 // deployment is a Deployment of replicas pods running image, with ann on
 // its metadata (the strategy goes there).
 func deployment(ns, name, image string, replicas int32, ann map[string]string, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: image,
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-						corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-					}},
-				}}},
-			},
-		},
-	}
+	d := framework.Deployment(ns, name, replicas, ann, framework.AppPodSpec(image))
 	for _, m := range mutate {
 		m(d)
 	}
@@ -168,21 +136,7 @@ func livePods(t *testing.T, ns, name string) []corev1.Pod {
 // waitPods waits until name has n live pods, every one satisfying ok.
 func waitPods(t *testing.T, ns, name string, n int, timeout time.Duration, what string, ok func(*corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
-	var pods []corev1.Pod
-	framework.WaitFor(t, timeout, fmt.Sprintf("%d %s pods of %s", n, what, name), func() error {
-		pods = livePods(t, ns, name)
-		good := 0
-		for i := range pods {
-			if ok(&pods[i]) {
-				good++
-			}
-		}
-		if len(pods) != n || good != n {
-			return fmt.Errorf("%d live pods, %d %s", len(pods), good, what)
-		}
-		return nil
-	})
-	return pods
+	return framework.WaitPods(t, env.Kube, ns, name, n, timeout, what, ok)
 }
 
 // ungated: the placement gate is gone (decided or released).
@@ -208,11 +162,7 @@ func nodesOf(t *testing.T, pods []corev1.Pod) []placement {
 	t.Helper()
 	out := make([]placement, 0, len(pods))
 	for _, p := range pods {
-		var n corev1.Node
-		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
-			t.Fatalf("node of %s: %v", p.Name, err)
-		}
-		out = append(out, placement{pod: p, node: &n})
+		out = append(out, placement{pod: p, node: framework.NodeOf(t, env.Kube, &p)})
 	}
 	return out
 }
@@ -339,23 +289,9 @@ func decisionReason(t *testing.T, p *corev1.Pod) (string, bool) {
 // wait for at least one before returning what it found (possibly nothing).
 func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		var list corev1.EventList
-		if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range list.Items {
-			if e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == name && e.Reason == reason {
-				out = append(out, e.Message)
-			}
-		}
-		if len(out) > 0 || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return framework.Messages(framework.Events(t, env.Kube, ns, wait, func(e *corev1.Event) bool {
+		return e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == name && e.Reason == reason
+	}))
 }
 
 // allEvents lists every Event in ns as "Kind/name reason: message", for

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -43,46 +42,20 @@ const (
 // newNamespace creates a namespace named after the test; Cleanup deletes it.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	name := "e2e-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.Kube.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
-	return name
+	return framework.NewNamespace(t, env.Kube, "e2e-"+strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), nil)
 }
 
 // deployment is an nginx Deployment of the strategy whose pods select the
 // case's NodePools and request cpu.
 func deployment(ns, name, caseName string, replicas int32, cpu string, ann map[string]string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
 	if ann == nil {
 		ann = map[string]string{}
 	}
 	ann[annotations.Strategy] = seed004
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{caseLabel: caseName},
-					Containers: []corev1.Container{{
-						Name: "app", Image: "public.ecr.aws/nginx/nginx:latest",
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-							corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("64Mi"),
-						}},
-					}},
-				},
-			},
-		},
-	}
+	spec := framework.AppPodSpec("public.ecr.aws/nginx/nginx:latest")
+	spec.NodeSelector = map[string]string{caseLabel: caseName}
+	spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(cpu)
+	return framework.Deployment(ns, name, replicas, ann, spec)
 }
 
 func create(t *testing.T, obj client.Object) {
@@ -106,21 +79,9 @@ func livePods(t *testing.T, ns, name string) []corev1.Pod {
 // Running (so bound), and returns them.
 func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
 	t.Helper()
-	var pods []corev1.Pod
-	framework.WaitFor(t, timeout, fmt.Sprintf("%d running pods of %s", n, name), func() error {
-		pods = livePods(t, ns, name)
-		running := 0
-		for _, p := range pods {
-			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" {
-				running++
-			}
-		}
-		if len(pods) != n || running != n {
-			return fmt.Errorf("%d live pods, %d running", len(pods), running)
-		}
-		return nil
+	return framework.WaitPods(t, env.Kube, ns, name, n, timeout, "running", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != ""
 	})
-	return pods
 }
 
 // nodeGroups maps each pod to the strategy group its node's labels carry
@@ -129,10 +90,7 @@ func nodeGroups(t *testing.T, caseName string, pods []corev1.Pod) map[types.UID]
 	t.Helper()
 	out := map[types.UID]string{}
 	for _, p := range pods {
-		var n corev1.Node
-		if err := env.Kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
-			t.Fatalf("node of %s: %v", p.Name, err)
-		}
+		n := framework.NodeOf(t, env.Kube, &p)
 		if n.Labels[caseLabel] != caseName {
 			t.Errorf("pod %s runs on node %s of case %q, want %q", p.Name, n.Name, n.Labels[caseLabel], caseName)
 		}
@@ -218,23 +176,9 @@ func record(t *testing.T, p corev1.Pod) decision.Record {
 // up to wait for at least one.
 func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []corev1.Event {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		var list corev1.EventList
-		if err := env.Kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		var out []corev1.Event
-		for _, e := range list.Items {
-			if e.InvolvedObject.Name == name && e.Reason == reason {
-				out = append(out, e)
-			}
-		}
-		if len(out) > 0 || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return framework.Events(t, env.Kube, ns, wait, func(e *corev1.Event) bool {
+		return e.InvolvedObject.Name == name && e.Reason == reason
+	})
 }
 
 var untilRE = regexp.MustCompile(`until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)`)

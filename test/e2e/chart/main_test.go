@@ -47,14 +47,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
 		code = 1
 	}
-	if env.c != nil {
-		if code != 0 {
-			env.c.DumpLogs(os.Stderr, 60)
-		}
-		if err := env.c.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
-		}
-	}
+	framework.StopCluster(env.c, code, 60)
 	os.Exit(code)
 }
 
@@ -66,19 +59,12 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
-		return 1, err
-	}
 	// E2E_LOG_DIR keeps every component's and pod's log after the run (framework.LogDir).
-	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: framework.LogDir("chart")})
+	env.bin, env.c, err = framework.StartKarpenter(ctx, tmp, "chart")
+	if env.c != nil {
+		env.kube = env.c.Client()
+	}
 	if err != nil {
-		return 1, err
-	}
-	env.kube = env.c.Client()
-	if err := framework.Apply(ctx, env.kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "karpenter")); err != nil {
-		return 1, err
-	}
-	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
 		return 1, err
 	}
 	env.kubelet = framework.NewKubelet(env.c, env.bin, filepath.Join(tmp, "pods"))

@@ -3,7 +3,6 @@
 package placement_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -14,8 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,42 +31,13 @@ const (
 	spot     = "karpenter.sh/capacity-type=spot"
 )
 
-var nsSeq int
-
 func newNamespace(t *testing.T, labels map[string]string) string {
 	t.Helper()
-	nsSeq++
-	name := fmt.Sprintf("e2e-%d-%s", nsSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if err := env.kube.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), ns) })
-	return name
+	return framework.NewNamespace(t, env.kube, framework.TestNamespaceName(t, "e2e"), labels)
 }
 
 func deployment(ns, name string, replicas int32, ann map[string]string, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "public.ecr.aws/nginx/nginx:latest",
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-						corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-					}},
-				}}},
-			},
-		},
-	}
+	d := framework.Deployment(ns, name, replicas, ann, framework.AppPodSpec("public.ecr.aws/nginx/nginx:latest"))
 	for _, m := range mutate {
 		m(d)
 	}
@@ -103,21 +71,7 @@ func livePods(t *testing.T, ns, name string) []corev1.Pod {
 // satisfies ready (described by what).
 func waitPods(t *testing.T, ns, name string, n int, timeout time.Duration, what string, ready func(*corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
-	var pods []corev1.Pod
-	waitFor(t, timeout, fmt.Sprintf("%d %s pods of %s", n, what, name), func() error {
-		pods = livePods(t, ns, name)
-		ok := 0
-		for i := range pods {
-			if ready(&pods[i]) {
-				ok++
-			}
-		}
-		if len(pods) != n || ok != n {
-			return fmt.Errorf("%d live pods, %d %s", len(pods), ok, what)
-		}
-		return nil
-	})
-	return pods
+	return framework.WaitPods(t, env.kube, ns, name, n, timeout, what, ready)
 }
 
 // waitDecided waits until n live pods exist and every one carries a decision.
@@ -250,38 +204,18 @@ func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
 	t.Logf("decision order: %d decisions, each against exact counts, every prefix within quota", len(recs))
 }
 
-// eventsFor returns the messages of events.k8s.io Events about an object.
-// eventsFor returns the messages of the Events with reason on object name
-// in ns. Events are sent asynchronously by the recorder, so it waits up to
-// wait for at least one before returning what it found (possibly nothing).
+// eventsFor returns the messages of the Events with reason (any when "")
+// on object name in ns, waiting up to wait for at least one.
 func eventsFor(t *testing.T, ns, name, reason string, wait time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		var list corev1.EventList
-		if err := env.kube.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range list.Items {
-			if e.InvolvedObject.Name == name && (reason == "" || e.Reason == reason) {
-				out = append(out, e.Message)
-			}
-		}
-		if len(out) > 0 || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return framework.Messages(framework.Events(t, env.kube, ns, wait, func(e *corev1.Event) bool {
+		return e.InvolvedObject.Name == name && (reason == "" || e.Reason == reason)
+	}))
 }
 
 func nodeOf(t *testing.T, p corev1.Pod) *corev1.Node {
 	t.Helper()
-	var n corev1.Node
-	if err := env.kube.Get(t.Context(), client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
-		t.Fatalf("node of %s: %v", p.Name, err)
-	}
-	return &n
+	return framework.NodeOf(t, env.kube, &p)
 }
 
 // waitDeletionCosts waits until every live pod of app carries the deletion

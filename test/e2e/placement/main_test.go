@@ -48,14 +48,7 @@ func TestMain(m *testing.M) {
 		}
 		code = 1
 	}
-	if env.c != nil {
-		if code != 0 {
-			env.c.DumpLogs(os.Stderr, 60)
-		}
-		if err := env.c.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping cluster: %v\n", err)
-		}
-	}
+	framework.StopCluster(env.c, code, 60)
 	os.Exit(code)
 }
 
@@ -67,18 +60,11 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	if env.bin, err = framework.BuildApportion(ctx, tmp, os.Stderr); err != nil {
-		return 1, err
+	env.bin, env.c, err = framework.StartKarpenter(ctx, tmp, "placement")
+	if env.c != nil {
+		env.kube = env.c.Client()
 	}
-	env.c, err = cluster.Start(ctx, cluster.Options{Karpenter: true, Progress: os.Stderr, LogDir: framework.LogDir("placement")})
 	if err != nil {
-		return 1, err
-	}
-	env.kube = env.c.Client()
-	if err := framework.Apply(ctx, env.kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "karpenter")); err != nil {
-		return 1, err
-	}
-	if err := framework.WaitNodePoolsReady(ctx, env.kube); err != nil {
 		return 1, err
 	}
 	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
@@ -147,21 +133,7 @@ func startReplicas(t *testing.T, n int, extraArgs ...string) []*framework.Replic
 
 // tailLog returns the last lines of a component's log in cluster c.
 func tailLog(c *cluster.Cluster, name string, lines int) string {
-	f, err := os.Open(filepath.Join(c.LogDir(), name+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	defer func() { _ = f.Close() }()
-	var all []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		all = append(all, s.Text())
-	}
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
+	return framework.TailLog(c, name, lines)
 }
 
 // waitFor polls check every 250ms until it returns nil or timeout passes.

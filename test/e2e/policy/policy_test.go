@@ -9,16 +9,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -54,41 +51,15 @@ func only(capacityType string) *v1alpha1.Strategy {
 	}}
 }
 
-var nsSeq atomic.Int32
-
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("policy-%d-%s", nsSeq.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.Kube.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
-	return name
+	return framework.NewNamespace(t, env.Kube, framework.TestNamespaceName(t, "policy"), nil)
 }
 
 func deployment(ns, name string, replicas int32, ann map[string]string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: ann},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "registry.invalid/app:1",
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-						corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-					}},
-				}}},
-			},
-		},
-	}
+	d := framework.Deployment(ns, name, replicas, ann, framework.AppPodSpec("registry.invalid/app:1"))
+	d.Labels = map[string]string{"app": name}
+	return d
 }
 
 func placementPolicy(ns, name, target string, s *v1alpha1.Strategy) *v1alpha1.PlacementPolicy {

@@ -3,11 +3,9 @@
 package profiles_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,21 +30,9 @@ const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.
 // architectures.
 const image = "registry.invalid/app:1"
 
-var nsSeq atomic.Int32
-
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("profiles-%d-%s", nsSeq.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.Kube.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Kube.Delete(context.Background(), ns) })
-	return name
+	return framework.NewNamespace(t, env.Kube, framework.TestNamespaceName(t, "profiles"), nil)
 }
 
 func rl(cpu, memory string) corev1.ResourceList {
@@ -71,15 +57,7 @@ func podSpec(runtimeClassName string) corev1.PodSpec {
 // deployment is a one-replica Deployment of podSpec(kata-remote) with ann
 // on its metadata.
 func deployment(ns, name string, ann map[string]string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(kataRemote)},
-		},
-	}
+	return framework.Deployment(ns, name, 1, ann, podSpec(kataRemote))
 }
 
 // waitBoundPod waits for the Deployment's one pod to be ungated and bound.
