@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -33,6 +32,7 @@ import (
 	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
 	"github.com/apportion-dev/apportion/pkg/controllers/rebalance"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/policy"
@@ -65,7 +65,7 @@ type Served interface {
 // clients and the state several controllers share.
 type Dependencies struct {
 	Clock    clock.Clock
-	Recorder events.EventRecorder
+	Recorder *events.Recorder
 	APIs     Served
 	Signer   *decision.Signer
 	// Policies reads PlacementPolicies; nil without their CRD.

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,7 +37,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/certs"
 	"github.com/apportion-dev/apportion/pkg/decision"
-	apevents "github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/policy"
@@ -66,7 +65,7 @@ type Operator struct {
 
 	Options  *options.Options
 	Clock    clock.Clock
-	Recorder events.EventRecorder
+	Recorder *events.Recorder
 	// APIs tells which optional APIs are served; when one comes or goes the
 	// process ends, so that the restart adapts.
 	APIs   *APIWatch
@@ -90,7 +89,7 @@ func NewOperator(ctx context.Context, cfg *rest.Config, o *options.Options) (*Op
 	}
 	op.Manager = mgr
 	metrics.Register()
-	op.Recorder = apevents.NewRecorder(mgr.GetEventRecorder("apportion"))
+	op.Recorder = events.NewRecorder(mgr.GetEventRecorder("apportion"))
 	if err := op.addCertRotator(); err != nil {
 		return nil, err
 	}
