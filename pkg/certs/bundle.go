@@ -113,7 +113,6 @@ func holds(bundle []byte, cert *x509.Certificate) bool {
 // rather than being overwritten; it is then read and patched again.
 func (r *Rotator) injectInto(ctx context.Context, kind, name string, newObj func() client.Object, bundle []byte) (found bool, err error) {
 	logger := log.FromContext(ctx).WithValues("kind", kind, "name", name)
-	found = true
 	err = retry.OnError(retry.DefaultRetry, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
 	}, func() error {
