@@ -76,25 +76,11 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	var o planFlags
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.bind(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, planUsage, plan.MaxReplicas)
-			return ExitOK
-		}
-		return fail("%v (see apportion plan -h)", err)
-	}
-	if fs.NArg() > 0 {
-		return fail("unexpected argument %q (see apportion plan -h)", fs.Arg(0))
-	}
-	if o.output != "table" && o.output != "json" {
-		return fail("-o must be table or json, got %q", o.output)
-	}
-
-	if o.file == "-" && o.nodePools == "-" {
-		return fail("-f and --nodepools cannot both read stdin")
+	if err := o.parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, planUsage, plan.MaxReplicas)
+		return ExitOK
+	} else if err != nil {
+		return fail("%v", err)
 	}
 	in, err := o.input(stdin)
 	if err != nil {
@@ -130,6 +116,28 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// parse reads the flags and checks them; it returns flag.ErrHelp for -h.
+func (o *planFlags) parse(args []string) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.bind(fs)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return err
+	} else if err != nil {
+		return fmt.Errorf("%w (see apportion plan -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see apportion plan -h)", fs.Arg(0))
+	}
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("-o must be table or json, got %q", o.output)
+	}
+	if o.file == "-" && o.nodePools == "-" {
+		return errors.New("-f and --nodepools cannot both read stdin")
+	}
+	return nil
 }
 
 // planInput is what the flags and the -f workload say to preview.

@@ -221,13 +221,19 @@ func (o *Options) validateProcess() []error {
 			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
 		}
 	}
+	errs = append(errs, o.validateExcludedNamespaces()...)
+	if o.GracefulShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout must be positive, got %s", o.GracefulShutdownTimeout))
+	}
+	return errs
+}
+
+func (o *Options) validateExcludedNamespaces() []error {
+	var errs []error
 	for _, ns := range o.ExcludedNamespaces {
 		if problems := validation.IsDNS1123Label(ns); len(problems) > 0 {
 			errs = append(errs, fmt.Errorf("--excluded-namespaces: %q is not a namespace name: %s", ns, strings.Join(problems, "; ")))
 		}
-	}
-	if o.GracefulShutdownTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout must be positive, got %s", o.GracefulShutdownTimeout))
 	}
 	return errs
 }

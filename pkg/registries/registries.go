@@ -251,11 +251,17 @@ func parseEntry(s string) (entry, error) {
 		}
 		return entry{kind: kindPrefix, prefix: p.Masked()}, nil
 	}
-	host, port := s, ""
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
 		a = a.Unmap().WithZone("")
 		return entry{kind: kindPrefix, prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
+	return parseHostPort(s)
+}
+
+// parseHostPort reads an entry that is a host, with or without a port: an
+// IP address, a *.domain wildcard or a host name.
+func parseHostPort(s string) (entry, error) {
+	host, port := s, ""
 	if h, p, err := net.SplitHostPort(s); err == nil {
 		host, port = h, p
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
