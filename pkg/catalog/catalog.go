@@ -3,7 +3,9 @@
 // template's requirements and labels plus the karpenter.sh/nodepool label,
 // compatibility through Karpenter's own pkg/scheduling, and Karpenter's order
 // (highest weight first, then name descending). It holds no client: the
-// webhook feeds it from an informer, `apportion plan` from a file.
+// webhook feeds it from an informer, `apportion plan` from a file
+// (ReadNodePools, read.go). Select and SelectFor pick the pool for a group,
+// with the tolerations the pod lacks, or say why no pool serves it.
 package catalog
 
 import (

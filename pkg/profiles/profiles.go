@@ -4,6 +4,10 @@
 // one extended resource that counts the VMs, as the confidential-containers
 // peer-pods webhook does. The rewrite happens in the admission patch itself:
 // a pod's resources cannot change after it is created.
+//
+// Parse reads the profiles of --runtime-class-profiles; Patch is the
+// rewrite, which records what it removed (Record, ParseRecord) when a
+// profile keeps the requests.
 package profiles
 
 import (

@@ -32,6 +32,10 @@
 // ranges in the same order: a public name that resolves to 127.0.0.1 or
 // 169.254.169.254 is refused, as is a redirect to such a host. A name allowed
 // by an exact entry (not a wildcard) may resolve to any address.
+//
+// Parse, Default and Open build a Policy, which decides a Host or an Addr
+// (registries.go); Policy.Transport wraps an http.RoundTripper so that every
+// request, redirect and dialed address is checked (transport.go).
 package registries
 
 import (
