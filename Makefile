@@ -15,8 +15,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(MODULE)/pkg/version.Version=$(VERSION) -X $(MODULE)/pkg/version.Commit=$(COMMIT)
 
-STATICCHECK_VERSION := v0.8.2
-STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+# The newest golangci-lint v2. It is built by the Go that go.mod names, so it
+# reads this code's Go version; its staticcheck runs staticcheck's default
+# checks (.golangci.yml), so staticcheck is not installed on its own.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 # controller-tools built against the k8s.io/api minor version go.mod uses.
 CONTROLLER_GEN_VERSION := v0.21.0
@@ -70,21 +73,21 @@ $(CONTROLLER_GEN):
 	mv $(BIN)/controller-gen $@
 
 .PHONY: verify
-verify: $(STATICCHECK) generate ## gofmt, go vet, staticcheck, go.mod tidiness, generated files current; fails if anything would change
+verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current; fails if anything would change
 	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds); \
 	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds | head -50; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./...
-	$(STATICCHECK) ./...
-	$(STATICCHECK) -tags e2e ./...
+	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --build-tags e2e ./...
 	$(GO) mod tidy -diff
 
-$(STATICCHECK):
+$(GOLANGCI_LINT):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	mv $(BIN)/staticcheck $@
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(BIN)/golangci-lint $@
 
 .PHONY: tools
 tools: ## Build the local control-plane programs once into ~/.cache/apportion/tools (the first time takes ~10 min on 2 cores)

@@ -1,5 +1,9 @@
 // Package annotations holds every annotation, label and scheduling-gate name
-// apportion reads or writes, so that a key is spelled in exactly one place.
+// apportion reads or writes, so that a key is spelled in exactly one place
+// (annotations.go, with PatchPath for JSON patches), and Check, which tells
+// the user what is wrong with the apportion.dev annotations on a workload:
+// unknown keys, values out of range, keys only apportion writes
+// (validate.go).
 package annotations
 
 import "strings"

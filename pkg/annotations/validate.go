@@ -50,39 +50,42 @@ func Check(ann map[string]string) []Problem {
 		if !strings.HasPrefix(k, Prefix) {
 			continue
 		}
-		val := strings.ToLower(strings.TrimSpace(v))
-		switch {
-		case k == Strategy:
-		case k == Mode:
-			if val != ModeRequired && val != ModePreferred {
-				out = append(out, Problem{k, v, "is neither required nor preferred; required is used"})
-			}
-		case k == Skip, k == Rebalance:
-			if val != "true" && val != "false" {
-				out = append(out, Problem{k, v, "is neither true nor false; false is used"})
-			}
-		case k == Architectures:
-			if val != ArchitecturesAuto {
-				out = append(out, Problem{k, v, "is not auto, the only value; it is ignored (a nodeSelector on kubernetes.io/arch pins an architecture)"})
-			}
-		case k == CapacityTimeout:
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			switch {
-			case err != nil || d <= 0:
-				out = append(out, Problem{k, v, "is not a positive duration (such as 5m); --capacity-timeout is used"})
-			case d < MinCapacityTimeout:
-				out = append(out, Problem{k, v, fmt.Sprintf("is below the %s floor; %s is used", MinCapacityTimeout, MinCapacityTimeout)})
-			}
-		case slices.Contains(writtenByApportion, k):
-			out = append(out, Problem{k, v, "is written by apportion on the pods it places; set here it has no effect"})
-		case k == Tolerate:
-			out = append(out, Problem{k, v, "is read on NodePools only; set here it has no effect"})
-		default:
-			out = append(out, Problem{k, v, "is not an apportion annotation; it has no effect"})
+		if reason := check(k, v); reason != "" {
+			out = append(out, Problem{k, v, reason})
 		}
 	}
 	slices.SortFunc(out, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// check tells what is wrong with the value v of the apportion annotation k,
+// or "".
+func check(k, v string) string {
+	val := strings.ToLower(strings.TrimSpace(v))
+	switch {
+	case k == Strategy:
+	case k == Mode:
+		if val != ModeRequired && val != ModePreferred {
+			return "is neither required nor preferred; required is used"
+		}
+	case k == Skip, k == Rebalance:
+		if val != "true" && val != "false" {
+			return "is neither true nor false; false is used"
+		}
+	case k == Architectures:
+		if val != ArchitecturesAuto {
+			return "is not auto, the only value; it is ignored (a nodeSelector on kubernetes.io/arch pins an architecture)"
+		}
+	case k == CapacityTimeout:
+		return checkCapacityTimeout(v)
+	case slices.Contains(writtenByApportion, k):
+		return "is written by apportion on the pods it places; set here it has no effect"
+	case k == Tolerate:
+		return "is read on NodePools only; set here it has no effect"
+	default:
+		return "is not an apportion annotation; it has no effect"
+	}
+	return ""
 }
 
 func truncate(s string, n int) string {
@@ -90,4 +93,15 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+func checkCapacityTimeout(v string) string {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	switch {
+	case err != nil || d <= 0:
+		return "is not a positive duration (such as 5m); --capacity-timeout is used"
+	case d < MinCapacityTimeout:
+		return fmt.Sprintf("is below the %s floor; %s is used", MinCapacityTimeout, MinCapacityTimeout)
+	}
+	return ""
 }

@@ -77,6 +77,9 @@
 // until the group is back, and the pods of the other groups follow their own
 // bases and weights. If every available group has weight 0, the available
 // groups share the pods past their bases equally.
+//
+// The Method (apportion.go) gives Next, Victim, Shares, Sequence and Counts;
+// CountsAt (counts.go) reaches the split at n pods without n steps.
 package apportion
 
 import (

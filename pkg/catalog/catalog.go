@@ -3,7 +3,9 @@
 // template's requirements and labels plus the karpenter.sh/nodepool label,
 // compatibility through Karpenter's own pkg/scheduling, and Karpenter's order
 // (highest weight first, then name descending). It holds no client: the
-// webhook feeds it from an informer, `apportion plan` from a file.
+// webhook feeds it from an informer, `apportion plan` from a file
+// (ReadNodePools, read.go). Select and SelectFor pick the pool for a group,
+// with the tolerations the pod lacks, or say why no pool serves it.
 package catalog
 
 import (
@@ -102,42 +104,20 @@ func (c *Catalog) Select(group map[string]string, pod *corev1.Pod) (Choice, erro
 // returns an error (out of capacity) is passed over for the next; out may be
 // nil.
 func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []string, out func(pool string) error) (Choice, error) {
-	groupReqs := scheduling.NewLabelRequirements(group)
-	if len(archs) > 0 {
-		if arch, ok := group[corev1.LabelArchStable]; ok && !slices.Contains(archs, arch) {
-			return Choice{}, fmt.Errorf("%w: %s=%s, images: %s", ErrArchitecture, corev1.LabelArchStable, arch, strings.Join(archs, ","))
-		}
-		groupReqs.Add(scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, archs...))
+	groupReqs, podReqs, err := requirements(group, pod, archs)
+	if err != nil {
+		return Choice{}, err
 	}
-	var podReqs scheduling.Requirements
 	var have []corev1.Toleration
 	if pod != nil {
-		podReqs = scheduling.NewStrictPodRequirements(pod)
 		have = pod.Spec.Tolerations
-		// Checked pool by pool, the pod's own architecture and the images'
-		// could each fit a pool that allows every architecture.
-		if len(archs) > 0 && podReqs.Has(corev1.LabelArchStable) &&
-			!slices.ContainsFunc(archs, podReqs.Get(corev1.LabelArchStable).Has) {
-			return Choice{}, fmt.Errorf("%w: the pod requires %s %s, images: %s", ErrArchitecture,
-				corev1.LabelArchStable, podReqs.Get(corev1.LabelArchStable), strings.Join(archs, ","))
-		}
 	}
 	var reasons []string
 	skipped := false
 	for _, p := range c.pools {
-		if err := p.Requirements.Compatible(groupReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
-			reasons = append(reasons, fmt.Sprintf("%s: group: %v", p.Name, err))
-			continue
-		}
-		if podReqs != nil {
-			if err := p.Requirements.Compatible(podReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
-				reasons = append(reasons, fmt.Sprintf("%s: pod: %v", p.Name, err))
-				continue
-			}
-		}
-		tolerations := missingTolerations(p.Taints, have)
-		if len(tolerations) > 0 && !p.Tolerate {
-			reasons = append(reasons, fmt.Sprintf("%s: tainted and not opted in with %s: \"true\"", p.Name, annotations.Tolerate))
+		tolerations, reason := p.serves(groupReqs, podReqs, have)
+		if reason != "" {
+			reasons = append(reasons, p.Name+": "+reason)
 			continue
 		}
 		if out != nil {
@@ -156,6 +136,49 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 		return Choice{}, fmt.Errorf("%w: there are no NodePools", ErrNoPool)
 	}
 	return Choice{}, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(reasons, "; "))
+}
+
+// requirements are the group's labels, with the images' architectures, and
+// the pod's own constraints (nil without a pod); an error when the
+// architectures rule out the group or the pod before any pool is looked at.
+func requirements(group map[string]string, pod *corev1.Pod, archs []string) (groupReqs, podReqs scheduling.Requirements, err error) {
+	groupReqs = scheduling.NewLabelRequirements(group)
+	if len(archs) > 0 {
+		if arch, ok := group[corev1.LabelArchStable]; ok && !slices.Contains(archs, arch) {
+			return nil, nil, fmt.Errorf("%w: %s=%s, images: %s", ErrArchitecture, corev1.LabelArchStable, arch, strings.Join(archs, ","))
+		}
+		groupReqs.Add(scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, archs...))
+	}
+	if pod == nil {
+		return groupReqs, nil, nil
+	}
+	podReqs = scheduling.NewStrictPodRequirements(pod)
+	// Checked pool by pool, the pod's own architecture and the images'
+	// could each fit a pool that allows every architecture.
+	if len(archs) > 0 && podReqs.Has(corev1.LabelArchStable) &&
+		!slices.ContainsFunc(archs, podReqs.Get(corev1.LabelArchStable).Has) {
+		return nil, nil, fmt.Errorf("%w: the pod requires %s %s, images: %s", ErrArchitecture,
+			corev1.LabelArchStable, podReqs.Get(corev1.LabelArchStable), strings.Join(archs, ","))
+	}
+	return groupReqs, podReqs, nil
+}
+
+// serves returns the tolerations a pod holding have needs on the pool, or
+// why the pool cannot serve the group or the pod.
+func (p *Pool) serves(groupReqs, podReqs scheduling.Requirements, have []corev1.Toleration) ([]corev1.Toleration, string) {
+	if err := p.Requirements.Compatible(groupReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
+		return nil, fmt.Sprintf("group: %v", err)
+	}
+	if podReqs != nil {
+		if err := p.Requirements.Compatible(podReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
+			return nil, fmt.Sprintf("pod: %v", err)
+		}
+	}
+	tolerations := missingTolerations(p.Taints, have)
+	if len(tolerations) > 0 && !p.Tolerate {
+		return nil, fmt.Sprintf("tainted and not opted in with %s: \"true\"", annotations.Tolerate)
+	}
+	return tolerations, ""
 }
 
 // missingTolerations returns a toleration for each taint the given

@@ -2,6 +2,11 @@
 // arguments and output streams and returns the process exit status, so it
 // can be tested without a process: 0 success, 1 failure while running, 2
 // invalid input (flags, strategy, file).
+//
+// Main dispatches to them: Plan, the offline preview (plan.go); Inspect, the
+// platforms of images from their registries (inspect.go); Webhook, the
+// server and controllers (webhook.go); ReleaseGates, which removes the
+// scheduling gate from every pod that still holds it (releasegates.go).
 package cli
 
 import (

@@ -70,58 +70,20 @@ func Inspect(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	var o inspectFlags
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.bind(fs)
-	// Images and flags may come in any order: parse up to each image.
-	var refs []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, inspectUsage)
-				return ExitOK
-			}
-			return fail("%v (see apportion inspect -h)", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		refs = append(refs, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-	if len(refs) == 0 {
-		return fail("no image given (see apportion inspect -h)")
-	}
-	if o.output != "table" && o.output != "json" {
-		return fail("-o must be table or json, got %q", o.output)
-	}
-	if o.timeout <= 0 {
-		return fail("--timeout must be positive, got %v", o.timeout)
-	}
-	for _, ref := range refs {
-		if strings.TrimSpace(ref) == "" {
-			return fail("empty image reference")
-		}
+	refs, err := o.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, inspectUsage)
+		return ExitOK
+	} else if err != nil {
+		return fail("%v", err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	chain := []authn.Keychain{}
-	if o.pullSecret != "" {
-		data, err := os.ReadFile(o.pullSecret)
-		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
-			return fail("%s: %v", o.pullSecret, pe.Err)
-		} else if err != nil {
-			return fail("%s: %v", o.pullSecret, err)
-		}
-		kc, err := imagearch.DockerConfigKeychain(ctx, data)
-		if err != nil {
-			return fail("%s: not a docker config JSON: %v", o.pullSecret, err)
-		}
-		chain = append(chain, kc)
+	kc, err := o.keychain(ctx)
+	if err != nil {
+		return fail("%v", err)
 	}
-	chain = append(chain, imagearch.ECRKeychain(), authn.DefaultKeychain)
-	kc := authn.NewMultiKeychain(chain...) // anonymous when none has credentials
 	in := imagearch.New(nil, imagearch.Options{
 		RegistryTimeout: o.timeout,
 		Registries:      registries.Open(),
@@ -144,20 +106,73 @@ func Inspect(args []string, stdout, stderr io.Writer) int {
 		out.Images = append(out.Images, ii)
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err := enc.Encode(out)
-		if err != nil {
-			fmt.Fprintf(stderr, "apportion inspect: writing output: %v\n", err)
-			return ExitFailure
-		}
-		return ExitOK
+		err = writeInspectJSON(stdout, out)
+	} else {
+		err = writeInspectTable(stdout, out)
 	}
-	if err := writeInspectTable(stdout, out); err != nil {
+	if err != nil {
 		fmt.Fprintf(stderr, "apportion inspect: writing output: %v\n", err)
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// parse reads the flags and the image references, which may come in any
+// order, and checks them; it returns flag.ErrHelp for -h.
+func (o *inspectFlags) parse(args []string) ([]string, error) {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.bind(fs)
+	// Parse up to each image, then go on after it.
+	var refs []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		} else if err != nil {
+			return nil, fmt.Errorf("%w (see apportion inspect -h)", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		refs = append(refs, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(refs) == 0 {
+		return nil, errors.New("no image given (see apportion inspect -h)")
+	}
+	if o.output != "table" && o.output != "json" {
+		return nil, fmt.Errorf("-o must be table or json, got %q", o.output)
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("--timeout must be positive, got %v", o.timeout)
+	}
+	for _, ref := range refs {
+		if strings.TrimSpace(ref) == "" {
+			return nil, errors.New("empty image reference")
+		}
+	}
+	return refs, nil
+}
+
+// keychain is --pull-secret first, then ECR, then the user's docker
+// credentials; anonymous when none has credentials.
+func (o *inspectFlags) keychain(ctx context.Context) (authn.Keychain, error) {
+	chain := []authn.Keychain{}
+	if o.pullSecret != "" {
+		data, err := os.ReadFile(o.pullSecret)
+		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s: %w", o.pullSecret, pe.Err)
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.pullSecret, err)
+		}
+		kc, err := imagearch.DockerConfigKeychain(ctx, data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: not a docker config JSON: %w", o.pullSecret, err)
+		}
+		chain = append(chain, kc)
+	}
+	chain = append(chain, imagearch.ECRKeychain(), authn.DefaultKeychain)
+	return authn.NewMultiKeychain(chain...), nil
 }
 
 // inspectAll looks the distinct references up in parallel; every failure is
@@ -186,6 +201,12 @@ func inspectAll(ctx context.Context, in *imagearch.Inspector, refs []string) ([]
 		}
 	}
 	return images, failed
+}
+
+func writeInspectJSON(w io.Writer, out inspectOutput) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 func writeInspectTable(w io.Writer, out inspectOutput) error {

@@ -88,9 +88,9 @@ func pushIndex(t *testing.T, ref string, platforms ...v1.Platform) {
 	}
 }
 
-func pushSingle(t *testing.T, ref, os, arch, variant string) {
+func pushSingle(t *testing.T, ref, arch, variant string) {
 	t.Helper()
-	if err := remote.Write(parseRef(t, ref), platformImage(t, os, arch, variant), remote.WithAuth(&authn.Basic{Username: "robot", Password: "hunter2"})); err != nil {
+	if err := remote.Write(parseRef(t, ref), platformImage(t, "linux", arch, variant), remote.WithAuth(&authn.Basic{Username: "robot", Password: "hunter2"})); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -114,7 +114,7 @@ func TestInspectJSON(t *testing.T) {
 	host := inspectRegistry(t)
 	multi, arm := host+"/public/multi:1.0", host+"/public/arm:1.0"
 	pushIndex(t, multi, v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}, v1.Platform{OS: "windows", Architecture: "amd64"})
-	pushSingle(t, arm, "linux", "arm64", "v8")
+	pushSingle(t, arm, "arm64", "v8")
 
 	code, stdout, stderr := runInspect("-o", "json", multi, arm, multi)
 	if code != ExitOK {
@@ -147,8 +147,8 @@ func TestInspectJSON(t *testing.T) {
 func TestInspectTable(t *testing.T) {
 	host := inspectRegistry(t)
 	amd, arm := host+"/public/amd:1", host+"/public/arm:1"
-	pushSingle(t, amd, "linux", "amd64", "")
-	pushSingle(t, arm, "linux", "arm64", "")
+	pushSingle(t, amd, "amd64", "")
+	pushSingle(t, arm, "arm64", "")
 	// Flags after the images, too.
 	code, stdout, stderr := runInspect(amd, arm, "--timeout", "10s")
 	if code != ExitOK {
@@ -194,7 +194,7 @@ func TestInspectPullSecret(t *testing.T) {
 func TestInspectFailures(t *testing.T) {
 	host := inspectRegistry(t)
 	good := host + "/public/good:1"
-	pushSingle(t, good, "linux", "amd64", "")
+	pushSingle(t, good, "amd64", "")
 	notJSON := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(notJSON, []byte("not json"), 0o600); err != nil {
 		t.Fatal(err)

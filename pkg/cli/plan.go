@@ -76,60 +76,24 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	var o planFlags
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.bind(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, planUsage, plan.MaxReplicas)
-			return ExitOK
-		}
-		return fail("%v (see apportion plan -h)", err)
+	if err := o.parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, planUsage, plan.MaxReplicas)
+		return ExitOK
+	} else if err != nil {
+		return fail("%v", err)
 	}
-	if fs.NArg() > 0 {
-		return fail("unexpected argument %q (see apportion plan -h)", fs.Arg(0))
-	}
-	if o.output != "table" && o.output != "json" {
-		return fail("-o must be table or json, got %q", o.output)
-	}
-
-	if o.file == "-" && o.nodePools == "-" {
-		return fail("-f and --nodepools cannot both read stdin")
-	}
-	var opts plan.Options
-	spec, replicas, source := o.strategy, o.replicas, ""
-	if o.file != "" {
-		w, err := readWorkload(o.file, stdin)
-		if err != nil {
-			return fail("%s: %v", o.file, err)
-		}
-		opts.Pod = &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}
-		if !o.strategySet {
-			spec, source = w.Strategy, w.String()+" "+w.Source.String()
-		}
-		if !o.replicasSet {
-			// An unset spec.replicas means 1, as the API server defaults it.
-			replicas = 1
-			if w.Replicas != nil {
-				replicas = int(*w.Replicas)
-			}
-		}
-	} else {
-		if !o.strategySet {
-			return fail("--strategy or -f is required (see apportion plan -h)")
-		}
-		if !o.replicasSet {
-			return fail("--replicas is required without -f (see apportion plan -h)")
-		}
-	}
-
-	s, err := strategy.Parse(spec)
+	in, err := o.input(stdin)
 	if err != nil {
-		if source != "" {
-			return fail("%s: %v", source, err)
+		return fail("%v", err)
+	}
+	s, err := strategy.Parse(in.strategy)
+	if err != nil {
+		if in.source != "" {
+			return fail("%s: %v", in.source, err)
 		}
 		return fail("%v", err)
 	}
+	opts := plan.Options{Pod: in.pod}
 	if o.nodePools != "" {
 		nps, err := readInput(o.nodePools, stdin, catalog.ReadNodePools)
 		if err != nil {
@@ -137,11 +101,11 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		opts.Catalog = catalog.New(nps)
 	}
-	res, err := plan.ComputeWith(s, replicas, opts)
+	res, err := plan.ComputeWith(s, in.replicas, opts)
 	if err != nil {
 		return fail("%v", err)
 	}
-	res.Source = source
+	res.Source = in.source
 	if o.output == "json" {
 		err = res.WriteJSON(stdout)
 	} else {
@@ -152,6 +116,68 @@ func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// parse reads the flags and checks them; it returns flag.ErrHelp for -h.
+func (o *planFlags) parse(args []string) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.bind(fs)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return err
+	} else if err != nil {
+		return fmt.Errorf("%w (see apportion plan -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see apportion plan -h)", fs.Arg(0))
+	}
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("-o must be table or json, got %q", o.output)
+	}
+	if o.file == "-" && o.nodePools == "-" {
+		return errors.New("-f and --nodepools cannot both read stdin")
+	}
+	return nil
+}
+
+// planInput is what the flags and the -f workload say to preview.
+type planInput struct {
+	strategy string
+	replicas int
+	// source names the workload the strategy came from; "" for --strategy.
+	source string
+	pod    *corev1.Pod
+}
+
+// input reads the -f workload, if any, under --strategy and --replicas,
+// which take precedence over it.
+func (o *planFlags) input(stdin io.Reader) (planInput, error) {
+	in := planInput{strategy: o.strategy, replicas: o.replicas}
+	if o.file == "" {
+		if !o.strategySet {
+			return in, errors.New("--strategy or -f is required (see apportion plan -h)")
+		}
+		if !o.replicasSet {
+			return in, errors.New("--replicas is required without -f (see apportion plan -h)")
+		}
+		return in, nil
+	}
+	w, err := readWorkload(o.file, stdin)
+	if err != nil {
+		return in, fmt.Errorf("%s: %w", o.file, err)
+	}
+	in.pod = &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}
+	if !o.strategySet {
+		in.strategy, in.source = w.Strategy, w.String()+" "+w.Source.String()
+	}
+	if !o.replicasSet {
+		// An unset spec.replicas means 1, as the API server defaults it.
+		in.replicas = 1
+		if w.Replicas != nil {
+			in.replicas = int(*w.Replicas)
+		}
+	}
+	return in, nil
 }
 
 func readWorkload(path string, stdin io.Reader) (*plan.Workload, error) {

@@ -94,7 +94,7 @@ func TestCredentialHint(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got := c.in.credentialHint(c.host, creds, c.err)
 			if c.want == "" {
-				if got != c.err {
+				if got != c.err { //nolint:errorlint // the very error must come back, not one wrapping it
 					t.Errorf("got %v, want the error unchanged", got)
 				}
 				return

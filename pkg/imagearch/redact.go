@@ -47,18 +47,8 @@ func registryError(host, step string, err error) error {
 // cause names what went wrong, from a closed vocabulary.
 func cause(host string, err error) string {
 	var (
-		denied   *registries.DeniedError
-		te       *transport.Error
-		dnsErr   *net.DNSError
-		netErr   net.Error
-		recErr   tls.RecordHeaderError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		verify   *tls.CertificateVerificationError
-		alert    tls.AlertError
-		syntax   *json.SyntaxError
-		typ      *json.UnmarshalTypeError
+		denied *registries.DeniedError
+		te     *transport.Error
 	)
 	switch {
 	case errors.As(err, &denied):
@@ -75,6 +65,26 @@ func cause(host string, err error) string {
 	case strings.Contains(err.Error(), "SSRF protection: redirect"):
 		// go-containerregistry's own check (an errors.New, no type).
 		return "the registry redirected to a private or link-local address, which is refused"
+	}
+	return connectionCause(err)
+}
+
+// connectionCause tells why a request got no answer from the registry: the
+// deadline, DNS, the connection, TLS, or a body that is not JSON.
+func connectionCause(err error) string {
+	var (
+		dnsErr   *net.DNSError
+		netErr   net.Error
+		recErr   tls.RecordHeaderError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		alert    tls.AlertError
+		syntax   *json.SyntaxError
+		typ      *json.UnmarshalTypeError
+	)
+	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return "no answer in time"
 	case errors.Is(err, context.Canceled):

@@ -19,9 +19,9 @@ type Bounded struct {
 	seen map[string]struct{}
 }
 
-// NewBounded returns a cap of max distinct values.
-func NewBounded(max int) *Bounded {
-	return &Bounded{max: max, seen: make(map[string]struct{}, max)}
+// NewBounded returns a cap of limit distinct values.
+func NewBounded(limit int) *Bounded {
+	return &Bounded{max: limit, seen: make(map[string]struct{}, limit)}
 }
 
 // Value is the label value to use for v.

@@ -2,6 +2,8 @@
 // controller-runtime's registry, served by the manager's metrics endpoint next
 // to the built-in controller and webhook metrics (which are not duplicated
 // here). Register adds them; nothing is registered at import time.
+// Bounded caps the values of a label that come from tenant input
+// (bounded.go).
 package metrics
 
 import (

@@ -167,6 +167,35 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 // Validate checks the options after parsing.
 func (o *Options) Validate() error {
 	errs := append([]error(nil), o.envErrs...)
+	errs = append(errs, o.validateProcess()...)
+	errs = append(errs, o.validateObjectNames()...)
+	errs = append(errs, o.validateArchitectures()...)
+	if p, err := registries.Parse(o.ImageRegistries); err != nil {
+		errs = append(errs, fmt.Errorf("--image-registries: %w", err))
+	} else {
+		o.registries = p
+	}
+	if list, err := profiles.Parse(o.RuntimeClassProfiles); err != nil {
+		errs = append(errs, fmt.Errorf("--runtime-class-profiles: %w", err))
+	} else {
+		o.profiles = list
+	}
+	if o.CertSecretName != "" {
+		errs = append(errs, o.validateSelfManagedCerts()...)
+	} else {
+		for _, name := range []string{"tls.crt", "tls.key"} {
+			if _, err := os.Stat(filepath.Join(o.CertDir, name)); err != nil {
+				errs = append(errs, fmt.Errorf("--cert-dir: the serving certificate must be there: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateProcess checks the flags of the process itself: its port,
+// timings, leader election, logging, bind addresses and namespaces.
+func (o *Options) validateProcess() []error {
+	var errs []error
 	if o.WebhookPort <= 0 || o.WebhookPort > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port must be in 1..65535, got %d", o.WebhookPort))
 	}
@@ -192,14 +221,27 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
 		}
 	}
+	errs = append(errs, o.validateExcludedNamespaces()...)
+	if o.GracefulShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout must be positive, got %s", o.GracefulShutdownTimeout))
+	}
+	return errs
+}
+
+func (o *Options) validateExcludedNamespaces() []error {
+	var errs []error
 	for _, ns := range o.ExcludedNamespaces {
 		if problems := validation.IsDNS1123Label(ns); len(problems) > 0 {
 			errs = append(errs, fmt.Errorf("--excluded-namespaces: %q is not a namespace name: %s", ns, strings.Join(problems, "; ")))
 		}
 	}
-	if o.GracefulShutdownTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout must be positive, got %s", o.GracefulShutdownTimeout))
-	}
+	return errs
+}
+
+// validateObjectNames checks the names of the objects apportion reads and
+// writes: the certificate Secret, the webhook configurations, the Service.
+func (o *Options) validateObjectNames() []error {
+	var errs []error
 	for flagName, name := range map[string]string{"--cert-secret-name": o.CertSecretName,
 		"--mutating-webhook-configuration": o.MutatingWebhookConfiguration, "--validating-webhook-configuration": o.ValidatingWebhookConfiguration} {
 		if problems := validation.IsDNS1123Subdomain(name); name != "" && len(problems) > 0 {
@@ -211,27 +253,7 @@ func (o *Options) Validate() error {
 	if problems := validation.IsDNS1035Label(o.WebhookServiceName); o.WebhookServiceName != "" && len(problems) > 0 {
 		errs = append(errs, fmt.Errorf("--webhook-service-name: %q is not a Service name: %s", o.WebhookServiceName, strings.Join(problems, "; ")))
 	}
-	errs = append(errs, o.validateArchitectures()...)
-	if p, err := registries.Parse(o.ImageRegistries); err != nil {
-		errs = append(errs, fmt.Errorf("--image-registries: %w", err))
-	} else {
-		o.registries = p
-	}
-	if list, err := profiles.Parse(o.RuntimeClassProfiles); err != nil {
-		errs = append(errs, fmt.Errorf("--runtime-class-profiles: %w", err))
-	} else {
-		o.profiles = list
-	}
-	if o.CertSecretName != "" {
-		errs = append(errs, o.validateSelfManagedCerts()...)
-	} else {
-		for _, name := range []string{"tls.crt", "tls.key"} {
-			if _, err := os.Stat(filepath.Join(o.CertDir, name)); err != nil {
-				errs = append(errs, fmt.Errorf("--cert-dir: the serving certificate must be there: %w", err))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func (o *Options) validateArchitectures() []error {

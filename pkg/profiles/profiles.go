@@ -4,6 +4,10 @@
 // one extended resource that counts the VMs, as the confidential-containers
 // peer-pods webhook does. The rewrite happens in the admission patch itself:
 // a pod's resources cannot change after it is created.
+//
+// Parse reads the profiles of --runtime-class-profiles; Patch is the
+// rewrite, which records what it removed (Record, ParseRecord) when a
+// profile keeps the requests.
 package profiles
 
 import (
@@ -235,32 +239,9 @@ func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 	if !p.Matches(pod) || len(pod.Spec.Containers) == 0 {
 		return nil, nil
 	}
-	var ops []jsonpatch.JsonPatchOperation
 	var rec Record
-	for i, c := range pod.Spec.Containers {
-		res, removed, changed := p.rewrite(c.Resources, i == 0)
-		if changed {
-			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: fmt.Sprintf("/spec/containers/%d/resources", i), Value: res})
-		}
-		if !removed.empty() {
-			if rec.Containers == nil {
-				rec.Containers = map[string]Removed{}
-			}
-			rec.Containers[c.Name] = removed
-		}
-	}
-	for i, c := range pod.Spec.InitContainers {
-		res, removed, changed := p.rewrite(c.Resources, false)
-		if changed {
-			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: fmt.Sprintf("/spec/initContainers/%d/resources", i), Value: res})
-		}
-		if !removed.empty() {
-			if rec.InitContainers == nil {
-				rec.InitContainers = map[string]Removed{}
-			}
-			rec.InitContainers[c.Name] = removed
-		}
-	}
+	ops := p.containerOps(pod.Spec.Containers, "/spec/containers", true, &rec.Containers)
+	ops = append(ops, p.containerOps(pod.Spec.InitContainers, "/spec/initContainers", false, &rec.InitContainers)...)
 	if pod.Spec.Resources != nil {
 		// Pod-level resources hold cpu and memory (and hugepages) only;
 		// the extended resource stays on the first container.
@@ -277,6 +258,35 @@ func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 	if len(ops) == 0 || !p.KeepRequests || (rec.Pod == nil && rec.Containers == nil && rec.InitContainers == nil) {
 		return ops, nil
 	}
+	op, err := recordOp(pod, rec)
+	if err != nil {
+		return nil, err
+	}
+	return append(ops, op), nil
+}
+
+// containerOps rewrites the resources of each of containers (at path in the
+// pod), the extended resource going to the first one when first is set; what
+// it removes goes into removed, by container name.
+func (p Profile) containerOps(containers []corev1.Container, path string, first bool, removed *map[string]Removed) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	for i, c := range containers {
+		res, rm, changed := p.rewrite(c.Resources, first && i == 0)
+		if changed {
+			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: fmt.Sprintf("%s/%d/resources", path, i), Value: res})
+		}
+		if !rm.empty() {
+			if *removed == nil {
+				*removed = map[string]Removed{}
+			}
+			(*removed)[c.Name] = rm
+		}
+	}
+	return ops
+}
+
+// recordOp writes rec into annotations.OriginalResources.
+func recordOp(pod *corev1.Pod, rec Record) (jsonpatch.JsonPatchOperation, error) {
 	if old, ok := pod.Annotations[annotations.OriginalResources]; ok {
 		// A record from an earlier rewrite (reinvocation after another
 		// webhook added resources): keep what it says. One that does not
@@ -288,14 +298,12 @@ func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 	}
 	value, err := json.Marshal(rec)
 	if err != nil {
-		return nil, fmt.Errorf("recording the original resources: %w", err)
+		return jsonpatch.JsonPatchOperation{}, fmt.Errorf("recording the original resources: %w", err)
 	}
 	if pod.Annotations == nil {
-		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations", Value: map[string]string{annotations.OriginalResources: string(value)}})
-	} else {
-		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: annotations.PatchPath(annotations.OriginalResources), Value: string(value)})
+		return jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations", Value: map[string]string{annotations.OriginalResources: string(value)}}, nil
 	}
-	return ops, nil
+	return jsonpatch.JsonPatchOperation{Operation: "add", Path: annotations.PatchPath(annotations.OriginalResources), Value: string(value)}, nil
 }
 
 // rewrite returns a container's resources after the profile, what was

@@ -32,6 +32,10 @@
 // ranges in the same order: a public name that resolves to 127.0.0.1 or
 // 169.254.169.254 is refused, as is a redirect to such a host. A name allowed
 // by an exact entry (not a wildcard) may resolve to any address.
+//
+// Parse, Default and Open build a Policy, which decides a Host or an Addr
+// (registries.go); Policy.Transport wraps an http.RoundTripper so that every
+// request, redirect and dialed address is checked (transport.go).
 package registries
 
 import (
@@ -251,11 +255,17 @@ func parseEntry(s string) (entry, error) {
 		}
 		return entry{kind: kindPrefix, prefix: p.Masked()}, nil
 	}
-	host, port := s, ""
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
 		a = a.Unmap().WithZone("")
 		return entry{kind: kindPrefix, prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
+	return parseHostPort(s)
+}
+
+// parseHostPort reads an entry that is a host, with or without a port: an
+// IP address, a *.domain wildcard or a host name.
+func parseHostPort(s string) (entry, error) {
+	host, port := s, ""
 	if h, p, err := net.SplitHostPort(s); err == nil {
 		host, port = h, p
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
@@ -290,7 +300,7 @@ func isDNSName(s string) bool {
 			return false
 		}
 		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 				return false
 			}
 		}

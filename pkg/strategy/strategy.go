@@ -7,6 +7,10 @@
 // key=value. The keys "base" and "weight" are non-negative integers (default
 // 0); every other key is a node label the group requires. The package is pure:
 // it imports no client and does no I/O.
+//
+// Parse turns the text into a Strategy of Groups (strategy.go); Find reads
+// it from a workload's or its pod template's annotations, under any of
+// annotations.StrategyNames, and its Source says where (find.go).
 package strategy
 
 import (
