@@ -74,12 +74,6 @@ type Images interface {
 	Pod(ctx context.Context, pod *corev1.Pod) (*imagearch.Result, error)
 }
 
-// API operations (values of apportion_placement_api_errors_total's label).
-const (
-	OperationDecide  = "decide"  // the patch that writes a decision
-	OperationRelease = "release" // the patch that removes the gate alone
-)
-
 // Controller places gated pods.
 type Controller struct {
 	kubeClient client.Client
@@ -97,7 +91,6 @@ type Controller struct {
 
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
-	retrier    *Retrier
 	strategies *ttlcache.Cache[string, *parsed] // raw strategy -> compiled, bounded: the keys are user text
 }
 
@@ -121,7 +114,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
 		warned:     ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
 		strategies: ttlcache.New(ttlcache.WithTTL[string, *parsed](time.Hour), ttlcache.WithCapacity[string, *parsed](strategyCacheSize)),
-		retrier:    NewRetrier(), signer: decision.RandomSigner()}
+		signer:     decision.RandomSigner()}
 }
 
 // WithSigner signs every decision with s, the key the replicas share, so
@@ -317,7 +310,8 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 
 // write sends decision d for pod in one patch (with an optimistic lock) and
 // reports whether it was written; a conflict decides again from the fresh
-// object, any other failure is retried until the gate timeout.
+// object, any other failure is returned for the workqueue to retry (until the
+// gate janitor releases the pod).
 func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Decision) (reconcile.Result, bool, error) {
 	group := ""
 	if !d.ArchitectureOnly {
@@ -336,7 +330,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
 		}
 		metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "error").Inc()
-		return c.retrier.Retry(ctx, pod, OperationDecide, err), false, nil
+		return reconcile.Result{}, false, decision.APIError(ctx, decision.OperationDecide, fmt.Errorf("writing the decision: %w", err))
 	}
 	metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
@@ -556,24 +550,16 @@ func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string
 	} else {
 		log.FromContext(ctx).V(1).Info("releasing pod without a decision", "reason", reason)
 	}
-	if err := Release(ctx, c.kubeClient, pod); err != nil {
+	if err := decision.Release(ctx, c.kubeClient, pod); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
-		return c.retrier.Retry(ctx, pod, OperationRelease, err), nil
+		return reconcile.Result{}, decision.APIError(ctx, decision.OperationRelease, err)
 	}
 	metrics.ReleasedTotal.WithLabelValues(reason).Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
 	return reconcile.Result{}, nil
-}
-
-// Release removes the placement gate from pod with an optimistic lock, so it
-// never races a concurrent decision.
-func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod) error {
-	patched := pod.DeepCopy()
-	decision.RemoveGate(patched)
-	return kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
 }
