@@ -146,22 +146,22 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 	// NodePools (or node groups) out of capacity, shared by the detector
 	// that marks them and the placement controller that passes them over.
 	tracker := capacitypkg.NewTracker(clk, o.CapacityTTL, o.CapacityMaxTTL)
-	var capacity placement.Capacity
+	var capacity capacitypkg.Capacity
 	if !apis.Served(NodePoolGVK) {
 		logger.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
-		nodes := &placement.NodeLabelCapacity{Reader: mgr.GetClient(), Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
+		nodes := &capacitypkg.NodeLabelCapacity{Reader: mgr.GetClient(), Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
 		node := &metav1.PartialObjectMetadata{}
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 		inf, err := mgr.GetCache().GetInformer(ctx, node)
 		if err != nil {
 			return fmt.Errorf("starting the node informer: %w", err)
 		}
-		if _, err := inf.AddEventHandler(placement.OnLabelChange(nodes.Invalidate)); err != nil {
+		if _, err := inf.AddEventHandler(capacitypkg.OnLabelChange(nodes.Invalidate)); err != nil {
 			return fmt.Errorf("watching nodes: %w", err)
 		}
 		capacity = nodes
 	} else {
-		pools := &placement.NodePoolCapacity{Reader: mgr.GetClient(), Tracker: tracker}
+		pools := &capacitypkg.NodePoolCapacity{Reader: mgr.GetClient(), Tracker: tracker}
 		inf, err := mgr.GetCache().GetInformer(ctx, &karpv1.NodePool{})
 		if err != nil {
 			return fmt.Errorf("starting the NodePool informer: %w", err)

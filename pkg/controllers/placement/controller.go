@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
@@ -79,7 +80,7 @@ type Controller struct {
 	kubeClient client.Client
 	clock      clock.Clock
 	recorder   events.EventRecorder
-	capacity   Capacity
+	capacity   capacity.Capacity
 	tally      *Tally
 	gateWait   time.Duration
 	nodes      client.Reader // node metadata, to count strays; nil: not counted
@@ -110,8 +111,8 @@ const strategyCacheSize = 4096
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
-func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
+func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
 		warned:     ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
 		strategies: ttlcache.New(ttlcache.WithTTL[string, *parsed](time.Hour), ttlcache.WithCapacity[string, *parsed](strategyCacheSize)),
 		signer:     decision.RandomSigner()}

@@ -22,6 +22,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
@@ -58,7 +59,7 @@ func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...clien
 	c := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(append(objs, deploy, rs)...).Build()
 	f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs, tally: placement.NewTally()}
-	f.ctrl = placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
+	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	return f
 }
 
@@ -193,7 +194,7 @@ func TestUserConstraintsAreKept(t *testing.T) {
 func TestAPIErrorIsReturned(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	c := interceptor.NewClient(f.client.(client.WithWatch), kubetest.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
-	ctrl := placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
+	ctrl := placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	pod := f.gatedPod(t, 0)
 	ctx := context.Background()
 	errorsBefore := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(decision.OperationDecide))

@@ -50,7 +50,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
-	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -64,12 +64,6 @@ const (
 	// policy: a rollout's pod events do not each recompute the status.
 	batchDelay = 2 * time.Second
 )
-
-// Capacity says which NodePool serves each group (placement.Capacity
-// satisfies it: NodePoolCapacity, or NodeLabelCapacity without Karpenter).
-type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
-}
 
 // Options say which APIs the cluster serves.
 type Options struct {
@@ -85,7 +79,7 @@ type Options struct {
 type Controller struct {
 	clock      clock.Clock
 	kubeClient client.Client
-	capacity   Capacity
+	capacity   capacity.Capacity
 	source     *policy.Source
 	opts       Options
 }
@@ -93,8 +87,8 @@ type Controller struct {
 // NewController builds the controller. kubeClient is the manager's cached
 // client (with policy.IndexPolicies registered), source the Source the
 // placement controller uses.
-func NewController(clk clock.Clock, kubeClient client.Client, capacity Capacity, source *policy.Source, opts Options) *Controller {
-	return &Controller{clock: clk, kubeClient: kubeClient, capacity: capacity, source: source, opts: opts}
+func NewController(clk clock.Clock, kubeClient client.Client, groupCapacity capacity.Capacity, source *policy.Source, opts Options) *Controller {
+	return &Controller{clock: clk, kubeClient: kubeClient, capacity: groupCapacity, source: source, opts: opts}
 }
 
 // Name is the controller's name in logs and metrics.

@@ -53,7 +53,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/plan"
@@ -77,13 +77,6 @@ const (
 	forget = 10 * time.Minute
 )
 
-// Capacity says which groups of a strategy can be chosen for a pod now
-// (placement's NodePoolCapacity or NodeLabelCapacity): errs[i] is nil when
-// group i can.
-type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
-}
-
 // Limiter paces the evictions; *rate.Limiter is one.
 type Limiter interface {
 	Wait(ctx context.Context) error
@@ -94,7 +87,7 @@ type Controller struct {
 	clk      clock.Clock
 	kube     client.Client
 	recorder events.EventRecorder
-	capacity Capacity
+	capacity capacity.Capacity
 	policies workload.PolicySource
 	signer   *decision.Signer
 	limiter  Limiter
@@ -113,9 +106,9 @@ type eviction struct {
 // NewController builds the controller; signer recognises apportion's
 // decisions (the placement controller's Signer), QPS bounds evictions
 // cluster-wide.
-func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, capacity Capacity, policies workload.PolicySource, signer *decision.Signer, qps float64) *Controller {
+func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, policies workload.PolicySource, signer *decision.Signer, qps float64) *Controller {
 	return &Controller{
-		clk: clk, kube: kube, recorder: recorder, capacity: capacity, policies: policies, signer: signer,
+		clk: clk, kube: kube, recorder: recorder, capacity: groupCapacity, policies: policies, signer: signer,
 		limiter: rate.NewLimiter(rate.Limit(qps), 1),
 		evicted: map[types.UID]eviction{},
 	}
