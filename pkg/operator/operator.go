@@ -44,7 +44,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
-	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
+	"github.com/apportion-dev/apportion/pkg/controllers/policystatus"
 	"github.com/apportion-dev/apportion/pkg/controllers/rebalance"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
@@ -290,8 +290,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *options.Options) error {
 				followed = append(followed, gvk)
 			}
 		}
-		controllers = append(controllers, policyctrl.NewController(clk, mgr.GetClient(), capacity, policies,
-			policyctrl.Options{Kinds: followed, NodePools: apis.Served(NodePoolGVK)}))
+		controllers = append(controllers, policystatus.NewController(clk, mgr.GetClient(), capacity, policies,
+			policystatus.Options{Kinds: followed, NodePools: apis.Served(NodePoolGVK)}))
 	}
 	if o.Rebalance {
 		controllers = append(controllers, rebalance.NewController(clk, mgr.GetClient(), recorder, capacity, policySource, signer, rebalanceQPS))

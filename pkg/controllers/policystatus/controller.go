@@ -1,9 +1,9 @@
-// Package policy is the PlacementPolicy status controller (leader only). For
-// each policy it finds the targeted workloads, reads what places each one
-// (its own strategy annotation, the oldest policy targeting it), the NodePool
-// serving each group, and the Running pods by the labels of their node, and
-// writes the status pkg/policy computes through the status subresource when
-// it changed. Placement itself reads policies through policy.Source at
+// Package policystatus is the PlacementPolicy status controller (leader
+// only). For each policy it finds the targeted workloads, reads what places
+// each one (its own strategy annotation, the oldest policy targeting it), the
+// NodePool serving each group (capacity.Capacity, as placement chooses), and
+// the Running pods by the labels of their node, and writes the status
+// pkg/policy computes through the status subresource when it changed. Placement itself reads policies through policy.Source at
 // admission; this controller only reports.
 //
 // Reads: everything comes from the manager's caches, so a reconcile sends no
@@ -18,7 +18,7 @@
 // from policy changes, from pod, workload and NodePool events of the
 // namespace (batched: one reconcile per policy per batchDelay), and every
 // resyncPeriod.
-package policy
+package policystatus
 
 import (
 	"context"
