@@ -169,20 +169,11 @@ func (c *Controller) byArchitecture(ctx context.Context, pod *corev1.Pod, info *
 // Name is the controller's name in logs and metrics.
 func (c *Controller) Name() string { return "placement" }
 
-// Register adds the controller to the manager, with the pod owner index it
-// counts through.
+// Register adds the controller to the manager, with the singleton that
+// expires the tally's pending decisions.
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-c.clock.After(time.Minute):
-				c.tally.Expire(c.clock.Now())
-			}
-		}
-	})); err != nil {
-		return err
+	if err := (&pendingExpiry{clock: c.clock, tally: c.tally}).Register(ctx, m); err != nil {
+		return fmt.Errorf("registering the pending decisions' expiry: %w", err)
 	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
