@@ -5,8 +5,9 @@
 // A fallback pod was placed while some group of its strategy was out of
 // capacity (annotation apportion.dev/fallback lists those groups; only a
 // decision apportion signed counts, so a client cannot mark a pod for
-// eviction). When one of them can be chosen again (its NodePool or label set
-// is no longer marked out) and the split needs the pod there, the pod is
+// eviction). When one of them can be chosen again (capacity.Capacity, as
+// placement asks: its NodePool or label set is no longer marked out) and the
+// split needs the pod there, the pod is
 // evicted through the Eviction API, so PodDisruptionBudgets apply; its
 // controller recreates it and placement puts the new pod where the
 // strategy's quota now says. The split needs it when, over the controller's
