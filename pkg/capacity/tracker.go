@@ -10,6 +10,13 @@
 // unschedulable and Karpenter launched nothing for them) marks the pool out
 // for that workload only (Scoped), so that nothing a tenant writes reaches
 // another workload.
+//
+// Capacity is the one answer to "which groups of a strategy can be served
+// now, and how" that the placement, rebalance and policy-status controllers
+// share (pools.go): NodePoolCapacity from the cached NodePools (Karpenter
+// mode), NodeLabelCapacity from the nodes' labels (node-label mode), each
+// leaving out what the Tracker marks out; OnLabelChange is the informer
+// handler that tells them, and the placement tally, that nodes changed.
 package capacity
 
 import (

@@ -23,13 +23,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	capacitypkg "github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
-	policyctrl "github.com/apportion-dev/apportion/pkg/controllers/policy"
+	"github.com/apportion-dev/apportion/pkg/controllers/policystatus"
 	"github.com/apportion-dev/apportion/pkg/controllers/rebalance"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/events"
@@ -85,11 +85,11 @@ var followedKinds = []schema.GroupVersionKind{workload.DeploymentGVK, workload.S
 // in the order they register.
 func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options, d Dependencies) []controller.Controller {
 	kube := mgr.GetClient()
-	nodePools := d.APIs.Served(capacitypkg.NodePoolGVK)
+	nodePools := d.APIs.Served(capacity.NodePoolGVK)
 	// NodePools (or node groups) out of capacity: shared by the detector
 	// that marks them and the controllers that pass them over.
-	tracker := capacitypkg.NewTracker(d.Clock, o.CapacityTTL, o.CapacityMaxTTL)
-	capacity, watchCapacity := newCapacity(ctx, kube, tracker, o, nodePools)
+	tracker := capacity.NewTracker(d.Clock, o.CapacityTTL, o.CapacityMaxTTL)
+	groupCapacity, watchCapacity := newCapacity(ctx, kube, tracker, o, nodePools)
 	var policySource workload.PolicySource // nil without the CRD
 	if d.Policies != nil {
 		policySource = d.Policies
@@ -97,7 +97,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	// One cache of compiled strategies for every controller that reads them.
 	strategies := compiled.NewCache(compiled.DefaultSize)
 	tally := placement.NewTally()
-	placer := placement.NewController(d.Clock, kube, d.Recorder, capacity, tally.WithSigner(d.Signer), o.GateTimeout).
+	placer := placement.NewController(d.Clock, kube, d.Recorder, groupCapacity, tally.WithSigner(d.Signer), o.GateTimeout).
 		WithNodes(kube).WithPolicies(policySource).WithSigner(d.Signer).WithStrategies(strategies)
 	if o.Architectures != options.ArchitecturesOff {
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
@@ -121,11 +121,11 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 				followed = append(followed, gvk)
 			}
 		}
-		cs = append(cs, policyctrl.NewController(d.Clock, kube, capacity, d.Policies,
-			policyctrl.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
+		cs = append(cs, policystatus.NewController(d.Clock, kube, groupCapacity, d.Policies,
+			policystatus.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
 	}
 	if o.Rebalance {
-		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, capacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
+		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, groupCapacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
 	}
 	return cs
 }
@@ -133,16 +133,16 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 // newCapacity picks how groups are matched to capacity: Karpenter's
 // NodePools when their API is served, the nodes' labels otherwise. The
 // second value keeps the choice's cache current from the informers.
-func newCapacity(ctx context.Context, kube client.Reader, tracker *capacitypkg.Tracker, o *options.Options, nodePools bool) (placement.Capacity, controller.Controller) {
+func newCapacity(ctx context.Context, kube client.Reader, tracker *capacity.Tracker, o *options.Options, nodePools bool) (capacity.Capacity, controller.Controller) {
 	if !nodePools {
 		log.FromContext(ctx).Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
-		nodes := &placement.NodeLabelCapacity{Reader: kube, Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
+		nodes := &capacity.NodeLabelCapacity{Reader: kube, Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
 		return nodes, registerFunc(func(ctx context.Context, m manager.Manager) error {
-			_, err := handle(ctx, m, nodeMetadata(), placement.OnLabelChange(nodes.Invalidate))
+			_, err := handle(ctx, m, nodeMetadata(), capacity.OnLabelChange(nodes.Invalidate))
 			return err
 		})
 	}
-	pools := &placement.NodePoolCapacity{Reader: kube, Tracker: tracker}
+	pools := &capacity.NodePoolCapacity{Reader: kube, Tracker: tracker}
 	invalidate := func(any) { pools.Invalidate() }
 	return pools, registerFunc(func(ctx context.Context, m manager.Manager) error {
 		_, err := handle(ctx, m, &karpv1.NodePool{}, toolscache.ResourceEventHandlerFuncs{

@@ -2,10 +2,15 @@
 // for the group's labels, the NodePool and the architectures, ANDed into every
 // required term the user wrote (or as a preferred term in preferred mode),
 // the tolerations an opted-in NodePool needs, the decision annotations, and
-// the removal of the placement gate. It is pure: it edits a pod object, and
-// the caller sends the change. Every edit is one the API server allows on a
-// pod held by a scheduling gate (additions to nodeSelectorTerms, tolerations
-// and preferred terms; removal of a gate).
+// the removal of the placement gate. Apply, Strip and RemoveGate are pure:
+// they edit a pod object, and the caller sends the change. Every edit is one
+// the API server allows on a pod held by a scheduling gate (additions to
+// nodeSelectorTerms, tolerations and preferred terms; removal of a gate).
+//
+// Also here: Release, the one write of the gate's removal alone (the
+// placement controller's and the gate janitor's), and APIError, how both
+// report a failed write (release.go); the Signer that tells apportion's
+// decisions from annotations a client wrote (signature.go).
 package decision
 
 import (

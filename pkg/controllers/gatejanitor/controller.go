@@ -2,7 +2,9 @@
 // replica (leader or not) releases pods that have been held by the placement
 // gate longer than the gate timeout without a decision, with a Warning Event
 // on the pod and a metric. It is what keeps pods moving when the placement
-// leader is gone, slow, or cannot decide.
+// leader is gone, slow, or cannot decide. It releases through
+// decision.Release, as the placement controller does; a failed release is
+// returned for the workqueue to retry with backoff.
 package gatejanitor
 
 import (
@@ -23,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
@@ -34,12 +35,11 @@ type Controller struct {
 	clock      clock.Clock
 	recorder   events.EventRecorder
 	timeout    time.Duration
-	retrier    *placement.Retrier
 }
 
 // NewController builds the janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, timeout time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, timeout: timeout, retrier: placement.NewRetrier()}
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, timeout: timeout}
 }
 
 // Name is the controller's name in logs and metrics.
@@ -67,14 +67,14 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if age < c.timeout {
 		return reconcile.Result{RequeueAfter: c.timeout - age}, nil
 	}
-	if err := placement.Release(ctx, c.kubeClient, pod); err != nil {
+	if err := decision.Release(ctx, c.kubeClient, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil // decided or released meanwhile; look again
 		}
-		return c.retrier.Retry(ctx, pod, placement.OperationRelease, err), nil
+		return reconcile.Result{}, decision.APIError(ctx, decision.OperationRelease, err)
 	}
 	metrics.ReleasedTotal.WithLabelValues("timeout").Inc()
 	metrics.GateWaitSeconds.Observe(age.Seconds())

@@ -20,6 +20,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
@@ -106,7 +107,7 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
 	r, tally, gated := cachedCluster(b, workloads, perWorkload, 50)
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, tally, time.Minute).
+	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &capacity.NodePoolCapacity{Reader: r}, tally, time.Minute).
 		WithSigner(benchSigner)
 	ctx := context.Background()
 	pods := make([]*corev1.Pod, 1024)
@@ -221,7 +222,7 @@ func BenchmarkDecisionWithStrays(b *testing.B) {
 			tally.NodeEventHandler()
 			addStrays(b, r, tally, strays, 10)
 			clk := clocktesting.NewFakeClock(time.Now())
-			c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &placement.NodePoolCapacity{Reader: r}, tally, time.Minute).
+			c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &capacity.NodePoolCapacity{Reader: r}, tally, time.Minute).
 				WithNodes(r).WithSigner(benchSigner)
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -6,6 +6,15 @@
 // and removes the gate in one patch. Decisions
 // within a revision are serialised, so a burst of pods from the ReplicaSet
 // controller is decided one pod at a time against exact counts.
+//
+// What is where: controller.go, the controller, its options and Reconcile
+// (the pod's workload, then a placement by strategy, the groups served asked
+// of capacity.Capacity); images.go, the images' architectures and the
+// placement by architecture alone; tally.go, the counts, and strays.go, the
+// pods admitted without a decision counted by their node's labels; write.go,
+// the decision's patch and the release without one (decision.Release);
+// expiry.go, the singleton controller that expires pending decisions;
+// locks.go, the per-revision lock.
 package placement
 
 import (
@@ -17,9 +26,6 @@ import (
 
 	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -32,11 +38,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
-	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -69,23 +75,12 @@ const (
 	RecordFallback = "fallback"
 )
 
-// Images tells which architectures a pod's images run on (pkg/imagearch).
-type Images interface {
-	Pod(ctx context.Context, pod *corev1.Pod) (*imagearch.Result, error)
-}
-
-// API operations (values of apportion_placement_api_errors_total's label).
-const (
-	OperationDecide  = "decide"  // the patch that writes a decision
-	OperationRelease = "release" // the patch that removes the gate alone
-)
-
 // Controller places gated pods.
 type Controller struct {
 	kubeClient client.Client
 	clock      clock.Clock
 	recorder   events.EventRecorder
-	capacity   Capacity
+	capacity   capacity.Capacity
 	tally      *Tally
 	gateWait   time.Duration
 	nodes      client.Reader // node metadata, to count strays; nil: not counted
@@ -97,18 +92,17 @@ type Controller struct {
 
 	locks      keyedMutex
 	warned     *ttlcache.Cache[string, struct{}]
-	retrier    *Retrier
 	strategies *compiled.Cache
 }
 
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
-func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, capacity Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: capacity, tally: tally, gateWait: notCachedWait,
+func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
 		warned:     ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
 		strategies: compiled.NewCache(compiled.DefaultSize),
-		retrier:    NewRetrier(), signer: decision.RandomSigner()}
+		signer:     decision.RandomSigner()}
 }
 
 // WithStrategies compiles strategies through cache, shared with the other
@@ -138,51 +132,14 @@ func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
 	return c
 }
 
-// WithImages makes the controller inspect the images of every pod it places,
-// waiting at most timeout for them; pods without a strategy are then placed
-// by architecture alone (the webhook gates them only when asked to).
-func (c *Controller) WithImages(images Images, timeout time.Duration) *Controller {
-	c.images, c.imageWait = images, timeout
-	return c
-}
-
-// ArchitecturesForAll places every gated pod without a strategy by
-// architecture (--architectures=all). Without it, only the pods whose
-// template, workload or namespace opted in with apportion.dev/architectures:
-// auto are; the others are released unchanged, whatever gated them.
-func (c *Controller) ArchitecturesForAll(all bool) *Controller {
-	c.archForAll = all
-	return c
-}
-
-// byArchitecture reports whether a gated pod without a strategy is placed
-// by architecture. The gate alone does not say so: the webhook gates the
-// pods of a ReplicaSet its cache has not seen yet before it knows whether
-// the workload asked for anything.
-func (c *Controller) byArchitecture(ctx context.Context, pod *corev1.Pod, info *workload.Info) bool {
-	if c.images == nil {
-		return false
-	}
-	return c.archForAll || workload.ArchitecturesOptedIn(ctx, c.kubeClient, pod.Namespace, pod, info)
-}
-
 // Name is the controller's name in logs and metrics.
 func (c *Controller) Name() string { return "placement" }
 
-// Register adds the controller to the manager, with the pod owner index it
-// counts through.
+// Register adds the controller to the manager, with the singleton that
+// expires the tally's pending decisions.
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-c.clock.After(time.Minute):
-				c.tally.Expire(c.clock.Now())
-			}
-		}
-	})); err != nil {
-		return err
+	if err := (&pendingExpiry{clock: c.clock, tally: c.tally}).Register(ctx, m); err != nil {
+		return fmt.Errorf("registering the pending decisions' expiry: %w", err)
 	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
@@ -233,6 +190,14 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	case !info.Found:
 		return c.release(ctx, pod, ReasonNoStrategy, nil)
 	}
+	return c.placeByStrategy(ctx, pod, key, info)
+}
+
+// placeByStrategy decides a pod by its workload's strategy: what does not
+// depend on the revision's counts first (the strategy, the images, the groups
+// that can be served), then, under the revision's lock, the group the engine
+// gives the next pod.
+func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key string, info *workload.Info) (reconcile.Result, error) {
 	p, perr := c.strategies.Get(info.Strategy)
 	ref := workloadRef(info)
 	if perr != nil {
@@ -242,18 +207,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 
 	// Images first, outside the revision's lock: a slow registry must not
 	// hold up the decisions of pods whose images are cached.
-	var images *imagearch.Result
-	if c.images != nil {
-		res, err := c.inspect(ctx, pod)
-		switch {
-		case err != nil:
-			c.warnEvery(ref, "ImageInspectionFailed", "%v; placing pods without an architecture constraint", err)
-		case len(res.Architectures) == 0:
-			c.warnOnce(ref, "NoCompatibleArchitecture", "the images share no linux architecture (%s); pods are placed without apportion", describeImages(res))
-			return c.release(ctx, pod, ReasonNoArchitecture, nil)
-		default:
-			images = res
-		}
+	images, ok := c.strategyImages(ctx, pod, ref)
+	if !ok {
+		return c.release(ctx, pod, ReasonNoArchitecture, nil)
 	}
 	var archs []string
 	if images != nil {
@@ -269,18 +225,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	unlock := c.locks.lock(key)
 	defer unlock()
 	rev := Revision(pod.Namespace, key)
-	counts := make([]int64, len(p.Strategy.Groups))
-	c.tally.Counts(rev, p.Index, counts)
-	seen := counts
-	var strays []int64
-	if c.nodes != nil {
-		if strays = c.tally.StrayCounts(rev, len(counts), c.strayGroup(ctx, p.Strategy)); strays != nil {
-			seen = make([]int64, len(counts))
-			for i := range counts {
-				seen[i] = counts[i] + strays[i]
-			}
-		}
-	}
+	counts, strays, seen := c.counts(ctx, rev, p)
 	g := p.Method.Next(seen, avail)
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
@@ -307,34 +252,6 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
 	}
 	return res, err
-}
-
-// write sends decision d for pod in one patch (with an optimistic lock) and
-// reports whether it was written; a conflict decides again from the fresh
-// object, any other failure is retried until the gate timeout.
-func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Decision) (reconcile.Result, bool, error) {
-	group := ""
-	if !d.ArchitectureOnly {
-		group = d.Group.Key()
-	}
-	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool, d.Fallback...)
-	patched := pod.DeepCopy()
-	decision.Apply(patched, d)
-	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, false, nil
-		}
-		if apierrors.IsConflict(err) {
-			// The cache is behind this pod (or the janitor released it):
-			// decide again from the fresh object.
-			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
-		}
-		metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "error").Inc()
-		return c.retrier.Retry(ctx, pod, OperationDecide, err), false, nil
-	}
-	metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
-	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
-	return reconcile.Result{}, true, nil
 }
 
 // available is the set of groups that can be served, with a Warning Event for
@@ -371,130 +288,6 @@ func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference,
 	return avail, archOut, capacityOut, why
 }
 
-// placeByArchitecture places a pod without a strategy: a required
-// kubernetes.io/arch In [the architectures its images share], and the
-// tolerations of the first NodePool (in Karpenter's order) that can run one of
-// them when its operator opted it in. No NodePool is pinned: Karpenter picks
-// among its pools, falling back by weight as it does for any pod, so capacity
-// fallback is Karpenter's own for these pods. Any failure releases the pod
-// unconstrained.
-func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference) (reconcile.Result, error) {
-	res, err := c.inspect(ctx, pod)
-	if err != nil {
-		c.warnEvery(ref, "ImageInspectionFailed", "%v; pods are placed without an architecture constraint", err)
-		return c.release(ctx, pod, ReasonImageError, nil)
-	}
-	if len(res.Architectures) == 0 {
-		c.warnOnce(ref, "NoCompatibleArchitecture", "the images share no linux architecture (%s); pods are placed without apportion", describeImages(res))
-		return c.release(ctx, pod, ReasonNoArchitecture, nil)
-	}
-	// Only to learn that some NodePool can run the architectures, and the
-	// tolerations an opted-in one needs: the pod is not pinned to it, so
-	// Karpenter's own weighted fallback across its pools keeps working.
-	choices, errs, err := c.capacity.Choose(ctx, archOnlyStrategy, pod, res.Architectures, "")
-	if err != nil {
-		return c.release(ctx, pod, ReasonError, err)
-	}
-	if errs[0] != nil && !errors.Is(errs[0], catalog.ErrCapacity) {
-		c.warnOnce(ref, "NoCompatibleArchitecture", "nothing can run the images' architectures (%s): %v; pods are placed without apportion", describeImages(res), errs[0])
-		return c.release(ctx, pod, ReasonNoArchitecture, nil)
-	}
-	d := decision.Decision{
-		ArchitectureOnly: true,
-		Architectures:    res.Architectures,
-		Tolerations:      choices[0].Tolerations,
-		Record:           decision.Record{Reason: RecordArchitecture},
-	}
-	result, written, err := c.write(ctx, pod, d)
-	if written {
-		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures)
-	}
-	return result, err
-}
-
-// strayGroup returns the lookup the tally counts strays with: the first
-// group of s whose labels the node carries (-1: none, or the node is not
-// cached). The tally asks it only when a stray or a node's labels changed.
-func (c *Controller) strayGroup(ctx context.Context, s *strategy.Strategy) NodeGroups {
-	return nodeGroups{ctx: ctx, nodes: c.nodes, s: s}
-}
-
-// nodeGroups is strayGroup's lookup, for one decision.
-type nodeGroups struct {
-	ctx   context.Context
-	nodes client.Reader
-	s     *strategy.Strategy
-}
-
-func (g nodeGroups) Key() string { return g.s.String() }
-
-func (g nodeGroups) Group(name string) int {
-	node := &metav1.PartialObjectMetadata{}
-	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := g.nodes.Get(g.ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return -1
-	}
-	for i, grp := range g.s.Groups {
-		if labels.SelectorFromSet(grp.Selector()).Matches(labels.Set(node.Labels)) {
-			return i
-		}
-	}
-	return -1
-}
-
-// WithNodes lets the controller count pods admitted without a decision in
-// the group their node's labels match (a metadata cache of nodes). The
-// tally's NodeEventHandler, registered on the same cache's node informer,
-// lets a decision reuse the counts until a node's labels change.
-func (c *Controller) WithNodes(nodes client.Reader) *Controller {
-	c.nodes = nodes
-	return c
-}
-
-// archOnlyStrategy is the one group, without labels, of a placement by
-// architecture alone.
-var archOnlyStrategy = &strategy.Strategy{Groups: []strategy.Group{{}}}
-
-// inspect reads the pod's image platforms, waiting at most imageWait.
-func (c *Controller) inspect(ctx context.Context, pod *corev1.Pod) (*imagearch.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.imageWait)
-	defer cancel()
-	res, err := c.images.Pod(ctx, pod)
-	if err != nil {
-		// Logged at info level with the workload's Event, once a minute.
-		log.FromContext(ctx).V(1).Info("image inspection failed", "error", err.Error())
-	}
-	return res, err
-}
-
-// groupArchitectures is the architecture requirement a decision for g adds:
-// the images' architectures, narrowed to the group's own when it names one.
-func groupArchitectures(g strategy.Group, archs []string) []string {
-	if len(archs) == 0 {
-		return nil
-	}
-	if arch, ok := g.Selector()[corev1.LabelArchStable]; ok {
-		return []string{arch} // SelectFor checked it is one of archs
-	}
-	return archs
-}
-
-// describeImages lists each image with its linux platforms, for Events.
-func describeImages(res *imagearch.Result) string {
-	if res == nil {
-		return ""
-	}
-	parts := make([]string, 0, len(res.Images))
-	for _, img := range res.Images {
-		platforms := make([]string, 0, len(img.Platforms))
-		for _, p := range img.Platforms {
-			platforms = append(platforms, p.String())
-		}
-		parts = append(parts, img.Reference+": "+strings.Join(platforms, ","))
-	}
-	return strings.Join(parts, "; ")
-}
-
 func workloadRef(info *workload.Info) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 }
@@ -523,34 +316,4 @@ func (c *Controller) warn(key string, ref *corev1.ObjectReference, reason, msg s
 	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
 	log.Log.Info(msg, "reason", reason, "kind", ref.Kind, "namespace", ref.Namespace, "name", ref.Name)
 	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
-}
-
-// release removes the gate without a decision: the pod schedules as if
-// apportion were not installed.
-func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string, cause error) (reconcile.Result, error) {
-	if cause != nil {
-		log.FromContext(ctx).Error(cause, "releasing pod without a decision", "reason", reason)
-	} else {
-		log.FromContext(ctx).V(1).Info("releasing pod without a decision", "reason", reason)
-	}
-	if err := Release(ctx, c.kubeClient, pod); err != nil {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
-		}
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
-		}
-		return c.retrier.Retry(ctx, pod, OperationRelease, err), nil
-	}
-	metrics.ReleasedTotal.WithLabelValues(reason).Inc()
-	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
-	return reconcile.Result{}, nil
-}
-
-// Release removes the placement gate from pod with an optimistic lock, so it
-// never races a concurrent decision.
-func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod) error {
-	patched := pod.DeepCopy()
-	decision.RemoveGate(patched)
-	return kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
 }

@@ -22,7 +22,9 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/operator"
@@ -57,7 +59,7 @@ func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...clien
 	c := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(append(objs, deploy, rs)...).Build()
 	f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs, tally: placement.NewTally()}
-	f.ctrl = placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
+	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	return f
 }
 
@@ -186,38 +188,37 @@ func TestUserConstraintsAreKept(t *testing.T) {
 	}
 }
 
-// TestAPIErrorIsRetriedNotReturned: a patch the API refuses (other than a
-// conflict) is counted and retried after RetryInterval, without an error for
-// controller-runtime to log on every retry; the pod is decided once the API
-// answers again.
-func TestAPIErrorIsRetriedNotReturned(t *testing.T) {
+// TestAPIErrorIsReturned: a patch the API refuses (other than a conflict) is
+// counted and returned, for the workqueue to retry with backoff; the pod is
+// decided once the API answers again.
+func TestAPIErrorIsReturned(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	c := interceptor.NewClient(f.client.(client.WithWatch), kubetest.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
-	ctrl := placement.NewController(f.clock, c, f.recorder, &placement.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
+	ctrl := placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	pod := f.gatedPod(t, 0)
 	ctx := context.Background()
-	errorsBefore := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(placement.OperationDecide))
+	errorsBefore := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(decision.OperationDecide))
 	for attempt := 1; attempt <= 3; attempt++ {
 		var fresh corev1.Pod
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
 			t.Fatal(err)
 		}
 		res, err := ctrl.Reconcile(ctx, &fresh)
-		if err != nil {
-			t.Fatalf("attempt %d returned error %v; want it handled", attempt, err)
+		failed := attempt <= 2
+		if (err != nil) != failed || failed && !apierrors.IsInternalError(err) {
+			t.Fatalf("attempt %d returned error %v; want the API error on the first two only", attempt, err)
 		}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
 			t.Fatal(err)
 		}
-		failed := attempt <= 2
-		if got := res.RequeueAfter == placement.RetryInterval; got != failed {
-			t.Errorf("attempt %d: RequeueAfter %s", attempt, res.RequeueAfter)
+		if res.RequeueAfter != 0 {
+			t.Errorf("attempt %d: RequeueAfter %s, want the workqueue's backoff", attempt, res.RequeueAfter)
 		}
 		if decided := fresh.Annotations[annotations.Group] != "" && len(fresh.Spec.SchedulingGates) == 0; decided == failed {
 			t.Errorf("attempt %d: decided %v, gates %v", attempt, decided, fresh.Spec.SchedulingGates)
 		}
 	}
-	if got := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(placement.OperationDecide)) - errorsBefore; got != 2 {
+	if got := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(decision.OperationDecide)) - errorsBefore; got != 2 {
 		t.Errorf("api errors counted %v, want 2", got)
 	}
 }

@@ -16,7 +16,7 @@ import (
 func TestPoolOutOfCapacityFallsBack(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
-	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &placement.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
+	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &capacity.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
 	tracker.Mark(capacity.PoolKey("spot"), "limits")
 	for i := range 4 {
 		pod := f.reconcile(t, f.gatedPod(t, i))
@@ -43,7 +43,7 @@ func TestPoolOutOfCapacityFallsBack(t *testing.T) {
 func TestOutOfCapacityPoolPassesToTheNextPool(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"), nodePool("spot-2", 1, "spot"))
 	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
-	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &placement.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
+	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &capacity.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
 	tracker.Mark(capacity.PoolKey("spot"), "timeout")
 	pools := map[string]int{}
 	for i := range 4 {

@@ -1,16 +1,15 @@
 package placement
 
 import (
-	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -262,29 +261,12 @@ func (t *Tally) NodeEventHandler() toolscache.ResourceEventHandler {
 	t.mu.Lock()
 	t.watchNodes = true
 	t.mu.Unlock()
-	return OnLabelChange(func() {
+	return capacity.OnLabelChange(func() {
 		t.mu.Lock()
 		t.stamp++
 		t.nodesStamp = t.stamp
 		t.mu.Unlock()
 	})
-}
-
-// OnLabelChange is an informer event handler that calls changed when an
-// object comes or goes, or when an update changes its labels: what placing
-// by node labels depends on.
-func OnLabelChange(changed func()) toolscache.ResourceEventHandler {
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		DeleteFunc: func(any) { changed() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(metav1.Object)
-			n, ok2 := newObj.(metav1.Object)
-			if !ok1 || !ok2 || !maps.Equal(o.GetLabels(), n.GetLabels()) {
-				changed()
-			}
-		},
-	}
 }
 
 func (t *Tally) addStray(rev, node string) {

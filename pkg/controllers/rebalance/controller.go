@@ -5,8 +5,9 @@
 // A fallback pod was placed while some group of its strategy was out of
 // capacity (annotation apportion.dev/fallback lists those groups; only a
 // decision apportion signed counts, so a client cannot mark a pod for
-// eviction). When one of them can be chosen again (its NodePool or label set
-// is no longer marked out) and the split needs the pod there, the pod is
+// eviction). When one of them can be chosen again (capacity.Capacity, as
+// placement asks: its NodePool or label set is no longer marked out) and the
+// split needs the pod there, the pod is
 // evicted through the Eviction API, so PodDisruptionBudgets apply; its
 // controller recreates it and placement puts the new pod where the
 // strategy's quota now says. The split needs it when, over the controller's
@@ -53,7 +54,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -77,13 +78,6 @@ const (
 	forget = 10 * time.Minute
 )
 
-// Capacity says which groups of a strategy can be chosen for a pod now
-// (placement's NodePoolCapacity or NodeLabelCapacity): errs[i] is nil when
-// group i can.
-type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
-}
-
 // Limiter paces the evictions; *rate.Limiter is one.
 type Limiter interface {
 	Wait(ctx context.Context) error
@@ -94,7 +88,7 @@ type Controller struct {
 	clk      clock.Clock
 	kube     client.Client
 	recorder events.EventRecorder
-	capacity Capacity
+	capacity capacity.Capacity
 	policies workload.PolicySource
 	signer   *decision.Signer
 	limiter  Limiter
@@ -115,9 +109,9 @@ type eviction struct {
 // NewController builds the controller; signer recognises apportion's
 // decisions (the placement controller's Signer), QPS bounds evictions
 // cluster-wide.
-func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, capacity Capacity, policies workload.PolicySource, signer *decision.Signer, qps float64) *Controller {
+func NewController(clk clock.Clock, kube client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, policies workload.PolicySource, signer *decision.Signer, qps float64) *Controller {
 	return &Controller{
-		clk: clk, kube: kube, recorder: recorder, capacity: capacity, policies: policies, signer: signer,
+		clk: clk, kube: kube, recorder: recorder, capacity: groupCapacity, policies: policies, signer: signer,
 		limiter:    rate.NewLimiter(rate.Limit(qps), 1),
 		evicted:    map[types.UID]eviction{},
 		strategies: compiled.NewCache(compiled.DefaultSize),

@@ -1,8 +1,9 @@
-package placement
+package capacity
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -11,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
@@ -36,7 +37,7 @@ type NodePoolCapacity struct {
 	Reader client.Reader
 	// Tracker, when set, says which NodePools are out of capacity for now:
 	// a group goes to its next pool, or is left out.
-	Tracker *capacity.Tracker
+	Tracker *Tracker
 
 	mu      sync.Mutex
 	stale   bool
@@ -78,7 +79,7 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 	errs := make([]error, len(s.Groups))
 	var out func(string) error
 	if n.Tracker != nil {
-		out = func(pool string) error { return unavailable(n.Tracker, capacity.PoolKey(pool), scope) }
+		out = func(pool string) error { return unavailable(n.Tracker, PoolKey(pool), scope) }
 	}
 	for i, g := range s.Groups {
 		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs, out)
@@ -88,14 +89,14 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 
 // unavailable is the error for a key out of capacity, for every workload or
 // for the one of scope; nil when it is not.
-func unavailable(t *capacity.Tracker, key capacity.Key, scope string) error {
+func unavailable(t *Tracker, key Key, scope string) error {
 	if out, reason, until := t.Unavailable(key); out {
 		return fmt.Errorf("out of capacity (%s) until %s", reason, until.UTC().Format(time.RFC3339))
 	}
 	if scope == "" {
 		return nil
 	}
-	if out, reason, until := t.Unavailable(capacity.Scoped(scope, key)); out {
+	if out, reason, until := t.Unavailable(Scoped(scope, key)); out {
 		return fmt.Errorf("out of capacity for this workload (%s) until %s", reason, until.UTC().Format(time.RFC3339))
 	}
 	return nil
@@ -112,7 +113,7 @@ type NodeLabelCapacity struct {
 	Reader client.Reader
 	// Tracker, when set, says which groups' label sets are out of capacity
 	// for now (their pods stayed unschedulable past the capacity timeout).
-	Tracker *capacity.Tracker
+	Tracker *Tracker
 	// ScaleFromZero serves a group even when no node carries its labels
 	// now: an autoscaler can create one (managed node groups scaled to
 	// zero). Only the Tracker leaves such a group out.
@@ -169,7 +170,7 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 		}
 		var out error
 		if n.Tracker != nil {
-			out = unavailable(n.Tracker, capacity.LabelsKey(g.Key()), scope)
+			out = unavailable(n.Tracker, LabelsKey(g.Key()), scope)
 		}
 		switch {
 		case out != nil:
@@ -182,4 +183,21 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 		}
 	}
 	return choices, errs, nil
+}
+
+// OnLabelChange is an informer event handler that calls changed when an
+// object comes or goes, or when an update changes its labels: what placing
+// by node labels depends on.
+func OnLabelChange(changed func()) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		DeleteFunc: func(any) { changed() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(metav1.Object)
+			n, ok2 := newObj.(metav1.Object)
+			if !ok1 || !ok2 || !maps.Equal(o.GetLabels(), n.GetLabels()) {
+				changed()
+			}
+		},
+	}
 }

@@ -1,4 +1,4 @@
-package policy
+package policystatus
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -106,7 +107,7 @@ func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[s
 	return b.Build()
 }
 
-func reconcileStatus(t *testing.T, c client.Client, cap Capacity, name string) v1alpha1.PlacementPolicyStatus {
+func reconcileStatus(t *testing.T, c client.Client, cap capacity.Capacity, name string) v1alpha1.PlacementPolicyStatus {
 	t.Helper()
 	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, cap, policy.NewSource(c),
 		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}})

@@ -1,9 +1,9 @@
-// Package policy is the PlacementPolicy status controller (leader only). For
-// each policy it finds the targeted workloads, reads what places each one
-// (its own strategy annotation, the oldest policy targeting it), the NodePool
-// serving each group, and the Running pods by the labels of their node, and
-// writes the status pkg/policy computes through the status subresource when
-// it changed. Placement itself reads policies through policy.Source at
+// Package policystatus is the PlacementPolicy status controller (leader
+// only). For each policy it finds the targeted workloads, reads what places
+// each one (its own strategy annotation, the oldest policy targeting it), the
+// NodePool serving each group (capacity.Capacity, as placement chooses), and
+// the Running pods by the labels of their node, and writes the status
+// pkg/policy computes through the status subresource when it changed. Placement itself reads policies through policy.Source at
 // admission; this controller only reports.
 //
 // Reads: everything comes from the manager's caches, so a reconcile sends no
@@ -18,7 +18,7 @@
 // from policy changes, from pod, workload and NodePool events of the
 // namespace (batched: one reconcile per policy per batchDelay), and every
 // resyncPeriod.
-package policy
+package policystatus
 
 import (
 	"context"
@@ -50,7 +50,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
-	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -66,12 +66,6 @@ const (
 	batchDelay = 2 * time.Second
 )
 
-// Capacity says which NodePool serves each group (placement.Capacity
-// satisfies it: NodePoolCapacity, or NodeLabelCapacity without Karpenter).
-type Capacity interface {
-	Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error)
-}
-
 // Options say which APIs the cluster serves.
 type Options struct {
 	// Kinds are the workload kinds followed (their metadata informers run);
@@ -86,7 +80,7 @@ type Options struct {
 type Controller struct {
 	clock      clock.Clock
 	kubeClient client.Client
-	capacity   Capacity
+	capacity   capacity.Capacity
 	source     *policy.Source
 	opts       Options
 	strategies *compiled.Cache
@@ -95,8 +89,8 @@ type Controller struct {
 // NewController builds the controller. kubeClient is the manager's cached
 // client (with policy.IndexPolicies registered), source the Source the
 // placement controller uses.
-func NewController(clk clock.Clock, kubeClient client.Client, capacity Capacity, source *policy.Source, opts Options) *Controller {
-	return &Controller{clock: clk, kubeClient: kubeClient, capacity: capacity, source: source, opts: opts,
+func NewController(clk clock.Clock, kubeClient client.Client, groupCapacity capacity.Capacity, source *policy.Source, opts Options) *Controller {
+	return &Controller{clock: clk, kubeClient: kubeClient, capacity: groupCapacity, source: source, opts: opts,
 		strategies: compiled.NewCache(compiled.DefaultSize)}
 }
 

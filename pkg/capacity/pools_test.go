@@ -1,4 +1,4 @@
-package placement_test
+package capacity_test
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
-	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -38,10 +37,10 @@ func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capacity := &placement.NodeLabelCapacity{Reader: c}
+	nodes := &capacity.NodeLabelCapacity{Reader: c}
 	served := func() [2]bool {
 		t.Helper()
-		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, nil, "")
+		_, errs, err := nodes.Choose(ctx, s, &corev1.Pod{}, nil, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +56,7 @@ func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 	if got := served(); got != [2]bool{true, false} || lists != 1 {
 		t.Fatalf("before Invalidate: served %v after %d lists; want the remembered answer and 1 list", got, lists)
 	}
-	capacity.Invalidate()
+	nodes.Invalidate()
 	if got := served(); got != [2]bool{true, true} || lists != 2 {
 		t.Fatalf("after Invalidate: served %v after %d lists; want both groups and 2 lists", got, lists)
 	}
@@ -76,7 +75,7 @@ func TestNodeLabelCapacityArchitectures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capacity := &placement.NodeLabelCapacity{Reader: c}
+	nodes := &capacity.NodeLabelCapacity{Reader: c}
 	for _, tc := range []struct {
 		archs []string
 		want  [3]bool
@@ -86,7 +85,7 @@ func TestNodeLabelCapacityArchitectures(t *testing.T) {
 		{[]string{"arm64"}, [3]bool{false, true, true}},
 		{[]string{"amd64", "arm64"}, [3]bool{true, true, true}},
 	} {
-		_, errs, err := capacity.Choose(ctx, s, &corev1.Pod{}, tc.archs, "")
+		_, errs, err := nodes.Choose(ctx, s, &corev1.Pod{}, tc.archs, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,13 +106,13 @@ func TestNodeLabelCapacityScaleFromZeroAndTracker(t *testing.T) {
 		t.Fatal(err)
 	}
 	tracker := capacity.NewTracker(clock.RealClock{}, time.Hour, time.Hour)
-	capa := &placement.NodeLabelCapacity{Reader: c, Tracker: tracker, ScaleFromZero: true}
-	_, errs, err := capa.Choose(ctx, s, &corev1.Pod{}, nil, "")
+	nodes := &capacity.NodeLabelCapacity{Reader: c, Tracker: tracker, ScaleFromZero: true}
+	_, errs, err := nodes.Choose(ctx, s, &corev1.Pod{}, nil, "")
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("scale from zero: %v %v, want both groups served", errs, err)
 	}
 	tracker.Mark(capacity.LabelsKey("pool=x"), "timeout")
-	_, errs, _ = capa.Choose(ctx, s, &corev1.Pod{}, nil, "")
+	_, errs, _ = nodes.Choose(ctx, s, &corev1.Pod{}, nil, "")
 	if !errors.Is(errs[0], catalog.ErrCapacity) || errs[1] != nil {
 		t.Fatalf("pool=x out: %v, want it left out for capacity", errs)
 	}
