@@ -2,7 +2,7 @@
 // label sets (node-label mode) cannot get capacity right now, so that
 // placement leaves them out of the split for a while, and reads Karpenter's
 // own account of why a pod got no node (its Events). The detector that marks
-// them is pkg/controllers/capacity.
+// them is pkg/controllers/fallback.
 //
 // An outage has a scope. Evidence from Karpenter about a NodePool (its limits,
 // readiness, launch failures) marks the pool out for every workload

@@ -25,8 +25,8 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
-	capacityctrl "github.com/apportion-dev/apportion/pkg/controllers/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
+	"github.com/apportion-dev/apportion/pkg/controllers/fallback"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/controllers/policystatus"
@@ -47,7 +47,7 @@ func PodAnnotations() []string {
 	var keys []string
 	for _, k := range [][]string{
 		decision.PodAnnotations, workload.PodAnnotations,
-		capacityctrl.PodAnnotations, deletioncost.PodAnnotations,
+		fallback.PodAnnotations, deletioncost.PodAnnotations,
 	} {
 		keys = append(keys, k...)
 	}
@@ -107,7 +107,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		countPods(tally),
 		placer,
 		gatejanitor.NewController(d.Clock, kube, d.Recorder, o.GateTimeout),
-		capacityctrl.NewController(d.Clock, kube, d.Recorder, tracker, capacityctrl.Options{
+		fallback.NewController(d.Clock, kube, d.Recorder, tracker, fallback.Options{
 			Timeout: o.CapacityTimeout, NominationWait: o.CapacityNominationWait, DeleteQPS: o.CapacityDeleteQPS,
 			NodeLabels: !nodePools, ScaleFromZero: o.ScaleFromZero,
 			Signer: d.Signer, APIReader: mgr.GetAPIReader(),

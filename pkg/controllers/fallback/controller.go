@@ -52,7 +52,7 @@
 // Evidence older than the end of the key's last outage is not counted again:
 // after an outage, a stuck pod's unschedulable time, its Karpenter Events and
 // the launch failures count from when the key came back.
-package capacity
+package fallback
 
 import (
 	"context"
