@@ -70,6 +70,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -166,7 +167,7 @@ type Controller struct {
 	tracker    *capacity.Tracker
 	opts       Options
 	limiter    Limiter
-	deletions  *podQueue
+	deletions  chan event.TypedGenericEvent[*corev1.Pod]
 	rechecks   chan poolEvent
 
 	mu           sync.Mutex
@@ -194,7 +195,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 	return &Controller{
 		kubeClient: kubeClient, clock: clk, recorder: recorder, tracker: tracker, opts: opts,
 		limiter:      rate.NewLimiter(rate.Limit(opts.DeleteQPS), DeleteBurst),
-		deletions:    newPodQueue(),
+		deletions:    make(chan event.TypedGenericEvent[*corev1.Pod], deletionBuffer),
 		rechecks:     make(chan poolEvent, 64),
 		failures:     map[string]time.Time{},
 		failedClaims: map[types.UID]struct{}{},
@@ -319,7 +320,7 @@ func scopeOf(pod *corev1.Pod, info *workload.Info) string {
 // it and deletions are on.
 func (c *Controller) queueDeletion(pod *corev1.Pod) {
 	if c.opts.DeleteQPS > 0 && workload.Recreated(pod) {
-		c.deletions.add(client.ObjectKeyFromObject(pod))
+		c.queue(pod)
 	}
 }
 
@@ -565,124 +566,5 @@ func (c *Controller) queueKey(ctx context.Context, key capacity.Key) {
 			}
 		}
 		c.queueDeletion(pod)
-	}
-}
-
-// runDeleter deletes the queued pods, at most DeleteQPS a second, until ctx
-// ends.
-func (c *Controller) runDeleter(ctx context.Context) error {
-	for {
-		key, ok := c.deletions.pop(ctx)
-		if !ok {
-			return nil
-		}
-		c.deleteIfStuck(ctx, key)
-	}
-}
-
-// deleteIfStuck deletes the pod if it is still a stuck pod of a key out of
-// capacity that its controller will recreate: it is checked before waiting
-// for the rate limiter (a pod that got bound costs no token) and again after.
-func (c *Controller) deleteIfStuck(ctx context.Context, name types.NamespacedName) {
-	if c.opts.DeleteQPS <= 0 || c.stuck(ctx, name) == nil {
-		return
-	}
-	if err := c.limiter.Wait(ctx); err != nil {
-		return // shutting down
-	}
-	pod := c.stuck(ctx, name)
-	if pod == nil {
-		return
-	}
-	key, _ := c.keyOf(pod)
-	// The preconditions make the API refuse the deletion if the pod
-	// changed since the cache saw it (bound meanwhile, or replaced).
-	err := c.kubeClient.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
-	switch {
-	case err == nil:
-		metrics.CapacityPodsDeletedTotal.Inc()
-		log.FromContext(ctx).Info("deleted pod stuck on a key out of capacity, for its controller to recreate elsewhere",
-			"namespace", pod.Namespace, "name", pod.Name, "key", string(key))
-	case apierrors.IsNotFound(err):
-	case apierrors.IsConflict(err):
-		// Changed: its update event brings it back to Reconcile.
-		log.FromContext(ctx).V(1).Info("pod changed before its deletion", "namespace", pod.Namespace, "name", pod.Name)
-	default:
-		log.FromContext(ctx).Error(err, "deleting a pod stuck on a key out of capacity", "namespace", pod.Namespace, "name", pod.Name, "key", string(key))
-	}
-}
-
-// stuck returns the cached pod if it may be deleted now: placed by
-// apportion, pending in a key that is out for every workload or for its own,
-// owned by a ReplicaSet or StatefulSet (which recreate it), and not waiting
-// for a node Karpenter is bringing it.
-func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *corev1.Pod {
-	pod := &corev1.Pod{}
-	if err := c.kubeClient.Get(ctx, name, pod); err != nil {
-		return nil
-	}
-	key, ok := c.keyOf(pod)
-	if !ok || !workload.Recreated(pod) {
-		return nil
-	}
-	info, ref := c.resolve(ctx, pod)
-	out, _, _ := c.tracker.Unavailable(key)
-	if !out {
-		if out, _, _ = c.tracker.Unavailable(capacity.Scoped(scopeOf(pod, info), key)); !out {
-			return nil
-		}
-	}
-	if key.Kind() == capacity.KindNodePool && c.awaitingNode(ctx, pod, key.Name(), c.timeoutFor(pod, info, ref)) {
-		return nil
-	}
-	return pod
-}
-
-// awaitingNode reports whether Karpenter is bringing the pod a node: it
-// nominated the pod after its last scheduling failure, or (without a
-// failure since the pod became unschedulable) a NodeClaim of the pool is on
-// its way. A lookup error counts as awaiting: nothing is deleted on doubt.
-func (c *Controller) awaitingNode(ctx context.Context, pod *corev1.Pod, pool string, timeout time.Duration) bool {
-	now := c.clock.Now()
-	pe := c.podEventsOf(pod.UID)
-	if pe.nominatedAt.After(pe.failedAt) && now.Sub(pe.nominatedAt) < timeout {
-		return true
-	}
-	until, newest, err := c.onTheWay(ctx, pool, timeout, now)
-	if err != nil {
-		return true
-	}
-	since, _ := unschedulableSince(pod)
-	failedSince := !pe.failedAt.IsZero() && !pe.failedAt.Before(since.Add(-time.Second)) && !newest.After(pe.failedAt)
-	return !failedSince && until.After(now)
-}
-
-// runGauge keeps apportion_capacity_unavailable current as outages end.
-func (c *Controller) runGauge(ctx context.Context) error {
-	for {
-		c.updateGauge()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-c.clock.After(10 * time.Second):
-		}
-	}
-}
-
-func (c *Controller) updateGauge() {
-	type kindScope struct{ kind, scope string }
-	counts := map[kindScope]float64{}
-	for _, kind := range []string{capacity.KindNodePool, capacity.KindLabels} {
-		counts[kindScope{kind, "cluster"}], counts[kindScope{kind, "workload"}] = 0, 0
-	}
-	for k := range c.tracker.Snapshot() {
-		scope := "cluster"
-		if k.Scope() != "" {
-			scope = "workload"
-		}
-		counts[kindScope{k.Kind(), scope}]++
-	}
-	for ks, n := range counts {
-		metrics.CapacityUnavailable.WithLabelValues(ks.kind, ks.scope).Set(n)
 	}
 }

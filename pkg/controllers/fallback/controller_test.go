@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -247,23 +248,57 @@ func (f *fixture) failedScheduling(name, message string, at time.Time) {
 	f.observe("web", name, capacity.EventFailedScheduling, message, at)
 }
 
-// queued lists the pods waiting for the deleter, in order, leaving them
-// queued.
+// queued lists the pods waiting for the deletion controller, in order and
+// each once (as its workqueue holds them), leaving them queued.
 func (f *fixture) queued() []types.NamespacedName {
-	f.ctrl.deletions.mu.Lock()
-	defer f.ctrl.deletions.mu.Unlock()
-	return append([]types.NamespacedName(nil), f.ctrl.deletions.items...)
+	var names []types.NamespacedName
+	seen := map[types.NamespacedName]bool{}
+	var events []event.TypedGenericEvent[*corev1.Pod]
+	for len(f.ctrl.deletions) > 0 {
+		e := <-f.ctrl.deletions
+		events = append(events, e)
+		if n := client.ObjectKeyFromObject(e.Object); !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	for _, e := range events {
+		f.ctrl.deletions <- e
+	}
+	return names
 }
 
-// drain runs the deleter over what is queued.
+// enqueue queues a pod by name, as queue does.
+func (f *fixture) enqueue(name types.NamespacedName) {
+	f.ctrl.deletions <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name}}}
+}
+
+// drain runs the deletion controller over what is queued.
 func (f *fixture) drain() {
-	for {
-		name, ok := f.ctrl.deletions.tryPop()
-		if !ok {
-			return
-		}
-		f.ctrl.deleteIfStuck(context.Background(), name)
+	for f.drainOne() {
 	}
+}
+
+// drainOne runs the deletion controller over the first pod queued, if any,
+// taking it out of the queue as its workqueue would (with any repeat).
+func (f *fixture) drainOne() bool {
+	names := f.queued()
+	if len(names) == 0 {
+		return false
+	}
+	var rest []event.TypedGenericEvent[*corev1.Pod]
+	for len(f.ctrl.deletions) > 0 {
+		if e := <-f.ctrl.deletions; client.ObjectKeyFromObject(e.Object) != names[0] {
+			rest = append(rest, e)
+		}
+	}
+	for _, e := range rest {
+		f.ctrl.deletions <- e
+	}
+	if _, err := f.ctrl.reconcileDeletion(context.Background(), reconcile.Request{NamespacedName: names[0]}); err != nil {
+		f.t.Errorf("deleting %s: %v", names[0], err)
+	}
+	return true
 }
 
 func (f *fixture) events() []string {
@@ -745,9 +780,7 @@ func TestDeletePreconditions(t *testing.T) {
 	f := newFixture(t, Options{}, funcs, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)), pendingPod("p2", "spot", now.Add(-time.Minute)))
 	p1, _ := f.get("p1")
 	f.reconcile("p1")
-	if name, ok := f.ctrl.deletions.tryPop(); ok {
-		f.ctrl.deleteIfStuck(context.Background(), name)
-	}
+	f.drainOne()
 	if len(seen) != 1 || seen[0].Preconditions == nil || seen[0].Preconditions.UID == nil || *seen[0].Preconditions.UID != p1.UID ||
 		seen[0].Preconditions.ResourceVersion == nil || *seen[0].Preconditions.ResourceVersion != p1.ResourceVersion {
 		t.Fatalf("delete options %+v; want UID %s and resourceVersion %s preconditions", seen, p1.UID, p1.ResourceVersion)
@@ -931,7 +964,7 @@ func TestBlockingLimiter(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = f.ctrl.runDeleter(ctx)
+		_, _ = f.ctrl.reconcileDeletion(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: "p1"}})
 	}()
 	cancel()
 	<-done
@@ -995,34 +1028,52 @@ func TestNodePoolHandler(t *testing.T) {
 	}
 }
 
-func TestPodQueue(t *testing.T) {
-	q := newPodQueue()
-	a, b := types.NamespacedName{Namespace: "web", Name: "a"}, types.NamespacedName{Namespace: "web", Name: "b"}
-	q.add(a)
-	q.add(b)
-	q.add(a)
-	if q.len() != 2 {
-		t.Fatalf("len %d, want 2 (a queued once)", q.len())
-	}
+// TestDeletionQueue: a pod queued again before its turn is in the deletion
+// controller's workqueue once, after the pods queued before it.
+func TestDeletionQueue(t *testing.T) {
+	c := NewController(clocktesting.NewFakeClock(now), nil, nil, capacity.NewTracker(clocktesting.NewFakeClock(now), time.Minute, time.Hour), Options{DeleteQPS: 1})
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
 	ctx, cancel := context.WithCancel(context.Background())
-	if n, ok := q.pop(ctx); !ok || n != a {
-		t.Fatalf("pop %v %v, want a", n, ok)
+	defer cancel()
+	if err := c.deletionSource().Start(ctx, q); err != nil {
+		t.Fatal(err)
 	}
-	if n, ok := q.pop(ctx); !ok || n != b {
-		t.Fatalf("pop %v %v, want b", n, ok)
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name}}
 	}
-	got := make(chan types.NamespacedName)
-	go func() {
-		n, _ := q.pop(ctx)
-		got <- n
-	}()
-	q.add(a)
-	if n := <-got; n != a {
-		t.Fatalf("waiting pop got %v, want a", n)
+	c.queue(pod("a"))
+	c.queue(pod("b"))
+	c.queue(pod("a"))
+	// The source hands the events over asynchronously.
+	deadline := time.Now().Add(10 * time.Second)
+	for (len(c.deletions) > 0 || q.Len() < 2) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	if _, ok := q.pop(ctx); ok {
-		t.Fatal("pop after the context ended")
+	if q.Len() != 2 {
+		t.Fatalf("%d queued, want 2 (a once, b)", q.Len())
+	}
+	for _, want := range []string{"a", "b"} {
+		req, _ := q.Get()
+		if req.Name != want {
+			t.Errorf("got %s, want %s", req.Name, want)
+		}
+		q.Done(req)
+	}
+}
+
+// TestDeletionErrorIsReturned: a deletion the API refuses for another
+// reason than not-found or conflict is returned, for the workqueue to retry
+// with its backoff.
+func TestDeletionErrorIsReturned(t *testing.T) {
+	refused := apierrors.NewServiceUnavailable("etcd down")
+	f := newFixture(t, Options{}, &interceptor.Funcs{Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+		return refused
+	}}, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)))
+	f.reconcile("p1")
+	_, err := f.ctrl.reconcileDeletion(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: "p1"}})
+	if !errors.Is(err, refused) {
+		t.Fatalf("error %v, want the API's", err)
 	}
 }
 
@@ -1036,7 +1087,7 @@ func TestDeleterChecksAgain(t *testing.T) {
 		pendingPod("available", "on-demand", now))
 	f.tracker.Mark(spot, ReasonTimeout)
 	for _, name := range []string{"bare", "ds-pod", "available", "missing"} {
-		f.ctrl.deletions.add(types.NamespacedName{Namespace: "web", Name: name})
+		f.enqueue(types.NamespacedName{Namespace: "web", Name: name})
 	}
 	f.drain()
 	for _, name := range []string{"bare", "ds-pod", "available"} {
@@ -1060,7 +1111,7 @@ func TestZeroQPSDeletesNone(t *testing.T) {
 		t.Fatal("not marked")
 	}
 	f.reconcile("p1")
-	f.ctrl.deletions.add(types.NamespacedName{Namespace: "web", Name: "p1"})
+	f.enqueue(types.NamespacedName{Namespace: "web", Name: "p1"})
 	f.drain()
 	if _, ok := f.get("p1"); !ok {
 		t.Fatal("deleted with DeleteQPS 0")

@@ -24,17 +24,17 @@ import (
 
 // Register adds the indexes, the pod controller (with the NodePool,
 // NodeClaim and Karpenter Event watches in Karpenter mode), the NodePool
-// outage controller, the deleter and the gauge updater to the manager; all
+// outage controller, the deletion controller and the gauge to the manager; all
 // run on the elected leader only. In Karpenter mode the manager's cache must
 // hold core Events (the operator narrows it to Karpenter's).
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodKeyIndex, c.podIndex); err != nil {
 		return fmt.Errorf("indexing pods by capacity key: %w", err)
 	}
-	if err := m.Add(manager.RunnableFunc(c.runDeleter)); err != nil {
+	if err := c.registerDeletion(m); err != nil {
 		return err
 	}
-	if err := m.Add(manager.RunnableFunc(c.runGauge)); err != nil {
+	if err := (gauge{c}).register(m); err != nil {
 		return err
 	}
 	b := controllerruntime.NewControllerManagedBy(m).

@@ -120,7 +120,7 @@ func TestForgedDecisionsIgnored(t *testing.T) {
 	// Even while the pool is out for everyone, a forged pod is not deleted.
 	f.tracker.Mark(capacity.PoolKey("spot"), ReasonNotReady)
 	for _, p := range forged {
-		f.ctrl.deletions.add(client.ObjectKeyFromObject(p))
+		f.enqueue(client.ObjectKeyFromObject(p))
 	}
 	f.drain()
 	for _, p := range forged {
@@ -203,7 +203,7 @@ func TestTenantWorkloadScoped(t *testing.T) {
 			}
 			f.drain()
 			for _, n := range []types.NamespacedName{{Namespace: "tenant", Name: "o1"}, {Namespace: "web", Name: "p1"}} {
-				f.ctrl.deletions.add(n) // the deleter checks whatever is queued
+				f.enqueue(n) // the deleter checks whatever is queued
 			}
 			f.drain()
 			for name, want := range map[types.NamespacedName]bool{

@@ -1,0 +1,161 @@
+package fallback
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// deletionBuffer bounds the pods handed to the deletion controller and not
+// yet in its workqueue. A pod that does not fit is dropped: its own
+// reconcile queues it again while its key is out.
+const deletionBuffer = 4096
+
+// Retries of a deletion the API refused: per pod, doubling from
+// deletionRetryBase up to deletionRetryMax.
+const (
+	deletionRetryBase = time.Second
+	deletionRetryMax  = time.Minute
+)
+
+// queue hands the pod to the deletion controller, whose workqueue holds
+// each pod once however often it is queued before its turn.
+func (c *Controller) queue(pod *corev1.Pod) {
+	select {
+	case c.deletions <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}:
+	default:
+		log.Log.V(1).Info("deletion queue full; the pod is queued again by its next reconcile", "namespace", pod.Namespace, "name", pod.Name)
+	}
+}
+
+// registerDeletion adds the deletion controller, fed by queue through a
+// channel source. Its workqueue retries a refused deletion with a per-pod
+// exponential backoff, and never faster than DeleteQPS; the deletions
+// themselves are paced by the limiter, which spends a token only on a pod
+// still stuck (a pod bound meanwhile costs none).
+func (c *Controller) registerDeletion(m manager.Manager) error {
+	if c.opts.DeleteQPS <= 0 {
+		return nil
+	}
+	return controllerruntime.NewControllerManagedBy(m).
+		Named(c.Name() + ".deletion").
+		WatchesRawSource(c.deletionSource()).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: 1,
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](deletionRetryBase, deletionRetryMax),
+				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(c.opts.DeleteQPS), DeleteBurst)},
+			),
+		}).
+		Complete(reconcile.Func(c.reconcileDeletion))
+}
+
+// deletionSource turns what queue sent into the deletion controller's
+// requests.
+func (c *Controller) deletionSource() source.Source {
+	return source.Channel(c.deletions, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+	})
+}
+
+// reconcileDeletion deletes the pod if it is still a stuck pod of a key out
+// of capacity that its controller will recreate: it is checked before
+// waiting for the limiter and again after. An API error other than
+// not-found or conflict is returned, for the workqueue to retry.
+func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if c.opts.DeleteQPS <= 0 || c.stuck(ctx, req.NamespacedName) == nil {
+		return reconcile.Result{}, nil
+	}
+	if err := c.limiter.Wait(ctx); err != nil {
+		return reconcile.Result{}, nil // shutting down
+	}
+	pod := c.stuck(ctx, req.NamespacedName)
+	if pod == nil {
+		return reconcile.Result{}, nil
+	}
+	key, _ := c.keyOf(pod)
+	// The preconditions make the API refuse the deletion if the pod
+	// changed since the cache saw it (bound meanwhile, or replaced).
+	err := c.kubeClient.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+	switch {
+	case err == nil:
+		metrics.CapacityPodsDeletedTotal.Inc()
+		log.FromContext(ctx).Info("deleted pod stuck on a key out of capacity, for its controller to recreate elsewhere",
+			"namespace", pod.Namespace, "name", pod.Name, "key", string(key))
+	case apierrors.IsNotFound(err):
+	case apierrors.IsConflict(err):
+		// Changed: its update event brings it back to Reconcile.
+		log.FromContext(ctx).V(1).Info("pod changed before its deletion", "namespace", pod.Namespace, "name", pod.Name)
+	case ctx.Err() != nil:
+		// Stopping: the next leader looks at the pod again.
+	default:
+		return reconcile.Result{}, fmt.Errorf("deleting a pod stuck on key %s: %w", key, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// stuck returns the cached pod if it may be deleted now: placed by
+// apportion, pending in a key that is out for every workload or for its own,
+// owned by a ReplicaSet or StatefulSet (which recreate it), and not waiting
+// for a node Karpenter is bringing it.
+func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *corev1.Pod {
+	pod := &corev1.Pod{}
+	if err := c.kubeClient.Get(ctx, name, pod); err != nil {
+		return nil
+	}
+	key, ok := c.keyOf(pod)
+	if !ok || !workload.Recreated(pod) {
+		return nil
+	}
+	info, ref := c.resolve(ctx, pod)
+	out, _, _ := c.tracker.Unavailable(key)
+	if !out {
+		if out, _, _ = c.tracker.Unavailable(capacity.Scoped(scopeOf(pod, info), key)); !out {
+			return nil
+		}
+	}
+	if key.Kind() == capacity.KindNodePool && c.awaitingNode(ctx, pod, key.Name(), c.timeoutFor(pod, info, ref)) {
+		return nil
+	}
+	return pod
+}
+
+// awaitingNode reports whether Karpenter is bringing the pod a node: it
+// nominated the pod after its last scheduling failure, or (without a
+// failure since the pod became unschedulable) a NodeClaim of the pool is on
+// its way. A lookup error counts as awaiting: nothing is deleted on doubt.
+func (c *Controller) awaitingNode(ctx context.Context, pod *corev1.Pod, pool string, timeout time.Duration) bool {
+	now := c.clock.Now()
+	pe := c.podEventsOf(pod.UID)
+	if pe.nominatedAt.After(pe.failedAt) && now.Sub(pe.nominatedAt) < timeout {
+		return true
+	}
+	until, newest, err := c.onTheWay(ctx, pool, timeout, now)
+	if err != nil {
+		return true
+	}
+	since, _ := unschedulableSince(pod)
+	failedSince := !pe.failedAt.IsZero() && !pe.failedAt.Before(since.Add(-time.Second)) && !newest.After(pe.failedAt)
+	return !failedSince && until.After(now)
+}
