@@ -78,6 +78,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -163,7 +164,7 @@ type Limiter interface {
 type Controller struct {
 	kubeClient client.Client
 	clock      clock.Clock
-	recorder   events.EventRecorder
+	recorder   *apevents.Recorder
 	tracker    *capacity.Tracker
 	opts       Options
 	limiter    Limiter
@@ -176,7 +177,6 @@ type Controller struct {
 	noTypes      map[string]time.Time   // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
 	outages      map[string]outage      // NodePool -> the evidence of its cluster-wide outage
 	pods         *ttlcache.Cache[types.UID, podEvents]
-	warned       *ttlcache.Cache[string, struct{}]
 }
 
 // NewController builds the detector. A zero Timeout or NominationWait takes
@@ -193,7 +193,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 	}
 	opts.DeleteQPS = max(opts.DeleteQPS, 0)
 	return &Controller{
-		kubeClient: kubeClient, clock: clk, recorder: recorder, tracker: tracker, opts: opts,
+		kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), tracker: tracker, opts: opts,
 		limiter:      rate.NewLimiter(rate.Limit(opts.DeleteQPS), DeleteBurst),
 		deletions:    make(chan event.TypedGenericEvent[*corev1.Pod], deletionBuffer),
 		rechecks:     make(chan poolEvent, 64),
@@ -203,7 +203,6 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		outages:      map[string]outage{},
 		pods: ttlcache.New(ttlcache.WithTTL[types.UID, podEvents](30*time.Minute),
 			ttlcache.WithCapacity[types.UID, podEvents](200_000)),
-		warned: ttlcache.New(ttlcache.WithTTL[string, struct{}](time.Hour), ttlcache.WithCapacity[string, struct{}](4096)),
 	}
 }
 
@@ -481,28 +480,23 @@ func (c *Controller) timeoutFor(pod *corev1.Pod, info *workload.Info, ref *corev
 	return c.opts.Timeout
 }
 
-// warnOnce records a Warning Event on ref once an hour per reason and key.
-func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, key, format string, args ...any) {
-	k := string(ref.UID) + "/" + reason + "/" + key
-	if c.warned.Has(k) {
-		return
-	}
-	c.warned.Set(k, struct{}{}, ttlcache.DefaultTTL)
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Detect", format, args...)
+// warnOnce records a Warning Event on ref once an hour per reason and key;
+// it reports whether it did.
+func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, key, format string, args ...any) bool {
+	return c.recorder.Publish(apevents.Event{Regarding: ref, Type: corev1.EventTypeWarning, Reason: reason, Action: "Detect",
+		Message: fmt.Sprintf(format, args...), DedupeValues: []string{string(ref.UID), key}, DedupeTimeout: time.Hour})
 }
 
 // warnMisfit tells the workload that Karpenter finds no instance type of
 // its pool for the pod: its own requests or constraints, which apportion
 // leaves to the workload's owner.
 func (c *Controller) warnMisfit(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, key capacity.Key, detail string) {
-	if c.warned.Has(string(ref.UID) + "/PodDoesNotFit/" + key.Name()) {
-		return
-	}
-	log.FromContext(ctx).Info("pod fits no instance type of its NodePool; left alone", "nodepool", key.Name(),
-		"workload", ref.Kind+" "+ref.Namespace+"/"+ref.Name, "detail", detail)
-	c.warnOnce(ref, "PodDoesNotFit", key.Name(),
+	if c.warnOnce(ref, "PodDoesNotFit", key.Name(),
 		"Karpenter finds no instance type of NodePool %s for pod %s (%s); apportion leaves the pod as it is: its own requests or constraints must change",
-		key.Name(), pod.Name, detail)
+		key.Name(), pod.Name, detail) {
+		log.FromContext(ctx).Info("pod fits no instance type of its NodePool; left alone", "nodepool", key.Name(),
+			"workload", ref.Kind+" "+ref.Namespace+"/"+ref.Name, "detail", detail)
+	}
 }
 
 // report emits what a new outage gives: a Warning Event on the workload of

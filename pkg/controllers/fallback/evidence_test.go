@@ -19,6 +19,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
@@ -156,7 +157,7 @@ func TestPodDoesNotFit(t *testing.T) {
 			rec := &refRecorder{}
 			f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue),
 				pendingPod("p1", "spot", now.Add(-time.Minute), withRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("900")})))
-			f.ctrl.recorder = rec
+			f.ctrl.recorder = apevents.NewRecorder(rec)
 			f.failedScheduling("p1", tc.message, now.Add(-30*time.Second))
 			res := f.reconcile("p1")
 			f.drain()

@@ -21,6 +21,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 )
 
 // tenantWorkload is a Deployment name (UID name-deploy-uid) and its
@@ -74,7 +75,7 @@ func TestForgedDecisionsIgnored(t *testing.T) {
 	}
 	f := newFixture(t, Options{}, nil, nil, objs...)
 	rec := &refRecorder{}
-	f.ctrl.recorder = rec
+	f.ctrl.recorder = apevents.NewRecorder(rec)
 	// Whatever Karpenter says about them.
 	f.observe("tenant", "unsigned", capacity.EventFailedScheduling,
 		`Failed to schedule pod, no instance type has enough resources, requirements=karpenter.sh/nodepool In [spot], resources={"cpu":"1000"}`, now.Add(-time.Minute))
@@ -164,7 +165,7 @@ func TestTenantWorkloadScoped(t *testing.T) {
 				pendingPod("p1", "spot", at), pendingPod("od", "on-demand", at))
 			f := newFixture(t, Options{}, nil, nil, objs...)
 			rec := &refRecorder{}
-			f.ctrl.recorder = rec
+			f.ctrl.recorder = apevents.NewRecorder(rec)
 			tc.events(f)
 
 			f.reconcileIn("tenant", "a")

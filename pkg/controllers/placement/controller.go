@@ -24,7 +24,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -42,6 +41,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -79,7 +79,7 @@ const (
 type Controller struct {
 	kubeClient client.Client
 	clock      clock.Clock
-	recorder   events.EventRecorder
+	recorder   *apevents.Recorder
 	capacity   capacity.Capacity
 	tally      *Tally
 	gateWait   time.Duration
@@ -91,7 +91,6 @@ type Controller struct {
 	resolve    []workload.Option // PlacementPolicies, when their CRD is installed
 
 	locks      keyedMutex
-	warned     *ttlcache.Cache[string, struct{}]
 	strategies *compiled.Cache
 }
 
@@ -99,8 +98,7 @@ type Controller struct {
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
-		warned:     ttlcache.New(ttlcache.WithTTL[string, struct{}](warnInterval), ttlcache.WithCapacity[string, struct{}](4096)),
+	return &Controller{kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
 		strategies: compiled.NewCache(compiled.DefaultSize),
 		signer:     decision.RandomSigner()}
 }
@@ -297,23 +295,21 @@ func workloadRef(info *workload.Info) *corev1.ObjectReference {
 // would otherwise repeat it 1,000 times.
 func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	c.warn(string(ref.UID)+"/"+reason+"/"+msg, ref, reason, msg)
+	c.warn(ref, reason, msg, string(ref.UID), msg)
 }
 
 // warnEvery is warnOnce keyed by the reason alone: failures whose messages
 // differ from pod to pod (a registry error) still give one Event per workload
 // per warnInterval.
 func (c *Controller) warnEvery(ref *corev1.ObjectReference, reason, format string, args ...any) {
-	c.warn(string(ref.UID)+"/"+reason, ref, reason, fmt.Sprintf(format, args...))
+	c.warn(ref, reason, fmt.Sprintf(format, args...), string(ref.UID))
 }
 
-// warn records the Event (and logs it) unless key was warned within
-// warnInterval.
-func (c *Controller) warn(key string, ref *corev1.ObjectReference, reason, msg string) {
-	if c.warned.Has(key) {
-		return
+// warn records the Event (and logs it) unless one with the same reason and
+// dedupe values was recorded within warnInterval.
+func (c *Controller) warn(ref *corev1.ObjectReference, reason, msg string, dedupe ...string) {
+	if c.recorder.Publish(apevents.Event{Regarding: ref, Type: corev1.EventTypeWarning, Reason: reason, Action: "Place",
+		Message: msg, DedupeValues: dedupe, DedupeTimeout: warnInterval}) {
+		log.Log.Info(msg, "reason", reason, "kind", ref.Kind, "namespace", ref.Namespace, "name", ref.Name)
 	}
-	c.warned.Set(key, struct{}{}, ttlcache.DefaultTTL)
-	log.Log.Info(msg, "reason", reason, "kind", ref.Kind, "namespace", ref.Namespace, "name", ref.Name)
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Place", "%s", msg)
 }
