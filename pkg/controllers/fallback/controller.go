@@ -1,4 +1,4 @@
-// Package capacity is the capacity detector: it runs on the elected leader,
+// Package fallback is capacity fallback's controllers. The detector runs on the elected leader,
 // watches the pods apportion placed (by their signed decision) that the
 // scheduler cannot place, reads what Karpenter says about them and their
 // NodePool, and marks the NodePool (Karpenter mode) or the group's label set
@@ -52,12 +52,20 @@
 // Evidence older than the end of the key's last outage is not counted again:
 // after an outage, a stuck pod's unschedulable time, its Karpenter Events and
 // the launch failures count from when the key came back.
+//
+// The files: controller.go (the detector's Reconcile), evaluate.go (a pod's
+// evidence turned into a signal), evidence.go (what Karpenter's Events and
+// NodeClaims said, kept per pod and pool), report.go (Events, metrics and
+// the queueing of a marked key's pods), deletion.go (the deletion
+// controller: a source.Channel queue, paced), outage.go (the NodePool
+// outage controller that checks a cluster-wide outage's evidence again),
+// gauge.go (the outage gauge, a periodic singleton) and register.go
+// (indexes, watches and handlers).
 package fallback
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -65,7 +73,6 @@ import (
 	"github.com/jellydator/ttlcache/v3"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -73,13 +80,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
-	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -323,126 +328,6 @@ func (c *Controller) queueDeletion(pod *corev1.Pod) {
 	}
 }
 
-// signal is the outcome of an evaluation: a reason to mark the key (for
-// every workload when wide), with a description for the Event; or a pod
-// that does not fit its pool (misfit); or when to look again (zero: on
-// events only).
-type signal struct {
-	reason string
-	detail string
-	wide   bool
-	misfit bool
-	wake   time.Time
-	// np is the NodePool as the evidence saw it (wide Karpenter-mode
-	// signals), for checking the evidence again when the outage ends.
-	np *karpv1.NodePool
-}
-
-// evaluate looks for a signal against key for a pod unschedulable since
-// since (not before lastBack, the end of the key's last outage).
-func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity.Key, since, lastBack time.Time, timeout time.Duration, now time.Time) (signal, error) {
-	waited := now.Sub(since)
-	if c.opts.NodeLabels {
-		if waited >= timeout {
-			return signal{reason: ReasonTimeout, detail: fmt.Sprintf("pod %s stayed unschedulable for %s", pod.Name, timeout)}, nil
-		}
-		return signal{wake: since.Add(timeout)}, nil
-	}
-	pool := key.Name()
-
-	// The NodePool itself, as Karpenter keeps it.
-	np := &karpv1.NodePool{}
-	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pool}, np); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return signal{}, fmt.Errorf("getting NodePool %s: %w", pool, err)
-		}
-		np = nil
-	}
-	if sig, bad := poolState(np); bad {
-		sig.np = np
-		return sig, nil
-	}
-	if at := c.noTypesAt(pool); at.After(lastBack) && now.Sub(at) < noTypesFresh {
-		return signal{reason: ReasonNoInstanceTypes, wide: true, np: np,
-			detail: "Karpenter: NodePool requirements filtered out all compatible available instance types"}, nil
-	}
-
-	claimUntil, newestClaim, err := c.onTheWay(ctx, pool, timeout, now)
-	if err != nil {
-		return signal{}, err
-	}
-	// What Karpenter said about this pod in its latest scheduling round:
-	// a failure newer than its nomination and than the pool's newest
-	// NodeClaim (which may be for it).
-	pe := c.podEventsOf(pod.UID)
-	failedFresh := !pe.failedAt.Before(since.Add(-time.Second)) && pe.failedAt.After(lastBack) && pe.failedAt.After(pe.nominatedAt) && !newestClaim.After(pe.failedAt)
-	if failedFresh {
-		v := capacity.ReadFailedScheduling(pe.failed, pool)
-		switch v.Finding {
-		case capacity.FindingLimits:
-			// Karpenter computes this from the pool's limits; a pool
-			// without limits cannot be at them (the Event is not
-			// Karpenter's).
-			if len(np.Spec.Limits) > 0 {
-				return signal{reason: ReasonLimits, wide: true, np: np, detail: "Karpenter: " + v.Detail}, nil
-			}
-		case capacity.FindingDoesNotFit:
-			return signal{misfit: true, detail: v.Detail}, nil
-		case capacity.FindingNoOffering:
-			return signal{reason: ReasonNoOffering, detail: "Karpenter: " + v.Detail}, nil
-		}
-	}
-
-	// Is Karpenter launching a node for the pool? Then wait for it to be
-	// initialised, fail, or outlast the timeout (NodeClaim events come
-	// sooner).
-	if claimUntil.After(now) {
-		return signal{wake: claimUntil}, nil
-	}
-	wake := since.Add(timeout)
-	if failed, ok := c.failure(pool); ok && failed.After(lastBack) && now.Sub(failed) < timeout {
-		if settled := failed.Add(Grace); now.Before(settled) {
-			wake = earliest(wake, settled)
-		} else {
-			return signal{reason: ReasonLaunchFailed, wide: true, np: np,
-				detail: fmt.Sprintf("a NodeClaim of the NodePool failed to launch %s ago and none is on its way", now.Sub(failed).Round(time.Second))}, nil
-		}
-	}
-	// Karpenter looked at the pod in its latest round and found it no
-	// place in the NodePool (and nothing since): its Nominated Events are
-	// rate-limited across pods, so their absence alone says nothing.
-	if failedFresh {
-		if waited >= c.opts.NominationWait {
-			return signal{reason: ReasonNoNodeClaim, detail: fmt.Sprintf("pod %s stayed unschedulable for %s; Karpenter created no NodeClaim of the NodePool for it and nominated it to none", pod.Name, waited.Round(time.Second))}, nil
-		}
-		wake = earliest(wake, since.Add(c.opts.NominationWait))
-	}
-	if waited >= timeout {
-		return signal{reason: ReasonTimeout, detail: fmt.Sprintf("pod %s stayed unschedulable for %s with no NodeClaim on its way", pod.Name, timeout)}, nil
-	}
-	return signal{wake: wake}, nil
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// unschedulableSince is when the scheduler found no node for the pod.
-func unschedulableSince(pod *corev1.Pod) (time.Time, bool) {
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodScheduled {
-			if cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				return cond.LastTransitionTime.Time, true
-			}
-			return time.Time{}, false
-		}
-	}
-	return time.Time{}, false
-}
-
 // resolve finds the pod's workload for its timeout annotation and Events;
 // without one (bare pod, owner not cached), the pod stands for it.
 func (c *Controller) resolve(ctx context.Context, pod *corev1.Pod) (*workload.Info, *corev1.ObjectReference) {
@@ -478,87 +363,4 @@ func (c *Controller) timeoutFor(pod *corev1.Pod, info *workload.Info, ref *corev
 	}
 	c.warnOnce(ref, "InvalidCapacityTimeout", raw, "%s %q is not a positive duration (such as 5m); using %s", annotations.CapacityTimeout, raw, c.opts.Timeout)
 	return c.opts.Timeout
-}
-
-// warnOnce records a Warning Event on ref once an hour per reason and key;
-// it reports whether it did.
-func (c *Controller) warnOnce(ref *corev1.ObjectReference, reason, key, format string, args ...any) bool {
-	return c.recorder.Publish(apevents.Event{Regarding: ref, Type: corev1.EventTypeWarning, Reason: reason, Action: "Detect",
-		Message: fmt.Sprintf(format, args...), DedupeValues: []string{string(ref.UID), key}, DedupeTimeout: time.Hour})
-}
-
-// warnMisfit tells the workload that Karpenter finds no instance type of
-// its pool for the pod: its own requests or constraints, which apportion
-// leaves to the workload's owner.
-func (c *Controller) warnMisfit(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, key capacity.Key, detail string) {
-	if c.warnOnce(ref, "PodDoesNotFit", key.Name(),
-		"Karpenter finds no instance type of NodePool %s for pod %s (%s); apportion leaves the pod as it is: its own requests or constraints must change",
-		key.Name(), pod.Name, detail) {
-		log.FromContext(ctx).Info("pod fits no instance type of its NodePool; left alone", "nodepool", key.Name(),
-			"workload", ref.Kind+" "+ref.Namespace+"/"+ref.Name, "detail", detail)
-	}
-}
-
-// report emits what a new outage gives: a Warning Event on the workload of
-// the pod that showed it, the metric, one log line.
-func (c *Controller) report(ctx context.Context, pod *corev1.Pod, key capacity.Key, sig signal, until time.Time, ref *corev1.ObjectReference) {
-	what := "NodePool " + key.Name()
-	if key.Kind() == capacity.KindLabels {
-		what = "node labels " + key.Name()
-	}
-	scope := "cluster"
-	detail := sig.detail
-	if sig.reason == ReasonLimits && sig.np != nil {
-		detail = headroom(sig.np, c.usage(ctx, sig.np), c.requests(ctx, pod)) + "; " + detail
-	}
-	if key.Scope() != "" {
-		scope = "workload"
-		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "CapacityUnavailable", "Detect",
-			"%s gives this workload no capacity (%s: %s); its pending pods there are recreated and its pods go to its other groups until %s",
-			what, sig.reason, detail, until.UTC().Format(time.RFC3339))
-	} else {
-		c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, "CapacityUnavailable", "Detect",
-			"%s cannot get capacity (%s: %s); its pending pods are recreated and pods go to the other groups until %s",
-			what, sig.reason, detail, until.UTC().Format(time.RFC3339))
-	}
-	metrics.CapacityUnavailableTotal.WithLabelValues(key.Kind(), scope, sig.reason).Inc()
-	c.updateGauge()
-	log.FromContext(ctx).Info("capacity unavailable", "key", string(key), "scope", scope, "reason", sig.reason, "detail", detail,
-		"until", until.UTC().Format(time.RFC3339), "workload", ref.Kind+" "+ref.Namespace+"/"+ref.Name)
-}
-
-// requests reads the pod's requests from the API (the cache drops
-// containers); nil when it cannot.
-func (c *Controller) requests(ctx context.Context, pod *corev1.Pod) corev1.ResourceList {
-	if c.opts.APIReader == nil {
-		return nil
-	}
-	full := &corev1.Pod{}
-	if err := c.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), full); err != nil {
-		return nil
-	}
-	return podRequests(full)
-}
-
-// queueKey queues every pending pod of key for deletion (the deleter checks
-// each one); for a workload's key, only that workload's pods.
-func (c *Controller) queueKey(ctx context.Context, key capacity.Key) {
-	if c.opts.DeleteQPS <= 0 {
-		return
-	}
-	var pods corev1.PodList
-	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(key.Base())}, client.UnsafeDisableDeepCopy); err != nil {
-		// Each pod's own reconcile queues it while the key is out.
-		log.FromContext(ctx).Error(err, "listing the pods of a key out of capacity", "key", string(key))
-		return
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if key.Scope() != "" {
-			if info, _ := c.resolve(ctx, pod); scopeOf(pod, info) != key.Scope() {
-				continue
-			}
-		}
-		c.queueDeletion(pod)
-	}
 }
