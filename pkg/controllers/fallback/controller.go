@@ -80,6 +80,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -218,7 +219,7 @@ func (c *Controller) Name() string { return "capacity" }
 // decision's signature verifies), unbound, alive.
 func (c *Controller) watched(pod *corev1.Pod) bool {
 	_, decided := pod.Annotations[annotations.Group]
-	return decided && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && c.opts.Signer.Verify(pod) == nil
+	return decided && !podutil.IsScheduled(pod) && !podutil.IsTerminating(pod) && c.opts.Signer.Verify(pod) == nil
 }
 
 // keyOf is the key a pod is stuck in: placed by apportion (gate removed),
@@ -226,7 +227,7 @@ func (c *Controller) watched(pod *corev1.Pod) bool {
 // NodePool. It is the cluster-wide key; the workload's is
 // capacity.Scoped(scope, key).
 func (c *Controller) keyOf(pod *corev1.Pod) (capacity.Key, bool) {
-	if pod.Status.Phase != corev1.PodPending || decision.HasGate(pod) || !c.watched(pod) {
+	if !podutil.IsPending(pod) || decision.HasGate(pod) || !c.watched(pod) {
 		return "", false
 	}
 	if c.opts.NodeLabels {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -60,7 +61,7 @@ func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 // Reconcile releases the pod once its gate is older than the timeout, and
 // otherwise comes back when it will be.
 func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
-	if !decision.HasGate(pod) || pod.DeletionTimestamp != nil {
+	if !decision.HasGate(pod) || podutil.IsTerminating(pod) {
 		return reconcile.Result{}, nil
 	}
 	age := c.clock.Since(pod.CreationTimestamp.Time)

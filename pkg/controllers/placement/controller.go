@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -151,7 +152,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 
 // Reconcile decides one gated pod.
 func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
-	if !decision.HasGate(pod) || pod.DeletionTimestamp != nil {
+	if !decision.HasGate(pod) || podutil.IsTerminating(pod) {
 		return reconcile.Result{}, nil
 	}
 	if !c.tally.Synced() {

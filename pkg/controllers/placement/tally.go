@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
@@ -96,7 +97,7 @@ func Revision(namespace, ownerKey string) string { return namespace + "/" + owne
 // Observe takes the informer's current view of a pod (add or update).
 func (t *Tally) Observe(pod *corev1.Pod) {
 	key := workload.OwnerKey(pod)
-	live := key != "" && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+	live := key != "" && !podutil.IsTerminating(pod) && !podutil.IsTerminal(pod)
 	var group string
 	if live {
 		d, _ := t.signer.Read(pod) // outside the lock: an HMAC per event
@@ -114,7 +115,7 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 	}
 	rev := Revision(pod.Namespace, key)
 	tl := tallied{rev: rev, group: group}
-	if group == "" && pod.Spec.NodeName != "" && !t.isPending(pod.UID) {
+	if group == "" && podutil.IsScheduled(pod) && !t.isPending(pod.UID) {
 		// Admitted without a decision (webhook down or failed open,
 		// released by the janitor, or a decision a client wrote):
 		// counted in the group its node's labels match, so later

@@ -48,6 +48,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -438,7 +439,7 @@ func (x *podIndex) build(ctx context.Context) error {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
+		if pod.Status.Phase != corev1.PodRunning || !podutil.IsScheduled(pod) || podutil.IsTerminating(pod) {
 			continue
 		}
 		owner := metav1.GetControllerOfNoCopy(pod)

@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -165,7 +166,7 @@ func ownerIndex(o client.Object) []string {
 // ReplicaSet or StatefulSet (which recreate what is evicted). It returns the
 // pod's decision.
 func (c *Controller) candidate(pod *corev1.Pod) (decision.Verified, bool) {
-	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || !workload.Recreated(pod) {
+	if !podutil.IsScheduled(pod) || podutil.IsTerminating(pod) || pod.Status.Phase != corev1.PodRunning || !workload.Recreated(pod) {
 		return decision.Verified{}, false
 	}
 	d, ok := c.signer.Read(pod)
@@ -253,7 +254,7 @@ func (c *Controller) needed(cs *compiled.Strategy, d decision.Verified, pods []c
 	var n int64
 	for i := range pods {
 		p := &pods[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		if podutil.IsTerminating(p) || p.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		v, ok := c.signer.Read(p)
@@ -324,7 +325,7 @@ func (c *Controller) busy(pod *corev1.Pod, owner types.UID, pods []corev1.Pod) (
 		if p.UID == pod.UID {
 			continue
 		}
-		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning || decision.HasGate(p) {
+		if podutil.IsTerminating(p) || !podutil.IsScheduled(p) || p.Status.Phase != corev1.PodRunning || decision.HasGate(p) {
 			return nil, true
 		}
 		if evicted && !last.known.Has(p.UID) {
