@@ -112,7 +112,7 @@ func TestWebhookServerStopsLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = mgr.GetWebhookServer() // adds it, as operator.Run does by registering hooks
+	_ = mgr.GetWebhookServer() // adds it, as Operator.WithWebhooks does by registering hooks
 	slow := func(name string, leader bool) manager.Runnable {
 		return leaderRunnable{need: leader, start: func(ctx context.Context) error {
 			<-ctx.Done()
