@@ -1,11 +1,10 @@
 // Package fallback holds capacity fallback's controllers. The detector runs
 // on the elected leader, watches the pods apportion placed (by their signed
 // decision) that the scheduler cannot place, reads what Karpenter says about
-// them and their
-// NodePool, and marks the NodePool (Karpenter mode) or the group's label set
-// (node-label mode) out of capacity in a capacity.Tracker. It then deletes the
-// stuck pods of what it marked that a ReplicaSet or StatefulSet will
-// recreate, so that placement puts the new pods in groups that have capacity.
+// them and their NodePool, and marks the NodePool (Karpenter mode) or the
+// group's label set (node-label mode) out of capacity in a capacity.Tracker.
+// It then deletes the stuck pods of what it marked that a ReplicaSet or
+// StatefulSet will recreate, so that placement puts the new pods in groups that have capacity.
 //
 // The scope of a mark follows its evidence. Karpenter's own evidence about a
 // NodePool marks it out for every workload (scope cluster):
