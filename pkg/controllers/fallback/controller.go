@@ -4,7 +4,8 @@
 // them and their NodePool, and marks the NodePool (Karpenter mode) or the
 // group's label set (node-label mode) out of capacity in a capacity.Tracker.
 // It then deletes the stuck pods of what it marked that a ReplicaSet or
-// StatefulSet will recreate, so that placement puts the new pods in groups that have capacity.
+// StatefulSet will recreate, so that placement puts the new pods in groups
+// that have capacity.
 //
 // The scope of a mark follows its evidence. Karpenter's own evidence about a
 // NodePool marks it out for every workload (scope cluster):
