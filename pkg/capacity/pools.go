@@ -174,7 +174,7 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 		}
 		switch {
 		case out != nil:
-			errs[i] = fmt.Errorf("%w: nodes with %s: %v", catalog.ErrCapacity, g.Key(), out)
+			errs[i] = fmt.Errorf("%w: nodes with %s: %w", catalog.ErrCapacity, g.Key(), out)
 		case served || n.ScaleFromZero:
 		case len(archs) > 0:
 			errs[i] = fmt.Errorf("no node has the labels %s and one of the architectures %s", g.Key(), archKey)

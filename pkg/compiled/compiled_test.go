@@ -101,7 +101,7 @@ func TestCache(t *testing.T) {
 			if (firstErr != nil) != (lastErr != nil) || (firstErr != nil) != (last == bad) {
 				t.Fatalf("errors %v then %v", firstErr, lastErr)
 			}
-			same := firstS == lastS && firstErr == lastErr
+			same := firstS == lastS && firstErr == lastErr //nolint:errorlint // identity: the cache returns the very same error value
 			if firstErr == nil && firstS == nil {
 				t.Fatal("no strategy and no error")
 			}

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// drainMin is how long the webhook server drains on SIGTERM, at least,
+// minimumDrain is how long the webhook server drains on SIGTERM, at least,
 // before it stops (when its pod's deletion was not seen earlier).
-const drainMin = time.Second
+const minimumDrain = time.Second
 
 // drain moves the API server's admission calls off a replica that is going
 // away. The API server keeps its connections to a webhook's pod open and
@@ -41,13 +41,14 @@ func (d *drain) begin(ctx context.Context, why string) {
 	}
 }
 
-// left is how much of min is left since draining began (min when it has not).
-func (d *drain) left(minimum time.Duration) time.Duration {
+// left is how much of minimumDrain is left since draining began (all of it
+// when it has not).
+func (d *drain) left() time.Duration {
 	since := d.since.Load()
 	if since == 0 {
-		return minimum
+		return minimumDrain
 	}
-	return max(0, minimum-d.clk.Since(time.Unix(0, since)))
+	return max(0, minimumDrain-d.clk.Since(time.Unix(0, since)))
 }
 
 // handler adds "Connection: close" to h's responses while draining.

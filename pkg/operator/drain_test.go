@@ -21,20 +21,22 @@ func TestDrainClosesConnections(t *testing.T) {
 	d := newDrain(clocktesting.NewFakeClock(time.Now()))
 	srv := httptest.NewServer(d.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })))
 	defer srv.Close()
-	get := func() *http.Response {
+	// get returns whether the response closes its connection, and its
+	// Connection header.
+	get := func() (bool, string) {
 		t.Helper()
 		resp, err := srv.Client().Get(srv.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close()
-		return resp
+		defer func() { _ = resp.Body.Close() }()
+		return resp.Close, resp.Header.Get("Connection")
 	}
-	if resp := get(); resp.Close || resp.Header.Get("Connection") != "" {
-		t.Fatalf("before draining: Close %v, Connection %q; want the connection kept", resp.Close, resp.Header.Get("Connection"))
+	if closes, connection := get(); closes || connection != "" {
+		t.Fatalf("before draining: Close %v, Connection %q; want the connection kept", closes, connection)
 	}
 	d.begin(context.Background(), "test")
-	if resp := get(); !resp.Close {
+	if closes, _ := get(); !closes {
 		t.Fatal("while draining: the response does not close its connection")
 	}
 }
@@ -42,17 +44,17 @@ func TestDrainClosesConnections(t *testing.T) {
 func TestDrainLeft(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	d := newDrain(clk)
-	if got := d.left(time.Second); got != time.Second {
+	if got := d.left(); got != time.Second {
 		t.Errorf("before draining: left %s, want 1s", got)
 	}
 	d.begin(context.Background(), "test")
 	clk.Step(300 * time.Millisecond)
 	d.begin(context.Background(), "again") // changes nothing
-	if got := d.left(time.Second); got != 700*time.Millisecond {
+	if got := d.left(); got != 700*time.Millisecond {
 		t.Errorf("300ms into draining: left %s, want 700ms", got)
 	}
 	clk.Step(time.Second)
-	if got := d.left(time.Second); got != 0 {
+	if got := d.left(); got != 0 {
 		t.Errorf("after draining 1.3s: left %s, want 0", got)
 	}
 }
@@ -86,7 +88,10 @@ func TestOwnPodBeginsDrain(t *testing.T) {
 	}
 	clk.Step(time.Second)
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch did not see the deletion")
 	}
@@ -98,7 +103,7 @@ func TestOwnPodBeginsDrain(t *testing.T) {
 // TestStopDrainsFirst: stopping the server begins draining, and the inner
 // server stops only after that.
 func TestStopDrainsFirst(t *testing.T) {
-	d := newDrain(clocktesting.NewFakeClock(time.Now())) // frozen: drains drainMin of real time
+	d := newDrain(clocktesting.NewFakeClock(time.Now())) // frozen: drains minimumDrain of real time
 	stopped := make(chan bool, 1)
 	inner := &fakeServer{started: make(chan struct{})}
 	inner.stopped = func() { stopped <- d.since.Load() != 0 }

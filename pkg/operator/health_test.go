@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
@@ -24,7 +25,7 @@ func (f *fakeSyncer) WaitForCacheSync(ctx context.Context) bool {
 func TestCachesSyncedGatesReadiness(t *testing.T) {
 	f := &fakeSyncer{}
 	check := cachesSynced(f)
-	req := httptest.NewRequest("GET", "/readyz", nil)
+	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
 	if err := check(req); err == nil {
 		t.Fatal("ready before the caches synced")
 	}

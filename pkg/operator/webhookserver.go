@@ -37,7 +37,7 @@ type startAfter struct {
 	// ready is set before the manager starts; nil means start at once.
 	ready <-chan struct{}
 	// drain, when set, begins when the manager stops the server, which
-	// then keeps serving until it has drained for drainMin.
+	// then keeps serving until it has drained for minimumDrain.
 	drain *drain
 }
 
@@ -64,7 +64,7 @@ func (s *startAfter) Start(ctx context.Context) error {
 			return
 		}
 		s.drain.begin(ctx, "stopping")
-		time.Sleep(s.drain.left(drainMin))
+		time.Sleep(s.drain.left())
 		cancel()
 	}()
 	return s.Server.Start(inner)

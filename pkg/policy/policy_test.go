@@ -92,10 +92,11 @@ func pol(name string, age int, target v1alpha1.Target, s *v1alpha1.Strategy) *v1
 	}
 }
 
-func ref(kind, name string) v1alpha1.Target { return v1alpha1.Target{Kind: kind, Name: name} }
+// ref targets the Deployment web.
+func ref() v1alpha1.Target { return v1alpha1.Target{Kind: "Deployment", Name: "web"} }
 
-func top(gvk schema.GroupVersionKind, name string, labels map[string]string) *metav1.PartialObjectMetadata {
-	o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, Labels: labels}}
+func top(gvk schema.GroupVersionKind, labels map[string]string) *metav1.PartialObjectMetadata {
+	o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "web", Labels: labels}}
 	o.SetGroupVersionKind(gvk)
 	return o
 }
@@ -132,43 +133,43 @@ func TestSourcePrecedence(t *testing.T) {
 		wantRaw   string
 		preferred bool
 	}{
-		{name: "by reference, canonical strategy", top: top(deployment, "web", nil),
-			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, ref("Deployment", "web"), seed004Groups())}, want: "web/a", wantRaw: seed004},
-		{name: "another kind of the same name does not match", top: top(statefulSet, "web", nil),
-			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, ref("Deployment", "web"), seed004Groups())}},
-		{name: "apiVersion of another group does not match", top: top(deployment, "web", nil),
+		{name: "by reference, canonical strategy", top: top(deployment, nil),
+			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, ref(), seed004Groups())}, want: "web/a", wantRaw: seed004},
+		{name: "another kind of the same name does not match", top: top(statefulSet, nil),
+			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, ref(), seed004Groups())}},
+		{name: "apiVersion of another group does not match", top: top(deployment, nil),
 			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, v1alpha1.Target{APIVersion: "argoproj.io/v1alpha1", Kind: "Deployment", Name: "web"}, seed004Groups())}},
-		{name: "Rollout by reference", top: top(rollout, "web", nil),
+		{name: "Rollout by reference", top: top(rollout, nil),
 			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, v1alpha1.Target{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout", Name: "web"}, seed004Groups())}, want: "web/a", wantRaw: seed004},
-		{name: "oldest wins", top: top(deployment, "web", nil), policies: []*v1alpha1.PlacementPolicy{
-			pol("new", 1, ref("Deployment", "web"), text("a=b,weight=1")),
-			pol("old", 5, ref("Deployment", "web"), seed004Groups()),
+		{name: "oldest wins", top: top(deployment, nil), policies: []*v1alpha1.PlacementPolicy{
+			pol("new", 1, ref(), text("a=b,weight=1")),
+			pol("old", 5, ref(), seed004Groups()),
 		}, want: "web/old", wantRaw: seed004},
-		{name: "same age: name decides", top: top(deployment, "web", nil), policies: []*v1alpha1.PlacementPolicy{
-			pol("b", 2, ref("Deployment", "web"), text("a=b,weight=1")),
-			pol("a", 2, ref("Deployment", "web"), seed004Groups()),
+		{name: "same age: name decides", top: top(deployment, nil), policies: []*v1alpha1.PlacementPolicy{
+			pol("b", 2, ref(), text("a=b,weight=1")),
+			pol("a", 2, ref(), seed004Groups()),
 		}, want: "web/a", wantRaw: seed004},
-		{name: "selector matches the workload's labels", top: top(deployment, "web", map[string]string{"app": "web"}),
+		{name: "selector matches the workload's labels", top: top(deployment, map[string]string{"app": "web"}),
 			policies: []*v1alpha1.PlacementPolicy{pol("sel", 1, v1alpha1.Target{Selector: app}, text("a=b,weight=1"))}, want: "web/sel", wantRaw: "a=b,weight=1"},
-		{name: "selector: other labels", top: top(deployment, "web", map[string]string{"app": "api"}),
+		{name: "selector: other labels", top: top(deployment, map[string]string{"app": "api"}),
 			policies: []*v1alpha1.PlacementPolicy{pol("sel", 1, v1alpha1.Target{Selector: app}, text("a=b,weight=1"))}},
-		{name: "selector with a kind: other kinds do not match", top: top(statefulSet, "web", map[string]string{"app": "web"}),
+		{name: "selector with a kind: other kinds do not match", top: top(statefulSet, map[string]string{"app": "web"}),
 			policies: []*v1alpha1.PlacementPolicy{pol("sel", 1, v1alpha1.Target{Kind: "Deployment", Selector: app}, text("a=b,weight=1"))}},
-		{name: "older selector wins over a newer reference", top: top(deployment, "web", map[string]string{"app": "web"}), policies: []*v1alpha1.PlacementPolicy{
+		{name: "older selector wins over a newer reference", top: top(deployment, map[string]string{"app": "web"}), policies: []*v1alpha1.PlacementPolicy{
 			pol("sel", 9, v1alpha1.Target{Selector: app}, text("a=b,weight=1")),
-			pol("ref", 1, ref("Deployment", "web"), seed004Groups()),
+			pol("ref", 1, ref(), seed004Groups()),
 		}, want: "web/sel", wantRaw: "a=b,weight=1"},
-		{name: "preferred mode", top: top(deployment, "web", nil), policies: []*v1alpha1.PlacementPolicy{
+		{name: "preferred mode", top: top(deployment, nil), policies: []*v1alpha1.PlacementPolicy{
 			func() *v1alpha1.PlacementPolicy {
-				p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+				p := pol("a", 1, ref(), seed004Groups())
 				p.Spec.Mode = v1alpha1.ModePreferred
 				return p
 			}()}, want: "web/a", wantRaw: seed004, preferred: true},
-		{name: "invalid strategy: returned as written for placement to report", top: top(deployment, "web", nil),
-			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, ref("Deployment", "web"), text("a=b,weight=x"))}, want: "web/a", wantRaw: "a=b,weight=x"},
-		{name: "another namespace's policy does not apply", top: top(deployment, "web", nil), policies: []*v1alpha1.PlacementPolicy{
+		{name: "invalid strategy: returned as written for placement to report", top: top(deployment, nil),
+			policies: []*v1alpha1.PlacementPolicy{pol("a", 1, ref(), text("a=b,weight=x"))}, want: "web/a", wantRaw: "a=b,weight=x"},
+		{name: "another namespace's policy does not apply", top: top(deployment, nil), policies: []*v1alpha1.PlacementPolicy{
 			func() *v1alpha1.PlacementPolicy {
-				p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+				p := pol("a", 1, ref(), seed004Groups())
 				p.Namespace = "other"
 				return p
 			}()}},
@@ -195,7 +196,7 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+	p := pol("a", 1, ref(), seed004Groups())
 	p.Spec.Mode = v1alpha1.ModePreferred
 	for _, tc := range []struct {
 		name       string
@@ -228,25 +229,25 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 func TestNilSourceFindsNothing(t *testing.T) {
 	var s *Source
 	var src workload.PolicySource = s
-	if _, _, _, ok := src.Policy(context.Background(), "web", top(deployment, "web", nil)); ok {
+	if _, _, _, ok := src.Policy(context.Background(), "web", top(deployment, nil)); ok {
 		t.Error("a nil Source found a policy")
 	}
 }
 
 func TestSourceCachesByGeneration(t *testing.T) {
-	p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+	p := pol("a", 1, ref(), seed004Groups())
 	s := newSource(t, p)
 	ctx := context.Background()
-	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, "web", nil)); raw != seed004 {
+	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, nil)); raw != seed004 {
 		t.Fatalf("raw %q", raw)
 	}
 	// Same UID and generation: the parsed text is reused.
 	s.parsed[p.UID] = parsedStrategy{generation: 1, raw: "cached"}
-	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, "web", nil)); raw != "cached" {
+	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, nil)); raw != "cached" {
 		t.Errorf("same generation parsed again: %q", raw)
 	}
 	s.parsed[p.UID] = parsedStrategy{generation: 0, raw: "stale"}
-	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, "web", nil)); raw != seed004 {
+	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, nil)); raw != seed004 {
 		t.Errorf("a new generation must be parsed again: %q", raw)
 	}
 }
@@ -273,7 +274,7 @@ func TestStatus(t *testing.T) {
 	odNode := map[string]string{ct: "on-demand", "kubernetes.io/arch": "amd64"}
 	spotNode := map[string]string{ct: "spot", "kubernetes.io/arch": "arm64"}
 	pools := []GroupPool{{NodePool: "on-demand-amd64"}, {NodePool: "spot-arm64"}}
-	p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+	p := pol("a", 1, ref(), seed004Groups())
 
 	t.Run("exact split", func(t *testing.T) {
 		st := Status(p, []Workload{{Kind: "Deployment", Name: "web", Replicas: 10, Winner: "a",
@@ -392,7 +393,7 @@ func TestStatus(t *testing.T) {
 		}
 	})
 	t.Run("invalid strategy", func(t *testing.T) {
-		bad := pol("bad", 1, ref("Deployment", "web"), &v1alpha1.Strategy{Text: "a=b"})
+		bad := pol("bad", 1, ref(), &v1alpha1.Strategy{Text: "a=b"})
 		st := Status(bad, []Workload{{Kind: "Deployment", Name: "web", Replicas: 1, Winner: "bad"}}, nil, now)
 		if c := cond(st, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonInvalidStrategy || !strings.Contains(c.Message, "every group has weight 0") {
 			t.Errorf("Ready %+v", c)

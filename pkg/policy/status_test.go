@@ -20,7 +20,7 @@ func TestDesiredIsTheSteppedSplit(t *testing.T) {
 		{Labels: map[string]string{ct: "spot"}, Base: 1, Weight: 5},
 		{Labels: map[string]string{ct: "reserved"}, Weight: 3},
 	}}
-	p := pol("a", 1, ref("Deployment", "web"), groups)
+	p := pol("a", 1, ref(), groups)
 	m, err := apportion.New([]apportion.Group{{Base: 3, Weight: 2}, {Base: 1, Weight: 5}, {Weight: 3}})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestDesiredIsTheSteppedSplit(t *testing.T) {
 // BenchmarkStatusHugeReplicas: one workload at ten million replicas (the
 // status stepped the engine once per replica: 29 s per reconcile).
 func BenchmarkStatusHugeReplicas(b *testing.B) {
-	p := pol("a", 1, ref("Deployment", "web"), seed004Groups())
+	p := pol("a", 1, ref(), seed004Groups())
 	workloads := []Workload{{Kind: "Deployment", Name: "web", Replicas: 10_000_000, Winner: "a"}}
 	pools := []GroupPool{{NodePool: "od"}, {NodePool: "spot"}}
 	now := metav1.NewTime(epoch)

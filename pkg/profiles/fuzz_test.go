@@ -68,7 +68,7 @@ func wantRemoved(in corev1.ResourceRequirements, first bool, q resource.Quantity
 	take := func(list corev1.ResourceList) corev1.ResourceList {
 		out := corev1.ResourceList{}
 		for name, v := range list {
-			if name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == vm && !(first && v.Cmp(q) == 0) {
+			if name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == vm && (!first || v.Cmp(q) != 0) {
 				out[name] = v
 			}
 		}

@@ -182,9 +182,6 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	costs := costsOf(s, pods)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	for _, p := range pods {
 		want := strconv.Itoa(costs[p.UID])
 		if p.Annotations[Annotation] == want {

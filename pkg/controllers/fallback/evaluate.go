@@ -39,22 +39,9 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 		return signal{wake: since.Add(timeout)}, nil
 	}
 	pool := key.Name()
-
-	// The NodePool itself, as Karpenter keeps it.
-	np := &karpv1.NodePool{}
-	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pool}, np); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return signal{}, fmt.Errorf("getting NodePool %s: %w", pool, err)
-		}
-		np = nil
-	}
-	if sig, bad := poolState(np); bad {
-		sig.np = np
-		return sig, nil
-	}
-	if at := c.noTypesAt(pool); at.After(lastBack) && now.Sub(at) < noTypesFresh {
-		return signal{reason: ReasonNoInstanceTypes, wide: true, np: np,
-			detail: "Karpenter: NodePool requirements filtered out all compatible available instance types"}, nil
+	np, sig, err := c.poolSignal(ctx, pool, lastBack, now)
+	if err != nil || sig.reason != "" {
+		return sig, err
 	}
 
 	claimUntil, newestClaim, err := c.onTheWay(ctx, pool, timeout, now)
@@ -100,6 +87,28 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 		return signal{reason: ReasonTimeout, detail: fmt.Sprintf("pod %s stayed unschedulable for %s with no NodeClaim on its way", pod.Name, timeout)}, nil
 	}
 	return signal{wake: wake}, nil
+}
+
+// poolSignal reads the NodePool as Karpenter keeps it (nil when gone) and
+// what it says by itself: not Ready or gone, or no instance type left since
+// the key's last outage.
+func (c *Controller) poolSignal(ctx context.Context, pool string, lastBack, now time.Time) (*karpv1.NodePool, signal, error) {
+	np := &karpv1.NodePool{}
+	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pool}, np); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, signal{}, fmt.Errorf("getting NodePool %s: %w", pool, err)
+		}
+		np = nil
+	}
+	if sig, bad := poolState(np); bad {
+		sig.np = np
+		return np, sig, nil
+	}
+	if at := c.noTypesAt(pool); at.After(lastBack) && now.Sub(at) < noTypesFresh {
+		return np, signal{reason: ReasonNoInstanceTypes, wide: true, np: np,
+			detail: "Karpenter: NodePool requirements filtered out all compatible available instance types"}, nil
+	}
+	return np, signal{}, nil
 }
 
 // failureSignal is what a FailedScheduling message of Karpenter's says

@@ -20,11 +20,12 @@ import (
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
-func (f *fixture) reconcilePool(name string) reconcile.Result {
+// reconcilePool reconciles the spot NodePool.
+func (f *fixture) reconcilePool() reconcile.Result {
 	f.t.Helper()
-	res, err := f.ctrl.ReconcilePool(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	res, err := f.ctrl.ReconcilePool(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "spot"}})
 	if err != nil {
-		f.t.Fatalf("ReconcilePool %s: %v", name, err)
+		f.t.Fatalf("ReconcilePool spot: %v", err)
 	}
 	return res
 }
@@ -86,13 +87,13 @@ func TestLimitsOutageExtended(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	f := limitsFixture(t)
 	until := f.until(spot)
-	if res := f.reconcilePool("spot"); res.RequeueAfter != until.Add(-recheckLead).Sub(now) {
+	if res := f.reconcilePool(); res.RequeueAfter != until.Add(-recheckLead).Sub(now) {
 		t.Errorf("RequeueAfter %s, want recheckLead before the end (%s)", res.RequeueAfter, until.Add(-recheckLead).Sub(now))
 	}
 	before := rechecks(ReasonLimits, RecheckStill)
 	for i := 0; i < 3; i++ {
 		f.clock.SetTime(until.Add(-recheckLead))
-		res := f.reconcilePool("spot")
+		res := f.reconcilePool()
 		next := f.until(spot)
 		if !next.After(until) {
 			t.Fatalf("recheck %d: not extended (until %v)", i, next)
@@ -136,7 +137,7 @@ func TestLimitsOutageLifted(t *testing.T) {
 			f.clock.Step(time.Minute)
 			f.updatePool("spot", tc.mutate)
 			before := rechecks(ReasonLimits, RecheckLifted)
-			res := f.reconcilePool("spot")
+			res := f.reconcilePool()
 			out, _ := f.out(spot)
 			if out == tc.lifted {
 				t.Fatalf("out %v, want lifted %v", out, tc.lifted)
@@ -186,7 +187,7 @@ func TestNotReadyOutageRechecked(t *testing.T) {
 		f.updatePool("spot", func(np *karpv1.NodePool) {
 			np.Status.Conditions = []status.Condition{{Type: status.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.NewTime(f.clock.Now())}}
 		})
-		f.reconcilePool("spot")
+		f.reconcilePool()
 		if out, _ := f.out(spot); out {
 			t.Fatal("the pool is Ready again but still out")
 		}
@@ -194,9 +195,9 @@ func TestNotReadyOutageRechecked(t *testing.T) {
 	t.Run("still not Ready at the end", func(t *testing.T) {
 		f := setup(t)
 		until := f.until(spot)
-		f.reconcilePool("spot")
+		f.reconcilePool()
 		f.clock.SetTime(until.Add(-recheckLead))
-		f.reconcilePool("spot")
+		f.reconcilePool()
 		f.clock.SetTime(until.Add(time.Second))
 		if out, _ := f.out(spot); !out {
 			t.Fatal("a pool still not Ready came back at the end of its outage")
@@ -231,14 +232,14 @@ func TestNoInstanceTypesOutage(t *testing.T) {
 			if got := &(karpv1.NodePool{}); f.client.Get(context.Background(), client.ObjectKey{Name: "spot"}, got) != nil || got.Generation != 4 {
 				t.Fatalf("the fake client kept generation %d", got.Generation)
 			}
-			f.reconcilePool("spot")
+			f.reconcilePool()
 			if out, _ := f.out(spot); out {
 				t.Fatal("requirements changed, still out")
 			}
 			continue
 		}
 		f.clock.SetTime(until.Add(-recheckLead))
-		f.reconcilePool("spot")
+		f.reconcilePool()
 		f.clock.SetTime(until.Add(time.Second))
 		if out, _ := f.out(spot); !out {
 			t.Fatal("same requirements, back at the end of the outage")
@@ -277,10 +278,10 @@ func TestLaunchFailedOutageExpires(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	f := launchFailedFixture(t)
 	until := f.until(spot)
-	f.reconcilePool("spot")
+	f.reconcilePool()
 	f.clock.SetTime(until.Add(-recheckLead))
 	before := rechecks(ReasonLaunchFailed, RecheckExpired)
-	if res := f.reconcilePool("spot"); res != (reconcile.Result{}) {
+	if res := f.reconcilePool(); res != (reconcile.Result{}) {
 		t.Errorf("RequeueAfter %s for an outage that ends with its TTL", res.RequeueAfter)
 	}
 	if got := rechecks(ReasonLaunchFailed, RecheckExpired) - before; got != 1 {
@@ -302,18 +303,18 @@ func TestLaunchFailedOutageNewerFailure(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	f := launchFailedFixture(t)
 	until := f.until(spot)
-	f.reconcilePool("spot")
+	f.reconcilePool()
 	f.clock.Step(time.Minute)
 	f.failClaim("spot-x2")
 	f.clock.SetTime(until.Add(-recheckLead))
-	f.reconcilePool("spot")
+	f.reconcilePool()
 	extended := f.until(spot)
 	if !extended.After(until) {
 		t.Fatalf("a failure during the outage did not extend it (until %v)", extended)
 	}
 	// No failure since: the extended outage ends.
 	f.clock.SetTime(extended.Add(-recheckLead))
-	f.reconcilePool("spot")
+	f.reconcilePool()
 	f.clock.SetTime(extended)
 	if out, _ := f.out(spot); out {
 		t.Fatalf("extended again without a newer failure, until %v", f.until(spot))
@@ -328,11 +329,11 @@ func TestReconcilePoolWithoutEvidence(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionTrue))
 	until, _ := f.tracker.Mark(spot, ReasonLimits)
 	f.tracker.Mark(capacity.Scoped("deploy-uid", spot), ReasonNoNodeClaim)
-	if res := f.reconcilePool("spot"); res != (reconcile.Result{}) {
+	if res := f.reconcilePool(); res != (reconcile.Result{}) {
 		t.Errorf("result %+v", res)
 	}
 	f.clock.SetTime(until.Add(-time.Nanosecond))
-	f.reconcilePool("spot")
+	f.reconcilePool()
 	if snap := f.tracker.Snapshot(); len(snap) != 2 {
 		t.Errorf("snapshot %v, want both outages untouched", snap)
 	}

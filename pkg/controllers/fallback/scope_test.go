@@ -52,11 +52,11 @@ func TestForgedDecisionsIgnored(t *testing.T) {
 	q := resource.MustParse
 	at := now.Add(-10 * time.Minute)
 	impossible := withRequests(corev1.ResourceList{corev1.ResourceCPU: q("1000")})
-	real := pendingPod("p1", "spot", at)
+	placed := pendingPod("p1", "spot", at)
 	unsigned := pendingPod("unsigned", "spot", at, inTenant("app"), impossible)
 	delete(unsigned.Annotations, annotations.Signature)
 	copied := pendingPod("copied", "spot", at, inTenant("app"), impossible)
-	copied.Annotations[annotations.Signature] = real.Annotations[annotations.Signature]
+	copied.Annotations[annotations.Signature] = placed.Annotations[annotations.Signature]
 	otherPool := pendingPod("other-decision", "spot", at, inTenant("app"), impossible)
 	otherPool.Annotations[annotations.Signature] = testSigner.Sign(otherPool.UID, spotGroup, "on-demand")
 	otherGroup := pendingPod("other-group", "spot", at, inTenant("app"), impossible)
@@ -69,7 +69,7 @@ func TestForgedDecisionsIgnored(t *testing.T) {
 		np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("100")})
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("100")}
 	})
-	objs := append(tenantWorkload("app", map[string]string{annotations.CapacityTimeout: "1s"}), np, real)
+	objs := append(tenantWorkload("app", map[string]string{annotations.CapacityTimeout: "1s"}), np, placed)
 	for _, p := range forged {
 		objs = append(objs, p)
 	}

@@ -107,9 +107,9 @@ func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[s
 	return b.Build()
 }
 
-func reconcileStatus(t *testing.T, c client.Client, cap capacity.Capacity, name string) v1alpha1.PlacementPolicyStatus {
+func reconcileStatus(t *testing.T, c client.Client, groupCapacity capacity.Capacity, name string) v1alpha1.PlacementPolicyStatus {
 	t.Helper()
-	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, cap, policy.NewSource(c),
+	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, groupCapacity, policy.NewSource(c),
 		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}})
 	ctx := context.Background()
 	var p v1alpha1.PlacementPolicy
