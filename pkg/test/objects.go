@@ -3,7 +3,8 @@
 // onto what every test of that kind needs. Here: Scheme (core and apps for
 // fake clients and caches), ControllerRef and OwnedBy (controller owner
 // references), ReplicaSet (controlled by its Deployment) and Pod
-// (controlled by its ReplicaSet, gated if asked).
+// (controlled by its ReplicaSet, gated if asked); and FailPatches, a fake
+// client's interceptor that refuses the first patches.
 package test
 
 import (

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 func TestReleasesAfterTimeoutOnly(t *testing.T) {
@@ -73,7 +73,7 @@ func TestReleaseErrorIsRetried(t *testing.T) {
 		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}},
 	}
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build(),
-		kubetest.FailPatches(1, apierrors.NewServiceUnavailable("apiserver restarting")))
+		test.FailPatches(1, apierrors.NewServiceUnavailable("apiserver restarting")))
 	j := NewController(clocktesting.NewFakeClock(start.Add(time.Minute)), c, events.NewFakeRecorder(5), 30*time.Second)
 	ctx := context.Background()
 	for attempt := 1; attempt <= 2; attempt++ {

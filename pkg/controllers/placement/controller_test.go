@@ -25,11 +25,11 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
-	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -193,7 +193,7 @@ func TestUserConstraintsAreKept(t *testing.T) {
 // decided once the API answers again.
 func TestAPIErrorIsReturned(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
-	c := interceptor.NewClient(f.client.(client.WithWatch), kubetest.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
+	c := interceptor.NewClient(f.client.(client.WithWatch), test.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
 	ctrl := placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	pod := f.gatedPod(t, 0)
 	ctx := context.Background()

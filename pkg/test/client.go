@@ -1,6 +1,4 @@
-// Package kubetest holds helpers for tests that use controller-runtime's fake
-// client.
-package kubetest
+package test
 
 import (
 	"context"
