@@ -20,3 +20,12 @@ func FailPatches(n int, err error) interceptor.Funcs {
 		},
 	}
 }
+
+// Objects is objs as client.Objects, for a fake client's WithObjects.
+func Objects[T client.Object](objs ...T) []client.Object {
+	out := make([]client.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+	}
+	return out
+}
