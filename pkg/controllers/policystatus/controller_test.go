@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -116,11 +117,10 @@ func reconcileStatus(t *testing.T, c client.Client, cap capacity.Capacity, name 
 	return p.Status
 }
 
+// condition is st's condition of type typ, the zero one when there is none.
 func condition(st v1alpha1.PlacementPolicyStatus, typ string) metav1.Condition {
-	for _, c := range st.Conditions {
-		if c.Type == typ {
-			return c
-		}
+	if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
+		return *c
 	}
 	return metav1.Condition{}
 }
