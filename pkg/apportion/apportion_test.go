@@ -330,22 +330,15 @@ func TestUnavailableGroupsRenormalise(t *testing.T) {
 }
 
 func BenchmarkNext10Groups(b *testing.B) {
-	gs := make([]Group, 10)
-	for i := range gs {
-		gs[i] = Group{Base: int64(i % 3), Weight: int64(1 + i)}
-	}
-	m := mustNew(b, gs...)
-	counts := m.Counts(1000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if m.Next(counts, All) < 0 {
-			b.Fatal("no group")
-		}
-	}
+	benchmark10Groups(b, func(m *Method, counts []int64) int { return m.Next(counts, All) })
 }
 
 func BenchmarkVictim10Groups(b *testing.B) {
+	benchmark10Groups(b, func(m *Method, counts []int64) int { return m.Victim(counts, All) })
+}
+
+// benchmark10Groups times pick over ten groups holding 1000 pods.
+func benchmark10Groups(b *testing.B, pick func(*Method, []int64) int) {
 	gs := make([]Group, 10)
 	for i := range gs {
 		gs[i] = Group{Base: int64(i % 3), Weight: int64(1 + i)}
@@ -355,7 +348,7 @@ func BenchmarkVictim10Groups(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if m.Victim(counts, All) < 0 {
+		if pick(m, counts) < 0 {
 			b.Fatal("no group")
 		}
 	}

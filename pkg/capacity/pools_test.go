@@ -7,8 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -17,6 +15,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // TestNodeLabelCapacityListsOnlyWhenInvalidated: node-label mode answers
@@ -24,10 +23,10 @@ import (
 func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 	ctx := context.Background()
 	node := func(name, size string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"nodesize": size}}}
+		return test.Node(name, map[string]string{"nodesize": size})
 	}
 	lists := 0
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(node("a", "small")).Build(), interceptor.Funcs{
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(node("a", "small")).Build(), interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			lists++
 			return c.List(ctx, list, opts...)
@@ -67,9 +66,9 @@ func TestNodeLabelCapacityListsOnlyWhenInvalidated(t *testing.T) {
 // naming another architecture is never served.
 func TestNodeLabelCapacityArchitectures(t *testing.T) {
 	ctx := context.Background()
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"pool": "x", corev1.LabelArchStable: "amd64"}}},
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"pool": "y", corev1.LabelArchStable: "arm64"}}},
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(
+		test.Node("a", map[string]string{"pool": "x", corev1.LabelArchStable: "amd64"}),
+		test.Node("b", map[string]string{"pool": "y", corev1.LabelArchStable: "arm64"}),
 	).Build()
 	s, err := strategy.Parse("pool=x,weight=1:pool=y,weight=1:kubernetes.io/arch=arm64,weight=1")
 	if err != nil {
@@ -99,8 +98,8 @@ func TestNodeLabelCapacityArchitectures(t *testing.T) {
 // without nodes is still served; the tracker leaves a group out either way.
 func TestNodeLabelCapacityScaleFromZeroAndTracker(t *testing.T) {
 	ctx := context.Background()
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"pool": "x"}}}).Build()
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(
+		test.Node("a", map[string]string{"pool": "x"})).Build()
 	s, err := strategy.Parse("pool=x,weight=1:pool=y,weight=1")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,13 @@ import (
 
 var start = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 
+// newTracker is a tracker with a 3m first outage and a 30m cap, on a fake
+// clock at start.
+func newTracker() (*clocktesting.FakeClock, *Tracker) {
+	clk := clocktesting.NewFakeClock(start)
+	return clk, NewTracker(clk, 3*time.Minute, 30*time.Minute)
+}
+
 func TestKeys(t *testing.T) {
 	for _, tc := range []struct {
 		key        Key
@@ -29,8 +36,7 @@ func TestKeys(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	clk, tr := newTracker()
 	k := PoolKey("spot")
 	if out, _, until := tr.Unavailable(k); out || !until.IsZero() {
 		t.Fatalf("never marked: out %v until %v", out, until)
@@ -63,8 +69,7 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestNoExtensionWhileOut(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	clk, tr := newTracker()
 	k := LabelsKey("a=b")
 	first, _ := tr.Mark(k, "not_ready")
 	clk.Step(2 * time.Minute)
@@ -84,8 +89,7 @@ func TestNoExtensionWhileOut(t *testing.T) {
 // TestBackoff: every mark shortly after the key came back doubles the TTL,
 // up to maxTTL; after maxTTL available, the TTL starts again from ttl.
 func TestBackoff(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	clk, tr := newTracker()
 	k := PoolKey("spot")
 	for i, want := range []time.Duration{3, 6, 12, 24, 30, 30} {
 		until, newly := tr.Mark(k, "launch_failed")
@@ -135,8 +139,7 @@ func TestSnapshotForgetsOldKeys(t *testing.T) {
 // TestConcurrent: concurrent marks of one key report one new outage, and
 // readers see a consistent state (run with -race).
 func TestConcurrent(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	_, tr := newTracker()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	newlies := map[Key]int{}
@@ -219,8 +222,7 @@ func TestScopedKeys(t *testing.T) {
 // TestScopedOutages: a workload's outage and the cluster-wide one are
 // separate keys.
 func TestScopedOutages(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	_, tr := newTracker()
 	spot := PoolKey("spot")
 	mine, theirs := Scoped("mine", spot), Scoped("theirs", spot)
 	tr.Mark(mine, "no_nodeclaim")
@@ -243,8 +245,7 @@ func TestScopedOutages(t *testing.T) {
 }
 
 func TestExtend(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	clk, tr := newTracker()
 	k := PoolKey("spot")
 	if until := tr.Extend(k, "limits"); !until.IsZero() {
 		t.Fatalf("extending a key never out: %v", until)
@@ -285,8 +286,7 @@ func TestExtend(t *testing.T) {
 }
 
 func TestLift(t *testing.T) {
-	clk := clocktesting.NewFakeClock(start)
-	tr := NewTracker(clk, 3*time.Minute, 30*time.Minute)
+	clk, tr := newTracker()
 	k := PoolKey("spot")
 	if tr.Lift(k) {
 		t.Fatal("lifted a key never out")

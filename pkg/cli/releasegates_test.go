@@ -13,26 +13,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 func gatedPod(namespace, name string, gates ...string) *corev1.Pod {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	for _, g := range gates {
-		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
-	}
-	return pod
+	return test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Gates: gates})
 }
 
 // podCluster is a fake API server. Listing by metadata.name, as the retry
 // does, needs the index the real API server has built in.
 func podCluster(funcs *interceptor.Funcs, pods ...client.Object) (client.Client, client.WithWatch) {
-	base := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pods...).
+	base := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pods...).
 		WithIndex(&corev1.Pod{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).Build()
 	if funcs == nil {
 		return base, base

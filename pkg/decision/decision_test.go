@@ -9,6 +9,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 func req(key string, values ...string) corev1.NodeSelectorRequirement {
@@ -18,7 +19,7 @@ func req(key string, values ...string) corev1.NodeSelectorRequirement {
 var spot = strategy.Group{Labels: []strategy.Label{{Key: "karpenter.sh/capacity-type", Value: "spot"}}, Weight: 3}
 
 func gatedPod() *corev1.Pod {
-	return &corev1.Pod{Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "other"}, {Name: annotations.PlacementGate}}}}
+	return test.Pod(test.PodOptions{Gates: []string{"other"}, Gated: true})
 }
 
 func TestApplyRequiredWithoutUserAffinity(t *testing.T) {

@@ -9,12 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // TestAPIErrorStopsWithTheController: a failed write is counted and
@@ -45,11 +44,8 @@ func TestAPIErrorStopsWithTheController(t *testing.T) {
 // since it was read.
 func TestReleaseKeepsOtherGatesAndLocks(t *testing.T) {
 	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p"},
-		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "other"}, {Name: annotations.PlacementGate}}},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build()
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p"}, Gates: []string{"other"}, Gated: true})
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod).Build()
 	var stale corev1.Pod
 	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &stale); err != nil {
 		t.Fatal(err)

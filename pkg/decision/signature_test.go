@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 const (
@@ -53,7 +54,7 @@ func TestReadTakesOnlySignedDecisions(t *testing.T) {
 		}, &Verified{}},
 		{"undecided", func() *corev1.Pod { return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1"}} }, nil},
 		{"unsigned", func() *corev1.Pod {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1", Annotations: map[string]string{annotations.Group: spotKey, annotations.NodePool: "spot"}}}
+			return test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{UID: "p1"}, Group: spotKey, NodePool: "spot"})
 		}, nil},
 		{"signature copied from another pod", func() *corev1.Pod {
 			pod := signedPod(s, "p2", Decision{Group: spot, NodePool: "spot"})

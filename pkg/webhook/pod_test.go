@@ -232,11 +232,10 @@ func TestPodMutatorWarnsAboutKnobsOnce(t *testing.T) {
 	}
 }
 
-// BenchmarkPodMutator measures one admission of a Deployment pod whose
-// strategy is on the Deployment, reading owners from an in-memory cache that
-// behaves like the informer cache.
-func BenchmarkPodMutator(b *testing.B) {
-	m := newMutator(b, true, nil)
+// ownersCache is an in-memory cache that behaves like the informer cache,
+// holding the Deployment web/nginx (strategy good) and its ReplicaSet.
+func ownersCache(b *testing.B) *memcache.Reader {
+	b.Helper()
 	cache := memcache.New(test.Scheme())
 	if err := cache.Add(
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: map[string]string{annotations.Strategy: good}}},
@@ -244,7 +243,15 @@ func BenchmarkPodMutator(b *testing.B) {
 	); err != nil {
 		b.Fatal(err)
 	}
-	m.Reader = cache
+	return cache
+}
+
+// BenchmarkPodMutator measures one admission of a Deployment pod whose
+// strategy is on the Deployment, reading owners from an in-memory cache that
+// behaves like the informer cache.
+func BenchmarkPodMutator(b *testing.B) {
+	m := newMutator(b, true, nil)
+	m.Reader = ownersCache(b)
 	req := request(b, "web", rsPod())
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -470,14 +477,7 @@ func TestPodMutatorPolicies(t *testing.T) {
 func benchmarkProfiles(b *testing.B, pod *corev1.Pod, wantOps int) {
 	m := newMutator(b, true, nil)
 	m.Profiles = kataProfiles(b)
-	cache := memcache.New(test.Scheme())
-	if err := cache.Add(
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Annotations: map[string]string{annotations.Strategy: good}}},
-		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1", OwnerReferences: test.OwnedBy("apps/v1", "Deployment", "nginx", "d1")}},
-	); err != nil {
-		b.Fatal(err)
-	}
-	m.Reader = cache
+	m.Reader = ownersCache(b)
 	req := request(b, "web", pod)
 	ctx := context.Background()
 	b.ReportAllocs()

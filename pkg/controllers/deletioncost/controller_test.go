@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,9 +30,8 @@ var testSigner = decision.RandomSigner()
 // pod is not touched at all.
 func TestReconcileOrdersStraysFirst(t *testing.T) {
 	const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid",
-		Annotations: map[string]string{annotations.Strategy: seed004}}}
-	plain := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "plain", UID: "plain-uid"}}
+	deploy, _ := test.Workload(map[string]string{annotations.Strategy: seed004})
+	plain := test.Deployment(metav1.ObjectMeta{Namespace: "web", Name: "plain", UID: "plain-uid"})
 	rs := func(name string, owner *appsv1.Deployment) *appsv1.ReplicaSet {
 		return test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid")}, owner)
 	}
@@ -55,13 +53,7 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 		pod(placed, 4, "", true),  // still gated
 		pod(unplaced, 0, "", false), pod(unplaced, 1, "", false),
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
-			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
-				return []string{k}
-			}
-			return nil
-		}).Build()
+	c := ownedPodsClient(objs...)
 	ctrl := NewController(c, testSigner)
 	ctx := context.Background()
 	for _, r := range []*appsv1.ReplicaSet{placed, unplaced} {
@@ -103,8 +95,7 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 func TestForgedDecisionsAreStrays(t *testing.T) {
 	const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 	const od, spot = "karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid",
-		Annotations: map[string]string{annotations.Strategy: seed004}}}
+	deploy, _ := test.Workload(map[string]string{annotations.Strategy: seed004})
 	rs := func(name string) *appsv1.ReplicaSet {
 		return test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid")}, deploy)
 	}
@@ -139,13 +130,7 @@ func TestForgedDecisionsAreStrays(t *testing.T) {
 	for _, p := range append(append(append([]*corev1.Pod{}, decided...), forged...), alone...) {
 		objs = append(objs, p)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
-			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
-				return []string{k}
-			}
-			return nil
-		}).Build()
+	c := ownedPodsClient(objs...)
 	ctrl := NewController(c, testSigner)
 	ctx := context.Background()
 	for _, p := range append(append([]*corev1.Pod{}, forged...), alone...) {
@@ -193,4 +178,16 @@ func TestForgedDecisionsAreStrays(t *testing.T) {
 			t.Errorf("pod %s of a revision without a signed decision got cost %d", p.Name, n)
 		}
 	}
+}
+
+// ownedPodsClient is a fake client holding objs, with the pods indexed by
+// their owner as the operator's cache indexes them.
+func ownedPodsClient(objs ...client.Object) client.Client {
+	return fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
+			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
+				return []string{k}
+			}
+			return nil
+		}).Build()
 }

@@ -18,10 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -41,6 +39,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -63,20 +62,6 @@ var testSigner = func() *decision.Signer {
 func sign(p *corev1.Pod) *corev1.Pod {
 	p.Annotations[annotations.Signature] = testSigner.Sign(p.UID, p.Annotations[annotations.Group], p.Annotations[annotations.NodePool])
 	return p
-}
-
-// scheme is operator.Scheme's content (operator wires this package, so the
-// test cannot import it).
-func scheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	gv := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
-	s.AddKnownTypes(gv, &karpv1.NodePool{}, &karpv1.NodePoolList{}, &karpv1.NodeClaim{}, &karpv1.NodeClaimList{})
-	metav1.AddToGroupVersion(s, gv)
-	return s
 }
 
 // countingLimiter counts the waits and never blocks.
@@ -104,9 +89,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts Options, funcs *interceptor.Funcs, deployAnnotations map[string]string, objs ...client.Object) *fixture {
 	t.Helper()
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid", Annotations: deployAnnotations}}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "deploy-uid", Controller: ptr.To(true)}}}}
+	deploy, rs := test.Workload(deployAnnotations)
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "db", UID: "sts-uid"}}
 	if opts.DeleteQPS == 0 {
 		opts.DeleteQPS = DefaultDeleteQPS
@@ -115,7 +98,7 @@ func newFixture(t *testing.T, opts Options, funcs *interceptor.Funcs, deployAnno
 		opts.Signer = testSigner
 	}
 	indexer := &Controller{opts: opts}
-	var c client.Client = fake.NewClientBuilder().WithScheme(scheme(t)).
+	var c client.Client = fake.NewClientBuilder().WithScheme(test.Scheme()).
 		WithIndex(&corev1.Pod{}, PodKeyIndex, indexer.podIndex).
 		WithIndex(&karpv1.NodeClaim{}, ClaimOnTheWayIndex, claimIndex).
 		WithObjects(append(objs, deploy, rs, sts)...).Build()
@@ -134,17 +117,11 @@ type podOpt func(*corev1.Pod)
 // pendingPod is a decided pod of the nginx Deployment in pool, unschedulable
 // since at; its decision is signed (after opts).
 func pendingPod(name, pool string, at time.Time, opts ...podOpt) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
-			CreationTimestamp: metav1.NewTime(at.Add(-time.Second)),
-			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
-			Annotations:       map[string]string{annotations.Group: spotGroup, annotations.NodePool: pool},
-			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs-uid", Controller: ptr.To(true)}},
-		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
-			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(at),
-		}}},
-	}
+	_, rs := test.Workload(nil)
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name + "-uid"),
+		CreationTimestamp: metav1.NewTime(at.Add(-time.Second)),
+		Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
+	}, Owner: rs, Group: spotGroup, NodePool: pool, Phase: corev1.PodPending, Conditions: []corev1.PodCondition{test.Unschedulable(at)}})
 	for _, o := range opts {
 		o(pod)
 	}
@@ -153,7 +130,7 @@ func pendingPod(name, pool string, at time.Time, opts ...podOpt) *corev1.Pod {
 
 func ownedBy(kind, name, uid string) podOpt {
 	return func(p *corev1.Pod) {
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(uid), Controller: ptr.To(true)}}
+		p.OwnerReferences = test.OwnedBy("apps/v1", kind, name, types.UID(uid))
 	}
 }
 
@@ -162,8 +139,7 @@ func withAnnotation(k, v string) podOpt {
 }
 
 func nodePool(name string, ready metav1.ConditionStatus, mutate ...func(*karpv1.NodePool)) *karpv1.NodePool {
-	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")},
-		Status: karpv1.NodePoolStatus{Conditions: []status.Condition{{Type: status.ConditionReady, Status: ready, Reason: "Testing", Message: "set by the test"}}}}
+	np := test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")}, Ready: ready})
 	for _, m := range mutate {
 		m(np)
 	}
@@ -171,9 +147,7 @@ func nodePool(name string, ready metav1.ConditionStatus, mutate ...func(*karpv1.
 }
 
 func nodeClaim(name, pool string, created time.Time, conds ...status.Condition) *karpv1.NodeClaim {
-	return &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid"), CreationTimestamp: metav1.NewTime(created),
-		Labels: map[string]string{karpv1.NodePoolLabelKey: pool}},
-		Status: karpv1.NodeClaimStatus{Conditions: conds}}
+	return test.NodeClaim(metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid"), CreationTimestamp: metav1.NewTime(created)}, pool, conds...)
 }
 
 func (f *fixture) get(name string) (*corev1.Pod, bool) {
@@ -1123,7 +1097,7 @@ func TestZeroQPSDeletesNone(t *testing.T) {
 func TestRegister(t *testing.T) {
 	for _, nodeLabels := range []bool{false, true} {
 		m, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
-			Scheme:  scheme(t),
+			Scheme:  test.Scheme(),
 			Metrics: metricsserver.Options{BindAddress: "0"},
 			MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 				rm := meta.NewDefaultRESTMapper(nil)

@@ -7,13 +7,11 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -22,24 +20,21 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // tenantWorkload is a Deployment name (UID name-deploy-uid) and its
 // ReplicaSet name-1 in namespace tenant.
 func tenantWorkload(name string, ann map[string]string) []client.Object {
-	uid := types.UID(name + "-deploy-uid")
-	return []client.Object{
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, UID: uid, Annotations: ann}},
-		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name + "-1", UID: types.UID(name + "-rs-uid"),
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: uid, Controller: ptr.To(true)}}}},
-	}
+	deploy := test.Deployment(metav1.ObjectMeta{Namespace: "tenant", Name: name, UID: types.UID(name + "-deploy-uid"), Annotations: ann})
+	return []client.Object{deploy, test.ReplicaSet(metav1.ObjectMeta{Namespace: "tenant", Name: name + "-1", UID: types.UID(name + "-rs-uid")}, deploy)}
 }
 
 // inTenant makes the pod one of the tenant workload's.
 func inTenant(workload string) podOpt {
 	return func(p *corev1.Pod) {
 		p.Namespace = "tenant"
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: workload + "-1", UID: types.UID(workload + "-rs-uid"), Controller: ptr.To(true)}}
+		p.OwnerReferences = test.OwnedBy("apps/v1", "ReplicaSet", workload+"-1", types.UID(workload+"-rs-uid"))
 	}
 }
 

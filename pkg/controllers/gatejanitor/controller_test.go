@@ -9,24 +9,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 func TestReleasesAfterTimeoutOnly(t *testing.T) {
 	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)},
-		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "other"}, {Name: annotations.PlacementGate}}},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build()
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)},
+		Gates: []string{"other"}, Gated: true})
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod).Build()
 	clk := clocktesting.NewFakeClock(start.Add(10 * time.Second))
 	rec := events.NewFakeRecorder(5)
 	j := NewController(clk, c, rec, 30*time.Second)
@@ -68,12 +64,9 @@ func TestReleasesAfterTimeoutOnly(t *testing.T) {
 // the pod once the API answers.
 func TestReleaseErrorIsRetried(t *testing.T) {
 	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "p-uid", CreationTimestamp: metav1.NewTime(start)},
-		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}},
-	}
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build(),
-		kubetest.FailPatches(1, apierrors.NewServiceUnavailable("apiserver restarting")))
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "p-uid", CreationTimestamp: metav1.NewTime(start)}, Gated: true})
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod).Build(),
+		test.FailPatches(1, apierrors.NewServiceUnavailable("apiserver restarting")))
 	j := NewController(clocktesting.NewFakeClock(start.Add(time.Minute)), c, events.NewFakeRecorder(5), 30*time.Second)
 	ctx := context.Background()
 	for attempt := 1; attempt <= 2; attempt++ {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +24,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
 	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -55,29 +55,17 @@ var benchSigner = decision.RandomSigner()
 // `pools` NodePools.
 func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.Reader, *placement.Tally, *corev1.Pod) {
 	tally := placement.NewTally().WithSigner(benchSigner)
-	scheme, err := operator.Scheme()
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := memcache.New(scheme)
+	r := memcache.New(test.Scheme())
 	groups := []string{"karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"}
 	for w := 0; w < workloads; w++ {
 		name := fmt.Sprintf("app-%d", w)
-		dUID, rsUID := types.UID("d-"+name), types.UID("rs-"+name)
-		objs := []client.Object{
-			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: dUID, Annotations: map[string]string{annotations.Strategy: seed004}}},
-			&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name + "-abc", UID: rsUID,
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: dUID, Controller: ptr.To(true)}}}},
-		}
+		deploy := test.Deployment(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID("d-" + name), Annotations: map[string]string{annotations.Strategy: seed004}})
+		rs := test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: name + "-abc", UID: types.UID("rs-" + name)}, deploy)
+		objs := []client.Object{deploy, rs}
 		for i := 0; i < perWorkload; i++ {
-			uid := types.UID(fmt.Sprintf("%s-%d", name, i))
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-abc-%d", name, i), UID: uid,
-				Labels: map[string]string{workload.PodTemplateHashLabel: "abc", "app": name},
-				Annotations: map[string]string{annotations.Group: groups[i%2], annotations.NodePool: "pool-1",
-					annotations.Signature: benchSigner.Sign(uid, groups[i%2], "pool-1")},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-abc", UID: rsUID, Controller: ptr.To(true)}}},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-			objs = append(objs, pod)
+			objs = append(objs, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-abc-%d", name, i), UID: types.UID(fmt.Sprintf("%s-%d", name, i)),
+				Labels: map[string]string{workload.PodTemplateHashLabel: "abc", "app": name}},
+				Owner: rs, Phase: corev1.PodRunning, Group: groups[i%2], NodePool: "pool-1", Signer: benchSigner}))
 		}
 		if err := r.Add(objs...); err != nil {
 			b.Fatal(err)
@@ -91,16 +79,13 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 	for p := 0; p < pools; p++ {
 		ct := []string{"on-demand", "spot"}[p%2]
 		np := nodePool(fmt.Sprintf("pool-%d", p), int32(p), ct)
-		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, karpv1.NodeSelectorRequirementWithMinValues{
-			Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{[]string{"amd64", "arm64"}[p%4/2]}})
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, test.Requirement(corev1.LabelArchStable, []string{"amd64", "arm64"}[p%4/2]))
 		if err := r.Add(np); err != nil {
 			b.Fatal(err)
 		}
 	}
-	gated := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "app-0-abc-new", UID: "new",
-		Labels:          map[string]string{workload.PodTemplateHashLabel: "abc"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "app-0-abc", UID: "rs-app-0", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	gated := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "app-0-abc-new", UID: "new",
+		Labels: map[string]string{workload.PodTemplateHashLabel: "abc"}}, Owner: app0RS, Gated: true})
 	return r, tally, gated
 }
 
@@ -173,6 +158,10 @@ func BenchmarkMemoryPerCachedPod(b *testing.B) {
 		})
 	}
 }
+
+// app0RS is the ReplicaSet of the first workload cachedCluster adds, the
+// one the benchmarks' gated pods and strays belong to.
+var app0RS = test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: "app-0-abc", UID: "rs-app-0"}, nil)
 
 // typicalPod is a decided (signed) Deployment pod with one container, a service
 // account volume, probes and a running status, as a cache would receive it.
@@ -248,14 +237,12 @@ func addStrays(b *testing.B, r *memcache.Reader, tally *placement.Tally, n, perN
 		node := fmt.Sprintf("node-%d", i/perNode)
 		if i%perNode == 0 {
 			ct := []string{"on-demand", "spot"}[(i/perNode)%2]
-			if err := r.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{karpv1.CapacityTypeLabelKey: ct}}}); err != nil {
+			if err := r.Add(test.Node(node, map[string]string{karpv1.CapacityTypeLabelKey: ct})); err != nil {
 				b.Fatal(err)
 			}
 		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("stray-%d", i), UID: types.UID(fmt.Sprintf("stray-%d", i)),
-			Labels:          map[string]string{workload.PodTemplateHashLabel: "abc"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "app-0-abc", UID: "rs-app-0", Controller: ptr.To(true)}}},
-			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("stray-%d", i), UID: types.UID(fmt.Sprintf("stray-%d", i)),
+			Labels: map[string]string{workload.PodTemplateHashLabel: "abc"}}, Owner: app0RS, NodeName: node, Phase: corev1.PodRunning})
 		tally.Observe(pod)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -25,11 +24,10 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
-	"github.com/apportion-dev/apportion/pkg/internal/kubetest"
 	"github.com/apportion-dev/apportion/pkg/metrics"
-	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -49,14 +47,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...client.Object) *fixture {
 	t.Helper()
-	scheme, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid", Annotations: deployAnnotations}}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "deploy-uid", Controller: ptr.To(true)}}}}
-	c := fake.NewClientBuilder().WithScheme(scheme).
+	deploy, rs := test.Workload(deployAnnotations)
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).
 		WithObjects(append(objs, deploy, rs)...).Build()
 	f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs, tally: placement.NewTally()}
 	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
@@ -65,12 +57,11 @@ func newFixture(t *testing.T, deployAnnotations map[string]string, objs ...clien
 
 func (f *fixture) gatedPod(t *testing.T, i int, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "web", Name: fmt.Sprintf("nginx-abc-%03d", i), UID: types.UID(fmt.Sprintf("pod-%d", i)),
 		CreationTimestamp: metav1.NewTime(now),
 		Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"},
-		OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs-uid", Controller: ptr.To(true)}},
-	}, Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	}, Owner: f.rs, Gated: true})
 	for _, m := range mutate {
 		m(pod)
 	}
@@ -102,11 +93,8 @@ func (f *fixture) reconcile(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 }
 
 func nodePool(name string, weight int32, capacityType string) *karpv1.NodePool {
-	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	np.Spec.Weight = &weight
-	np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{
-		Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{capacityType}}}
-	return np
+	return test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: name}, Weight: weight,
+		Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(karpv1.CapacityTypeLabelKey, capacityType)}})
 }
 
 func TestSeed004PlacesExactly(t *testing.T) {
@@ -193,7 +181,7 @@ func TestUserConstraintsAreKept(t *testing.T) {
 // decided once the API answers again.
 func TestAPIErrorIsReturned(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
-	c := interceptor.NewClient(f.client.(client.WithWatch), kubetest.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
+	c := interceptor.NewClient(f.client.(client.WithWatch), test.FailPatches(2, apierrors.NewInternalError(fmt.Errorf("etcd is having a bad day"))))
 	ctrl := placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
 	pod := f.gatedPod(t, 0)
 	ctx := context.Background()

@@ -9,11 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // fakeImages answers every pod with the same result or error and records
@@ -46,20 +46,11 @@ func result(ref string, archs ...string) *imagearch.Result {
 func archPools() []*karpv1.NodePool {
 	pool := func(name string, weight int32, ct, arch string) *karpv1.NodePool {
 		np := nodePool(name, weight, ct)
-		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, karpv1.NodeSelectorRequirementWithMinValues{
-			Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{arch}})
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, test.Requirement(corev1.LabelArchStable, arch))
 		return np
 	}
 	return []*karpv1.NodePool{pool("od-amd64", 30, "on-demand", "amd64"), pool("od-arm64", 20, "on-demand", "arm64"),
 		pool("spot-amd64", 50, "spot", "amd64"), pool("spot-arm64", 40, "spot", "arm64")}
-}
-
-func asObjects(pools []*karpv1.NodePool) []client.Object {
-	out := make([]client.Object, len(pools))
-	for i, p := range pools {
-		out[i] = p
-	}
-	return out
 }
 
 func requiredArch(pod *corev1.Pod) []string {
@@ -91,7 +82,7 @@ func drainEvents(f *fixture) string {
 // images still splits 4/6, every pod pinned to an arm64 pool with the
 // architecture required.
 func TestArm64OnlyImageKeepsTheSplitOnArm64Pools(t *testing.T) {
-	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, asObjects(archPools())...)
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, test.Objects(archPools()...)...)
 	images := &fakeImages{res: result("example.com/app:1", "arm64")}
 	f.ctrl.WithImages(images, 2*time.Second)
 	pools := map[string]int{}
@@ -116,7 +107,7 @@ func TestArm64OnlyImageKeepsTheSplitOnArm64Pools(t *testing.T) {
 // TestGroupWithAnotherArchitectureIsLeftOut: an arm64 group and amd64-only
 // images: every pod goes to the amd64 group, with an Event naming the image.
 func TestGroupWithAnotherArchitectureIsLeftOut(t *testing.T) {
-	f := newFixture(t, map[string]string{annotations.Strategy: "kubernetes.io/arch=arm64,weight=1:kubernetes.io/arch=amd64,weight=1"}, asObjects(archPools())...)
+	f := newFixture(t, map[string]string{annotations.Strategy: "kubernetes.io/arch=arm64,weight=1:kubernetes.io/arch=amd64,weight=1"}, test.Objects(archPools()...)...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/amd64only:1", "amd64")}, time.Second)
 	for i := range 4 {
 		pod := f.reconcile(t, f.gatedPod(t, i))
@@ -133,7 +124,7 @@ func TestGroupWithAnotherArchitectureIsLeftOut(t *testing.T) {
 // TestNoCompatibleGroupReleasesUnconstrained: the only group is arm64 and the
 // images are amd64-only: the pod is released without any constraint.
 func TestNoCompatibleGroupReleasesUnconstrained(t *testing.T) {
-	f := newFixture(t, map[string]string{annotations.Strategy: "kubernetes.io/arch=arm64,weight=1"}, asObjects(archPools())...)
+	f := newFixture(t, map[string]string{annotations.Strategy: "kubernetes.io/arch=arm64,weight=1"}, test.Objects(archPools()...)...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/amd64only:1", "amd64")}, time.Second)
 	pod := f.reconcile(t, f.gatedPod(t, 0))
 	if len(pod.Spec.SchedulingGates) != 0 || pod.Spec.Affinity != nil || pod.Annotations[annotations.Group] != "" {
@@ -148,7 +139,7 @@ func TestNoCompatibleGroupReleasesUnconstrained(t *testing.T) {
 // blocks the pod: the split goes on without an architecture constraint, one
 // Event per workload however many pods fail.
 func TestInspectionFailurePlacesWithoutArchitecture(t *testing.T) {
-	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, asObjects(archPools())...)
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, test.Objects(archPools()...)...)
 	f.ctrl.WithImages(&fakeImages{err: errors.New("example.com/app:1: connection refused")}, time.Second)
 	for i := range 3 {
 		pod := f.reconcile(t, f.gatedPod(t, i))
@@ -167,7 +158,7 @@ func TestInspectionFailurePlacesWithoutArchitecture(t *testing.T) {
 // TestUserArchitectureIsRespected: the user's own nodeSelector arch is kept
 // and ANDed: the pool chosen runs it.
 func TestUserArchitectureIsRespected(t *testing.T) {
-	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, asObjects(archPools())...)
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, test.Objects(archPools()...)...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/multi:1", "amd64", "arm64")}, time.Second)
 	pod := f.reconcile(t, f.gatedPod(t, 0, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{corev1.LabelArchStable: "arm64"} }))
 	if pod.Annotations[annotations.NodePool] != "od-arm64" || pod.Spec.NodeSelector[corev1.LabelArchStable] != "arm64" {
@@ -180,7 +171,7 @@ func TestUserArchitectureIsRespected(t *testing.T) {
 // pin, so that Karpenter falls back across its pools as for any pod.
 func TestArchitectureOnlyPlacement(t *testing.T) {
 	optedIn := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{annotations.Architectures: "auto"}}}
-	f := newFixture(t, nil, append(asObjects(archPools()), optedIn)...)
+	f := newFixture(t, nil, append(test.Objects(archPools()...), optedIn)...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/arm64only:1", "arm64")}, time.Second)
 	pod := f.reconcile(t, f.gatedPod(t, 0))
 	if _, ok := pod.Annotations[annotations.Group]; ok || len(pod.Spec.SchedulingGates) != 0 {
@@ -200,8 +191,7 @@ func TestArchitectureOnlyPlacement(t *testing.T) {
 		}
 	}
 	// A bare pod too.
-	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "bare", CreationTimestamp: metav1.NewTime(now)},
-		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	bare := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "bare", CreationTimestamp: metav1.NewTime(now)}, Gated: true})
 	if err := f.client.Create(context.Background(), bare); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +209,7 @@ func TestArchitectureOnlyPlacement(t *testing.T) {
 // on-demand node; the next decision counts them as on-demand (seed 004's
 // base) and sends the pod to spot.
 func TestStraysCountByTheirNode(t *testing.T) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "od-node", Labels: map[string]string{karpv1.CapacityTypeLabelKey: "on-demand"}}}
+	node := test.Node("od-node", map[string]string{karpv1.CapacityTypeLabelKey: "on-demand"})
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, node, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	f.ctrl.WithNodes(f.client)
 	for i := range 2 {
@@ -239,10 +229,9 @@ func TestStraysCountByTheirNode(t *testing.T) {
 // architecture, no annotation. With --architectures=all they are placed by
 // architecture.
 func TestGatedWithoutOptInIsReleasedUnchanged(t *testing.T) {
-	f := newFixture(t, nil, asObjects(archPools())...)
+	f := newFixture(t, nil, test.Objects(archPools()...)...)
 	f.ctrl.WithImages(&fakeImages{res: result("example.com/app:1", "amd64")}, time.Second)
-	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "bare", CreationTimestamp: metav1.NewTime(now)},
-		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}}}
+	bare := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "bare", UID: "bare", CreationTimestamp: metav1.NewTime(now)}, Gated: true})
 	if err := f.client.Create(context.Background(), bare); err != nil {
 		t.Fatal(err)
 	}

@@ -10,25 +10,28 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // tallySigner signs the fixtures' decisions; newTally gives it to the tally.
 var tallySigner = decision.RandomSigner()
+
+// tallyRS owns the tally's pods.
+var tallyRS = test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: "rs", UID: "rs1"}, nil)
 
 func newTally() *Tally { return NewTally().WithSigner(tallySigner) }
 
 // tallyPod is a pod of ReplicaSet rs1, decided for group (signed) unless
 // group is empty.
 func tallyPod(uid, group string, mutate ...func(*corev1.Pod)) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: uid, UID: types.UID(uid),
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs1", Controller: ptr.To(true)}}}}
+	o := test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: uid, UID: types.UID(uid)}, Owner: tallyRS}
 	if group != "" {
-		p.Annotations = map[string]string{annotations.Group: group, annotations.Signature: tallySigner.Sign(p.UID, group, "")}
+		o.Group, o.Signer = group, tallySigner
 	}
+	p := test.Pod(o)
 	for _, m := range mutate {
 		m(p)
 	}

@@ -9,9 +9,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -25,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -57,10 +58,8 @@ func structured() *v1alpha1.Strategy {
 }
 
 func newPolicy(name string, age time.Duration, target v1alpha1.Target) *v1alpha1.PlacementPolicy {
-	return &v1alpha1.PlacementPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name), Generation: 3, CreationTimestamp: metav1.NewTime(epoch.Add(-age))},
-		Spec:       v1alpha1.PlacementPolicySpec{Target: target, Strategy: structured(), Mode: v1alpha1.ModeRequired},
-	}
+	return test.PlacementPolicy(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name), Generation: 3, CreationTimestamp: metav1.NewTime(epoch.Add(-age))},
+		v1alpha1.PlacementPolicySpec{Target: target, Strategy: structured(), Mode: v1alpha1.ModeRequired})
 }
 
 func fixture(t *testing.T, deployAnnotations map[string]string, objs ...client.Object) client.Client {
@@ -71,24 +70,13 @@ func fixture(t *testing.T, deployAnnotations map[string]string, objs ...client.O
 // fixtureWith is fixture with the client's calls intercepted by funcs.
 func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[string]string, objs ...client.Object) client.Client {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, appsv1.AddToScheme, corev1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Labels: map[string]string{"team": "a"}, Annotations: deployAnnotations},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](10)}}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: "d1", Controller: ptr.To(true)}}}}
-	objs = append(objs, deploy, rs,
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "od-1", Labels: map[string]string{ct: "on-demand"}}},
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Labels: map[string]string{ct: "spot"}}},
-	)
+	deploy := test.Deployment(metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "d1", Labels: map[string]string{"team": "a"}, Annotations: deployAnnotations})
+	deploy.Spec.Replicas = ptr.To[int32](10)
+	rs := test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs1"}, deploy)
+	objs = append(objs, deploy, rs, test.Node("od-1", map[string]string{ct: "on-demand"}), test.Node("spot-1", map[string]string{ct: "spot"}))
 	pod := func(i int, node string, phase corev1.PodPhase) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", i), UID: types.UID(fmt.Sprint("p", i)),
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nginx-abc", UID: "rs1", Controller: ptr.To(true)}}},
-			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+		return test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", i), UID: types.UID(fmt.Sprint("p", i))},
+			Owner: rs, NodeName: node, Phase: phase})
 	}
 	for i := range 10 {
 		node := "spot-1"
@@ -98,7 +86,7 @@ func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[s
 		objs = append(objs, pod(i, node, corev1.PodRunning))
 	}
 	objs = append(objs, pod(10, "", corev1.PodPending), pod(11, "spot-1", corev1.PodSucceeded))
-	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+	b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.PlacementPolicy{}).
 		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex)
 	if funcs != nil {
@@ -129,11 +117,10 @@ func reconcileStatus(t *testing.T, c client.Client, groupCapacity capacity.Capac
 	return p.Status
 }
 
+// condition is st's condition of type typ, the zero one when there is none.
 func condition(st v1alpha1.PlacementPolicyStatus, typ string) metav1.Condition {
-	for _, c := range st.Conditions {
-		if c.Type == typ {
-			return c
-		}
+	if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
+		return *c
 	}
 	return metav1.Condition{}
 }

@@ -13,10 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -25,6 +23,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 const (
@@ -81,10 +80,8 @@ func newFixture(t *testing.T, rebalance string, funcs *interceptor.Funcs) *fixtu
 	if rebalance != "" {
 		ann[annotations.Rebalance] = rebalance
 	}
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx", UID: "deploy-uid", Annotations: ann}}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc", UID: "rs-uid",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "nginx", UID: deploy.UID, Controller: ptr.To(true)}}}}
-	b := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(deploy, rs).WithIndex(&corev1.Pod{}, OwnerIndex, ownerIndex)
+	deploy, rs := test.Workload(ann)
+	b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(deploy, rs).WithIndex(&corev1.Pod{}, OwnerIndex, ownerIndex)
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
 	}
@@ -106,24 +103,18 @@ func (f *fixture) pod(group, fallback string, pending bool) string {
 // podWith is pod with mutate applied to it before it is created.
 func (f *fixture) podWith(group, fallback string, pending bool, mutate func(*corev1.Pod)) string {
 	f.n++
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", f.n), UID: types.UID(fmt.Sprintf("pod-%d", f.n)),
-		CreationTimestamp: metav1.NewTime(f.clk.Now()),
-		Annotations:       map[string]string{annotations.Strategy: seed004, annotations.Group: group},
-		OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: f.rs.Name, UID: f.rs.UID, Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeSelector: map[string]string{"team": "web"}, Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-				{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
-				{Key: "karpenter.sh/capacity-type", Operator: corev1.NodeSelectorOpIn, Values: []string{strings.TrimPrefix(group, "karpenter.sh/capacity-type=")}},
-				{Key: "karpenter.sh/nodepool", Operator: corev1.NodeSelectorOpIn, Values: []string{"pool"}},
-			}}}},
-		}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	var out []string
 	if fallback != "" {
-		p.Annotations[annotations.Fallback] = fallback
 		out = strings.Split(fallback, ";")
 	}
-	p.Annotations[annotations.Signature] = testSigner.Sign(p.UID, group, "", out...)
+	p := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("nginx-abc-%d", f.n), UID: types.UID(fmt.Sprintf("pod-%d", f.n)),
+		CreationTimestamp: metav1.NewTime(f.clk.Now()),
+		Annotations:       map[string]string{annotations.Strategy: seed004}},
+		Owner: f.rs, NodeSelector: map[string]string{"team": "web"}, Requirements: []corev1.NodeSelectorRequirement{
+			{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+			{Key: "karpenter.sh/capacity-type", Operator: corev1.NodeSelectorOpIn, Values: []string{strings.TrimPrefix(group, "karpenter.sh/capacity-type=")}},
+			{Key: "karpenter.sh/nodepool", Operator: corev1.NodeSelectorOpIn, Values: []string{"pool"}},
+		}, Phase: corev1.PodRunning, Group: group, Fallback: out, Signer: testSigner})
 	if mutate != nil {
 		mutate(p)
 	}

@@ -1,6 +1,4 @@
-// Package kubetest holds helpers for tests that use controller-runtime's fake
-// client.
-package kubetest
+package test
 
 import (
 	"context"
@@ -21,4 +19,13 @@ func FailPatches(n int, err error) interceptor.Funcs {
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 	}
+}
+
+// Objects is objs as client.Objects, for a fake client's WithObjects.
+func Objects[T client.Object](objs ...T) []client.Object {
+	out := make([]client.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+	}
+	return out
 }
