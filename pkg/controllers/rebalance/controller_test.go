@@ -246,7 +246,7 @@ func TestLeftAlone(t *testing.T) {
 func TestDisruptionBudgetRefusal(t *testing.T) {
 	evictions := 0
 	f := newFixture(t, "true", &interceptor.Funcs{
-		SubResourceCreate: func(_ context.Context, _ client.Client, sub string, obj client.Object, subResource client.Object, opts ...client.SubResourceCreateOption) error {
+		SubResourceCreate: func(context.Context, client.Client, string, client.Object, client.Object, ...client.SubResourceCreateOption) error {
 			evictions++
 			return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
 		},
