@@ -74,7 +74,7 @@ type valueKey struct {
 	// structured: a map of the chart's own keys (the schema lists its
 	// properties), documented key by key; its own default is not shown.
 	structured bool
-	// deprecated: only the schema has the key (see documentedKeys); it
+	// deprecated is true when only the schema has the key (see documentedKeys); it
 	// has no default to show.
 	deprecated bool
 	value      any

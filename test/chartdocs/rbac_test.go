@@ -417,7 +417,7 @@ func renderRBAC(t *testing.T, helm string, m mode) ([]permission, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("helm template: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("helm template: %w\n%s", err, stderr.String())
 	}
 	var perms []permission
 	roles := map[string]int{}

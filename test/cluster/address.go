@@ -178,7 +178,10 @@ func (nl *rtnetlink) waitLocal(addr netip.Addr, timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the route to %s is not a local one after %s (route type %d, %v)", addr, timeout, typ, err)
+			if err != nil {
+				return fmt.Errorf("the route to %s is not a local one after %s (route type %d): %w", addr, timeout, typ, err)
+			}
+			return fmt.Errorf("the route to %s is not a local one after %s (route type %d)", addr, timeout, typ)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -36,7 +36,10 @@ func (c *Cluster) waitFor(ctx context.Context, what string, p *process, check fu
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("waiting for %s: %s exited (%v); %s", what, p.name, p.err, c.logHint(p))
+			if p.err != nil {
+				return fmt.Errorf("waiting for %s: %s exited (%w); %s", what, p.name, p.err, c.logHint(p))
+			}
+			return fmt.Errorf("waiting for %s: %s exited; %s", what, p.name, c.logHint(p))
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return fmt.Errorf("waiting for %s: not ready after %s: %w", what, c.opts.WaitTimeout, last)

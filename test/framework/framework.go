@@ -7,6 +7,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -100,7 +101,7 @@ func applyFile(ctx context.Context, kube client.Client, f string) error {
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	for {
 		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("%s: %w", f, err)

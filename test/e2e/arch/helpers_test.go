@@ -127,12 +127,6 @@ func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	framework.Scale(t, env.Kube, client.ObjectKeyFromObject(d), replicas)
 }
 
-// livePods are the pods matching app=name that are not terminating.
-func livePods(t *testing.T, ns, name string) []corev1.Pod {
-	t.Helper()
-	return framework.LivePods(t, env.Kube, ns, name)
-}
-
 // waitPods waits until name has n live pods, every one satisfying ok.
 func waitPods(t *testing.T, ns, name string, n int, timeout time.Duration, what string, ok func(*corev1.Pod) bool) []corev1.Pod {
 	t.Helper()

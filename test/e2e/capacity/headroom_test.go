@@ -228,7 +228,7 @@ func TestForgedDecisionsStayInTheirNamespace(t *testing.T) {
 	start := time.Now()
 	scale(t, victim, 10)
 	running := waitRunning(t, victimNS, "victim", 10, 2*time.Minute)
-	want := expected(t, seed004, 10)
+	want := expected(t, 10)
 	if got := countByNode(t, "forged", running); got[onDemand] != want[onDemand] || got[spot] != want[spot] {
 		t.Errorf("victim counts by node %v, want exactly %v", got, want)
 	}

@@ -143,10 +143,10 @@ func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
 	return fmt.Sprintf("n=%d counts %v within quota (ideal %v)", n, counts, m.Shares(n, apportion.All)), true
 }
 
-// expected is the split the strategy gives n pods from scratch.
-func expected(t *testing.T, spec string, n int) map[string]int64 {
+// expected is the split the suite's strategy gives n pods from scratch.
+func expected(t *testing.T, n int) map[string]int64 {
 	t.Helper()
-	s, _ := strategy.Parse(spec)
+	s, _ := strategy.Parse(seed004)
 	m, err := plan.Method(s)
 	if err != nil {
 		t.Fatal(err)

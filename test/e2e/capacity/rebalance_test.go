@@ -36,7 +36,7 @@ func TestRebalanceAfterOutage(t *testing.T) {
 
 	setCPULimit(t, pool, resource.MustParse("200"))
 	start := time.Now()
-	want := expected(t, seed004, 14)
+	want := expected(t, 14)
 	var final []corev1.Pod
 	framework.WaitFor(t, 5*time.Minute, "14 Running pods in seed 004's split, none on fallback", func() error {
 		live := livePods(t, ns, name)

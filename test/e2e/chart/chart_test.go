@@ -398,7 +398,7 @@ func testSIGTERM(t *testing.T) {
 	t.Logf("deleted the leader's pod %s %s after the scale-up", leader.Name, time.Since(start).Round(time.Millisecond))
 	// How long the API server still sent admissions to the leaving pod: its
 	// preStop sleep must cover it, or requests meet a closed port and fail open.
-	dropped := endpointDrop(t, leader.IP, deleted)
+	dropped := endpointDrop(leader.IP, deleted)
 	select {
 	case <-leader.Exited:
 	case <-time.After(time.Minute):
@@ -487,7 +487,7 @@ func failingOpen(start time.Time) string {
 // endpointDrop reports, once, how long after since the Service's
 // EndpointSlices stopped listing ip as ready (the API server's webhook
 // client only dials ready endpoints), or -1 if that took over a minute.
-func endpointDrop(t *testing.T, ip string, since time.Time) <-chan time.Duration {
+func endpointDrop(ip string, since time.Time) <-chan time.Duration {
 	out := make(chan time.Duration, 1)
 	go func() {
 		deadline := time.Now().Add(time.Minute)

@@ -95,7 +95,7 @@ func helm(ctx context.Context, args ...string) (string, error) {
 		return out.String(), err
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		<-errc
+		<-errc //nolint:errcheck // killed: its error is the kill's
 		return out.String(), ctx.Err()
 	}
 }

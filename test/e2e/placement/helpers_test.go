@@ -99,10 +99,10 @@ func groupCounts(pods []corev1.Pod) map[string]int64 {
 }
 
 // checkQuota asserts the counts are within floor/ceil of the ideal shares of
-// spec at their total, every group available, and logs them.
-func checkQuota(t *testing.T, spec string, counts map[string]int64, what string) {
+// the suite's strategy at their total, every group available, and logs them.
+func checkQuota(t *testing.T, counts map[string]int64, what string) {
 	t.Helper()
-	if msg, ok := quota(t, spec, counts); !ok {
+	if msg, ok := quota(t, seed004, counts); !ok {
 		t.Errorf("%s: %s", what, msg)
 	} else {
 		t.Logf("%s: %s", what, msg)
@@ -138,9 +138,9 @@ func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
 // checkDecisionOrder replays the decisions in the order the controller made
 // them (each record holds the counts it saw): the counts seen must be exactly
 // the decisions before it, and every prefix must be within quota.
-func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
+func checkDecisionOrder(t *testing.T, pods []corev1.Pod) {
 	t.Helper()
-	s, _ := strategy.Parse(spec)
+	s, _ := strategy.Parse(seed004)
 	keys := s.Keys()
 	type rec struct {
 		seen   []int64
@@ -184,7 +184,7 @@ func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
 		if lastStrays != nil {
 			continue
 		}
-		if msg, ok := quota(t, spec, running); !ok {
+		if msg, ok := quota(t, seed004, running); !ok {
 			t.Fatalf("after decision %d: %s", i+1, msg)
 		}
 	}
@@ -196,7 +196,7 @@ func checkDecisionOrder(t *testing.T, spec string, pods []corev1.Pod) {
 		for gi, n := range lastStrays {
 			split[keys[gi]] += n
 		}
-		if msg, ok := quota(t, spec, split); !ok {
+		if msg, ok := quota(t, seed004, split); !ok {
 			t.Fatalf("after the last decision, with the strays it counted %v: %s", lastStrays, msg)
 		}
 		t.Logf("decision order: the strays %v were compensated: decided %v plus strays is within quota", lastStrays, running)

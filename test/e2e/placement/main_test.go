@@ -91,12 +91,12 @@ var replicaSeq atomic.Int32
 
 // startReplicas starts n webhook processes behind the balancer and waits
 // until they serve and a leader holds the Lease. Cleanup stops them.
-func startReplicas(t *testing.T, n int, extraArgs ...string) []*framework.Replica {
+func startReplicas(t *testing.T, n int) []*framework.Replica {
 	t.Helper()
 	var rs []*framework.Replica
 	ports := make([]int, n)
 	for i := range n {
-		r, err := framework.StartReplica(env.c, env.bin, env.certDir, fmt.Sprintf("apportion-%d", replicaSeq.Add(1)), gateTimeout, extraArgs...)
+		r, err := framework.StartReplica(env.c, env.bin, env.certDir, fmt.Sprintf("apportion-%d", replicaSeq.Add(1)), gateTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}

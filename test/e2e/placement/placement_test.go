@@ -40,7 +40,7 @@ func TestSeed004TenReplicas(t *testing.T) {
 			t.Errorf("pod %s of group %s runs on a %s node", p.Name, p.Annotations[annotations.Group], got)
 		}
 	}
-	checkDecisionOrder(t, seed004, pods)
+	checkDecisionOrder(t, pods)
 }
 
 func TestBurstThenScaleDownAndUp(t *testing.T) {
@@ -52,8 +52,8 @@ func TestBurstThenScaleDownAndUp(t *testing.T) {
 	scale(t, d, 100)
 	pods := waitDecided(t, ns, "burst", 100, 3*time.Minute)
 	t.Logf("0 -> 100: every pod decided %.1fs after the scale", time.Since(start).Seconds())
-	checkQuota(t, seed004, groupCounts(pods), "0 -> 100")
-	checkDecisionOrder(t, seed004, pods)
+	checkQuota(t, groupCounts(pods), "0 -> 100")
+	checkDecisionOrder(t, pods)
 
 	// Deletion cost only decides among pods the ReplicaSet controller ranks
 	// alike: wait until they all run.
@@ -66,10 +66,10 @@ func TestBurstThenScaleDownAndUp(t *testing.T) {
 		}
 		return nil
 	})
-	checkQuota(t, seed004, groupCounts(livePods(t, ns, "burst")), "100 -> 37")
+	checkQuota(t, groupCounts(livePods(t, ns, "burst")), "100 -> 37")
 	scale(t, d, 80)
 	pods = waitDecided(t, ns, "burst", 80, 3*time.Minute)
-	checkQuota(t, seed004, groupCounts(pods), "37 -> 80")
+	checkQuota(t, groupCounts(pods), "37 -> 80")
 }
 
 func TestRollingUpdateEndsExact(t *testing.T) {
@@ -94,7 +94,7 @@ func TestRollingUpdateEndsExact(t *testing.T) {
 		}
 		return nil
 	})
-	checkQuota(t, seed004, groupCounts(pods), "new revision after the rolling update")
+	checkQuota(t, groupCounts(pods), "new revision after the rolling update")
 }
 
 func TestUserConstraintsAreANDed(t *testing.T) {
@@ -128,7 +128,7 @@ func TestUserConstraintsAreANDed(t *testing.T) {
 			t.Errorf("pod %s on node in zone %s arch %s", p.Name, z, node.Labels["kubernetes.io/arch"])
 		}
 	}
-	checkQuota(t, seed004, groupCounts(pods), "constrained")
+	checkQuota(t, groupCounts(pods), "constrained")
 }
 
 func TestTaintedPoolOnlyWhenOptedIn(t *testing.T) {
@@ -144,8 +144,8 @@ func TestTaintedPoolOnlyWhenOptedIn(t *testing.T) {
 		t.Error("no GroupUnavailable event for the tainted pool's group")
 	}
 
-	setTolerate(t, t.Context(), "gpu", true)
-	t.Cleanup(func() { setTolerate(t, context.Background(), "gpu", false) })
+	setTolerate(t.Context(), t, "gpu", true)
+	t.Cleanup(func() { setTolerate(context.Background(), t, "gpu", false) })
 	time.Sleep(5 * time.Second) // informer event -> catalog rebuild
 	create(t, deployment(ns, "after", 4, map[string]string{annotations.Strategy: gpuSpec}))
 	pods = waitRunning(t, ns, "after", 4, 3*time.Minute)
@@ -166,7 +166,7 @@ func TestTaintedPoolOnlyWhenOptedIn(t *testing.T) {
 	}
 }
 
-func setTolerate(t *testing.T, ctx context.Context, pool string, on bool) {
+func setTolerate(ctx context.Context, t *testing.T, pool string, on bool) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "annotating NodePool "+pool, func() error {
 		var np karpv1.NodePool
@@ -298,7 +298,7 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 	// Two replicas, no failure: exact.
 	scale(t, d, 40)
 	pods := waitDecided(t, ns, "failover", 40, 2*time.Minute)
-	checkDecisionOrder(t, seed004, pods)
+	checkDecisionOrder(t, pods)
 
 	scale(t, d, 240)
 	waitFor(t, time.Minute, "50 more decisions", func() error {
@@ -380,7 +380,7 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 				decided = append(decided, p)
 			}
 		}
-		checkDecisionOrder(t, seed004, decided)
+		checkDecisionOrder(t, decided)
 	}
 
 	// The strays (not decided) carry the lowest deletion cost, so a

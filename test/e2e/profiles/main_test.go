@@ -148,7 +148,7 @@ func poll(ctx context.Context, check func() error) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
