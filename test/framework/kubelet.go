@@ -166,37 +166,64 @@ func (k *Kubelet) sync(ctx context.Context) {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		seen[pod.UID] = true
-		k.mu.Lock()
-		p, known := k.procs[pod.UID]
-		stopped := k.stopped
-		stopping := known && p.stopAt.Load() != 0
-		k.mu.Unlock()
-		switch {
-		case stopped:
+		if !k.syncPod(ctx, pod) {
 			return
-		case !known && pod.DeletionTimestamp == nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodPending:
-			if err := k.start(ctx, pod); err != nil {
-				k.logf("starting pod %s/%s: %v", pod.Namespace, pod.Name, err)
-			}
-		case pod.DeletionTimestamp != nil && (!known || p.done()):
-			// Nothing runs (any more): remove the pod object, as the
-			// kubelet does once its containers are gone. Until then it
-			// stays, and with it the token bound to it (kwok's pod-delete
-			// stage, which would remove it at once, skips these pods).
-			k.remove(ctx, pod)
-		case known && pod.DeletionTimestamp != nil && !stopping:
-			k.kill(p)
-		case known && pod.DeletionTimestamp == nil && p.ready.Load() && !p.done() && !podReady(pod):
-			// The node lifecycle controller marks a node's pods not ready
-			// when the node misses heartbeats (kwok's can, on a loaded
-			// machine); the kubelet reports them ready again on its next
-			// status sync, and so do we.
-			k.logf("%s/%s: Ready again after something marked it not ready", pod.Namespace, pod.Name)
-			k.markReady(pod, p)
 		}
 	}
-	// Pods gone without us seeing their deletion timestamp (deleted with a
-	// grace period of 0): stop their processes as the kubelet would.
+	k.killGone(seen)
+}
+
+// syncPod does what pod needs next: start its process, remove the pod
+// object, stop the process, or mark the pod Ready again. It returns false
+// once StopAll has begun, when sync must do nothing more.
+func (k *Kubelet) syncPod(ctx context.Context, pod *corev1.Pod) bool {
+	k.mu.Lock()
+	p, known := k.procs[pod.UID]
+	stopped := k.stopped
+	stopping := known && p.stopAt.Load() != 0
+	k.mu.Unlock()
+	switch {
+	case stopped:
+		return false
+	case !known && awaitingStart(pod):
+		if err := k.start(ctx, pod); err != nil {
+			k.logf("starting pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+	case pod.DeletionTimestamp != nil && (!known || p.done()):
+		// Nothing runs (any more): remove the pod object, as the
+		// kubelet does once its containers are gone. Until then it
+		// stays, and with it the token bound to it (kwok's pod-delete
+		// stage, which would remove it at once, skips these pods).
+		k.remove(ctx, pod)
+	case known && pod.DeletionTimestamp != nil && !stopping:
+		k.kill(p)
+	case known && pod.DeletionTimestamp == nil && p.lostReady(pod):
+		// The node lifecycle controller marks a node's pods not ready
+		// when the node misses heartbeats (kwok's can, on a loaded
+		// machine); the kubelet reports them ready again on its next
+		// status sync, and so do we.
+		k.logf("%s/%s: Ready again after something marked it not ready", pod.Namespace, pod.Name)
+		k.markReady(pod, p)
+	}
+	return true
+}
+
+// awaitingStart reports whether pod is bound to a node, Pending and not
+// being deleted: a pod whose process the kubelet should start.
+func awaitingStart(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodPending
+}
+
+// lostReady reports whether the process passed its readiness probe and
+// still runs while pod is no longer marked Ready.
+func (p *PodProcess) lostReady(pod *corev1.Pod) bool {
+	return p.ready.Load() && !p.done() && !podReady(pod)
+}
+
+// killGone stops the processes of pods not in seen: pods gone without us
+// seeing their deletion timestamp (deleted with a grace period of 0), as
+// the kubelet would.
+func (k *Kubelet) killGone(seen map[types.UID]bool) {
 	k.mu.Lock()
 	var gone []*PodProcess
 	for uid, p := range k.procs {
