@@ -87,33 +87,75 @@ func parse(args []string, getenv func(string) string) (*config, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	cfg := &config{}
-	var binErrs []error
-	addBin := func(platform, path string) {
-		p, err := ociimage.ParsePlatform(platform)
-		if err != nil {
-			binErrs = append(binErrs, err)
-			return
-		}
-		if path == "" {
-			binErrs = append(binErrs, fmt.Errorf("empty binary path for %s", platform))
-			return
-		}
-		for _, b := range cfg.bins {
-			if b.Platform.String() == p.String() {
-				binErrs = append(binErrs, fmt.Errorf("two binaries for %s", p))
-				return
-			}
-		}
-		cfg.bins = append(cfg.bins, ociimage.Binary{Platform: p, Path: path})
+	bl := &binaryList{}
+	epoch := defineFlags(fs, cfg, bl, getenv)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	fs.Func("amd64", "", func(v string) error { addBin("linux/amd64", v); return nil })
-	fs.Func("arm64", "", func(v string) error { addBin("linux/arm64", v); return nil })
+	cfg.bins = bl.bins
+	errs := bl.errs
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if len(cfg.bins) == 0 && len(bl.errs) == 0 {
+		errs = append(errs, errors.New("no binary: give --amd64, --arm64 or --binary"))
+	}
+	errs = append(errs, checkRequired(cfg)...)
+	if *epoch != "" {
+		created, err := parseSourceDateEpoch(*epoch)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		cfg.opts.Created = created
+	}
+	if err := checkTarball(cfg.out, cfg.tarball); err != nil {
+		errs = append(errs, err)
+	}
+	cfg.caDefault = !flagGiven(fs, "ca-bundle")
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// binaryList collects the binaries of --amd64, --arm64 and --binary in
+// command-line order. A bad platform or path is kept in errs, not returned,
+// so that it is reported together with the other usage errors.
+type binaryList struct {
+	bins []ociimage.Binary
+	errs []error
+}
+
+func (l *binaryList) add(platform, path string) {
+	p, err := ociimage.ParsePlatform(platform)
+	if err != nil {
+		l.errs = append(l.errs, err)
+		return
+	}
+	if path == "" {
+		l.errs = append(l.errs, fmt.Errorf("empty binary path for %s", platform))
+		return
+	}
+	for _, b := range l.bins {
+		if b.Platform.String() == p.String() {
+			l.errs = append(l.errs, fmt.Errorf("two binaries for %s", p))
+			return
+		}
+	}
+	l.bins = append(l.bins, ociimage.Binary{Platform: p, Path: path})
+}
+
+// defineFlags binds the flags to cfg and bl; it returns --source-date-epoch,
+// which parse checks once the flags are read.
+func defineFlags(fs *flag.FlagSet, cfg *config, bl *binaryList, getenv func(string) string) *string {
+	fs.Func("amd64", "", func(v string) error { bl.add("linux/amd64", v); return nil })
+	fs.Func("arm64", "", func(v string) error { bl.add("linux/arm64", v); return nil })
 	fs.Func("binary", "", func(v string) error {
 		platform, path, ok := strings.Cut(v, "=")
 		if !ok {
 			return fmt.Errorf("want PLATFORM=PATH, got %q", v)
 		}
-		addBin(platform, path)
+		bl.add(platform, path)
 		return nil
 	})
 	m := &cfg.opts.Metadata
@@ -127,43 +169,54 @@ func parse(args []string, getenv func(string) string) (*config, error) {
 	fs.StringVar(&cfg.caPath, "ca-bundle", defaultCABundle, "")
 	fs.StringVar(&cfg.out, "out", "", "")
 	fs.StringVar(&cfg.tarball, "tarball", "", "")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	errs := binErrs
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
-	if len(cfg.bins) == 0 && len(binErrs) == 0 {
-		errs = append(errs, errors.New("no binary: give --amd64, --arm64 or --binary"))
-	}
+	return epoch
+}
+
+// checkRequired reports each required flag left empty or blank.
+func checkRequired(cfg *config) []error {
+	m := cfg.opts.Metadata
+	var errs []error
 	for _, f := range []struct{ name, v string }{{"version", m.Version}, {"revision", m.Revision}, {"source", m.Source}, {"out", cfg.out}} {
 		if strings.TrimSpace(f.v) == "" {
 			errs = append(errs, fmt.Errorf("--%s is required", f.name))
 		}
 	}
-	if *epoch != "" {
-		n, err := strconv.ParseInt(*epoch, 10, 64)
-		if err != nil || n < 0 || n > 253402300799 {
-			errs = append(errs, fmt.Errorf("--source-date-epoch (or SOURCE_DATE_EPOCH) %q: want Unix seconds from 0 to 253402300799", *epoch))
-		}
-		m.Created = time.Unix(n, 0).UTC()
+	return errs
+}
+
+// parseSourceDateEpoch reads --source-date-epoch (or SOURCE_DATE_EPOCH); the
+// bound is the last second of the year 9999, the last that Go's time writes
+// as RFC 3339 JSON.
+func parseSourceDateEpoch(s string) (time.Time, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > 253402300799 {
+		err = fmt.Errorf("--source-date-epoch (or SOURCE_DATE_EPOCH) %q: want Unix seconds from 0 to 253402300799", s)
 	}
-	if cfg.out != "" && cfg.tarball != "" {
-		if rel, err := filepath.Rel(cfg.out, cfg.tarball); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			errs = append(errs, fmt.Errorf("--tarball %s is inside --out %s, which is replaced whole", cfg.tarball, cfg.out))
-		}
+	return time.Unix(n, 0).UTC(), err
+}
+
+// checkTarball refuses a tarball inside the layout folder, which WriteLayout
+// replaces whole.
+func checkTarball(out, tarball string) error {
+	if out == "" || tarball == "" {
+		return nil
 	}
-	cfg.caDefault = true
+	if rel, err := filepath.Rel(out, tarball); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("--tarball %s is inside --out %s, which is replaced whole", tarball, out)
+	}
+	return nil
+}
+
+// flagGiven reports whether name was set on the command line, not left at
+// its default.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "ca-bundle" {
-			cfg.caDefault = false
+		if f.Name == name {
+			given = true
 		}
 	})
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return cfg, nil
+	return given
 }
 
 func build(cfg *config, stdout, stderr io.Writer) error {
@@ -172,19 +225,8 @@ func build(cfg *config, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if cfg.caPath != "" {
-		ca, err := os.ReadFile(cfg.caPath)
-		switch {
-		case err != nil && cfg.caDefault && errors.Is(err, os.ErrNotExist):
-			fmt.Fprintf(stderr, "apportion-image: warning: no CA bundle at %s: the image has none (install ca-certificates or pass --ca-bundle FILE)\n", cfg.caPath)
-		case err != nil:
-			return fmt.Errorf("--ca-bundle: %w", err)
-		default:
-			if err := ociimage.CheckCABundle(ca); err != nil {
-				return fmt.Errorf("--ca-bundle %s: %w", cfg.caPath, err)
-			}
-			cfg.opts.CABundle = ca
-		}
+	if err := loadCABundle(cfg, stderr); err != nil {
+		return err
 	}
 	idx, err := ociimage.Build(cfg.bins, cfg.opts)
 	if err != nil {
@@ -227,6 +269,27 @@ func build(cfg *config, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s: OCI archive of %s, %.2f MB\n", cfg.tarball, cfg.out, float64(fi.Size())/1e6)
+	}
+	return nil
+}
+
+// loadCABundle reads --ca-bundle into cfg.opts. Only the default path may be
+// missing (a build machine without ca-certificates): that is a warning.
+func loadCABundle(cfg *config, stderr io.Writer) error {
+	if cfg.caPath == "" {
+		return nil
+	}
+	ca, err := os.ReadFile(cfg.caPath)
+	switch {
+	case err != nil && cfg.caDefault && errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(stderr, "apportion-image: warning: no CA bundle at %s: the image has none (install ca-certificates or pass --ca-bundle FILE)\n", cfg.caPath)
+	case err != nil:
+		return fmt.Errorf("--ca-bundle: %w", err)
+	default:
+		if err := ociimage.CheckCABundle(ca); err != nil {
+			return fmt.Errorf("--ca-bundle %s: %w", cfg.caPath, err)
+		}
+		cfg.opts.CABundle = ca
 	}
 	return nil
 }

@@ -166,37 +166,64 @@ func (k *Kubelet) sync(ctx context.Context) {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		seen[pod.UID] = true
-		k.mu.Lock()
-		p, known := k.procs[pod.UID]
-		stopped := k.stopped
-		stopping := known && p.stopAt.Load() != 0
-		k.mu.Unlock()
-		switch {
-		case stopped:
+		if !k.syncPod(ctx, pod) {
 			return
-		case !known && pod.DeletionTimestamp == nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodPending:
-			if err := k.start(ctx, pod); err != nil {
-				k.logf("starting pod %s/%s: %v", pod.Namespace, pod.Name, err)
-			}
-		case pod.DeletionTimestamp != nil && (!known || p.done()):
-			// Nothing runs (any more): remove the pod object, as the
-			// kubelet does once its containers are gone. Until then it
-			// stays, and with it the token bound to it (kwok's pod-delete
-			// stage, which would remove it at once, skips these pods).
-			k.remove(ctx, pod)
-		case known && pod.DeletionTimestamp != nil && !stopping:
-			k.kill(p)
-		case known && pod.DeletionTimestamp == nil && p.ready.Load() && !p.done() && !podReady(pod):
-			// The node lifecycle controller marks a node's pods not ready
-			// when the node misses heartbeats (kwok's can, on a loaded
-			// machine); the kubelet reports them ready again on its next
-			// status sync, and so do we.
-			k.logf("%s/%s: Ready again after something marked it not ready", pod.Namespace, pod.Name)
-			k.markReady(pod, p)
 		}
 	}
-	// Pods gone without us seeing their deletion timestamp (deleted with a
-	// grace period of 0): stop their processes as the kubelet would.
+	k.killGone(seen)
+}
+
+// syncPod does what pod needs next: start its process, remove the pod
+// object, stop the process, or mark the pod Ready again. It returns false
+// once StopAll has begun, when sync must do nothing more.
+func (k *Kubelet) syncPod(ctx context.Context, pod *corev1.Pod) bool {
+	k.mu.Lock()
+	p, known := k.procs[pod.UID]
+	stopped := k.stopped
+	stopping := known && p.stopAt.Load() != 0
+	k.mu.Unlock()
+	switch {
+	case stopped:
+		return false
+	case !known && awaitingStart(pod):
+		if err := k.start(ctx, pod); err != nil {
+			k.logf("starting pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+	case pod.DeletionTimestamp != nil && (!known || p.done()):
+		// Nothing runs (any more): remove the pod object, as the
+		// kubelet does once its containers are gone. Until then it
+		// stays, and with it the token bound to it (kwok's pod-delete
+		// stage, which would remove it at once, skips these pods).
+		k.remove(ctx, pod)
+	case known && pod.DeletionTimestamp != nil && !stopping:
+		k.kill(p)
+	case known && pod.DeletionTimestamp == nil && p.lostReady(pod):
+		// The node lifecycle controller marks a node's pods not ready
+		// when the node misses heartbeats (kwok's can, on a loaded
+		// machine); the kubelet reports them ready again on its next
+		// status sync, and so do we.
+		k.logf("%s/%s: Ready again after something marked it not ready", pod.Namespace, pod.Name)
+		k.markReady(pod, p)
+	}
+	return true
+}
+
+// awaitingStart reports whether pod is bound to a node, Pending and not
+// being deleted: a pod whose process the kubelet should start.
+func awaitingStart(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodPending
+}
+
+// lostReady reports whether the process passed its readiness probe and
+// still runs while pod is no longer marked Ready.
+func (p *PodProcess) lostReady(pod *corev1.Pod) bool {
+	return p.ready.Load() && !p.done() && !podReady(pod)
+}
+
+// killGone stops the processes of pods not in seen: pods gone without us
+// seeing their deletion timestamp (deleted with a grace period of 0), as
+// the kubelet would.
+func (k *Kubelet) killGone(seen map[types.UID]bool) {
 	k.mu.Lock()
 	var gone []*PodProcess
 	for uid, p := range k.procs {
@@ -286,12 +313,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("want one container, got %d", len(pod.Spec.Containers))
 	}
 	ctr := pod.Spec.Containers[0]
-	k.mu.Lock()
-	k.nextIP++
-	ip := podIPPrefix + strconv.Itoa(k.nextIP)
-	k.mu.Unlock()
-	if k.nextIP > 250 {
-		return errors.New("out of pod IPs")
+	ip, err := k.allocateIP()
+	if err != nil {
+		return err
 	}
 	if err := k.c.AddLoopbackAddress(ip); err != nil {
 		return fmt.Errorf("adding the pod IP %s: %w", ip, err)
@@ -308,54 +332,20 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	// The image's entrypoint is ["/apportion", "webhook"]; a command
-	// replaces it, args replace what follows.
-	args := append([]string{"webhook"}, ctr.Args...)
-	if len(ctr.Command) > 0 {
-		if filepath.Base(ctr.Command[0]) != "apportion" {
-			return fmt.Errorf("command %q is not the apportion binary", ctr.Command[0])
-		}
-		args = append(append([]string(nil), ctr.Command[1:]...), ctr.Args...)
-	}
-	for i := range args {
-		args[i] = remap(args[i], mounts)
+	args, err := containerArgs(ctr, mounts)
+	if err != nil {
+		return err
 	}
 	env := []string{"PATH=/usr/bin:/bin", "HOME=" + podDir, "KUBECONFIG=" + kubeconfig}
-	vals := map[string]string{}
-	for _, e := range ctr.Env {
-		v := e.Value
-		if e.ValueFrom != nil {
-			switch {
-			case e.ValueFrom.FieldRef != nil:
-				v = fieldRef(pod, ip, e.ValueFrom.FieldRef.FieldPath)
-			default:
-				return fmt.Errorf("env %s: only value and fieldRef are emulated", e.Name)
-			}
-		}
-		v = remap(v, mounts)
-		// ":port" inside a pod binds its own network namespace: here the
-		// pod's IP stands for it.
-		if strings.HasSuffix(e.Name, "_BIND_ADDRESS") && strings.HasPrefix(v, ":") {
-			v = ip + v
-		}
-		vals[e.Name] = v
-		env = append(env, e.Name+"="+v)
-	}
-	if _, ok := vals["WEBHOOK_HOST"]; !ok {
-		env = append(env, "WEBHOOK_HOST="+ip)
+	env, err = appendContainerEnv(env, pod, ctr, ip, mounts)
+	if err != nil {
+		return err
 	}
 	logName := "pod-" + pod.Name
 	cmd := k.c.Command(k.bin, args...)
 	cmd.Env = env
 	cmd.Dir = podDir
-	p := &PodProcess{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, IP: ip, Cmd: cmd, LogName: logName, Exited: make(chan struct{})}
-	p.grace = 30 * time.Second
-	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
-		p.grace = time.Duration(*s) * time.Second
-	}
-	if ctr.Lifecycle != nil && ctr.Lifecycle.PreStop != nil && ctr.Lifecycle.PreStop.Sleep != nil {
-		p.preStop = time.Duration(ctr.Lifecycle.PreStop.Sleep.Seconds) * time.Second
-	}
+	p := newPodProcess(pod, ctr, ip, cmd, logName)
 	if err := startLogged(k.c, logName, cmd); err != nil {
 		return err
 	}
@@ -378,6 +368,79 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		k.waitReady(pod, ctr, p)
 	}()
 	return nil
+}
+
+// allocateIP numbers the next pod IP; there are 250 of them.
+func (k *Kubelet) allocateIP() (string, error) {
+	k.mu.Lock()
+	k.nextIP++
+	n := k.nextIP
+	k.mu.Unlock()
+	if n > 250 {
+		return "", errors.New("out of pod IPs")
+	}
+	return podIPPrefix + strconv.Itoa(n), nil
+}
+
+// containerArgs is the process's command line after the binary. The
+// image's entrypoint is ["/apportion", "webhook"]; a command replaces it,
+// args replace what follows.
+func containerArgs(ctr corev1.Container, mounts map[string]string) ([]string, error) {
+	args := append([]string{"webhook"}, ctr.Args...)
+	if len(ctr.Command) > 0 {
+		if filepath.Base(ctr.Command[0]) != "apportion" {
+			return nil, fmt.Errorf("command %q is not the apportion binary", ctr.Command[0])
+		}
+		args = append(append([]string(nil), ctr.Command[1:]...), ctr.Args...)
+	}
+	for i := range args {
+		args[i] = remap(args[i], mounts)
+	}
+	return args, nil
+}
+
+// appendContainerEnv appends the container's environment to env, with
+// volume paths remapped and WEBHOOK_HOST the pod's IP unless the container
+// sets it.
+func appendContainerEnv(env []string, pod *corev1.Pod, ctr corev1.Container, ip string, mounts map[string]string) ([]string, error) {
+	vals := map[string]string{}
+	for _, e := range ctr.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			switch {
+			case e.ValueFrom.FieldRef != nil:
+				v = fieldRef(pod, ip, e.ValueFrom.FieldRef.FieldPath)
+			default:
+				return nil, fmt.Errorf("env %s: only value and fieldRef are emulated", e.Name)
+			}
+		}
+		v = remap(v, mounts)
+		// ":port" inside a pod binds its own network namespace: here the
+		// pod's IP stands for it.
+		if strings.HasSuffix(e.Name, "_BIND_ADDRESS") && strings.HasPrefix(v, ":") {
+			v = ip + v
+		}
+		vals[e.Name] = v
+		env = append(env, e.Name+"="+v)
+	}
+	if _, ok := vals["WEBHOOK_HOST"]; !ok {
+		env = append(env, "WEBHOOK_HOST="+ip)
+	}
+	return env, nil
+}
+
+// newPodProcess describes the process cmd of pod, not yet started, with the
+// pod's grace period (30 s by default) and preStop sleep.
+func newPodProcess(pod *corev1.Pod, ctr corev1.Container, ip string, cmd *exec.Cmd, logName string) *PodProcess {
+	p := &PodProcess{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, IP: ip, Cmd: cmd, LogName: logName, Exited: make(chan struct{})}
+	p.grace = 30 * time.Second
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		p.grace = time.Duration(*s) * time.Second
+	}
+	if ctr.Lifecycle != nil && ctr.Lifecycle.PreStop != nil && ctr.Lifecycle.PreStop.Sleep != nil {
+		p.preStop = time.Duration(ctr.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+	}
+	return p
 }
 
 // startLogged starts cmd with its output in the cluster's log folder, as

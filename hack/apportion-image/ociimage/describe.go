@@ -184,14 +184,46 @@ func describeImage(img v1.Image) (PlatformImage, error) {
 // labels, the creation time, the binary byte for byte at BinaryPath (root,
 // 0755), the users, /tmp (1777) and the CA bundle when opts has one.
 func Verify(d *Description, bins []Binary, opts Options) error {
-	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	labels := Labels(opts.Metadata)
-	if d.IndexMediaType != types.OCIImageIndex {
-		fail("index media type %s, want %s", d.IndexMediaType, types.OCIImageIndex)
+	v := &verifier{opts: opts, labels: Labels(opts.Metadata)}
+	if opts.CABundle != nil {
+		v.caSum = sum(opts.CABundle)
 	}
-	if !maps.Equal(d.Annotations, labels) {
-		fail("index annotations %v, want %v", d.Annotations, labels)
+	v.index(d, bins)
+	for _, pi := range d.Platforms {
+		p := pi.Platform.String()
+		i := slices.IndexFunc(bins, func(b Binary) bool { return b.Platform.String() == p })
+		if i < 0 {
+			v.fail("unexpected image for %s", p)
+			continue
+		}
+		v.manifest(p, pi)
+		v.config(p, pi.Config)
+		v.files(p, pi, bins[i].Path)
+	}
+	return errors.Join(v.errs...)
+}
+
+// verifier collects every mismatch Verify finds rather than stopping at the
+// first, so that one run shows all that is wrong with a layout.
+type verifier struct {
+	opts   Options
+	labels map[string]string
+	caSum  string // "" without a CA bundle
+	errs   []error
+}
+
+func (v *verifier) fail(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
+
+// index checks the image index: its media type, its annotations and one
+// image per binary.
+func (v *verifier) index(d *Description, bins []Binary) {
+	if d.IndexMediaType != types.OCIImageIndex {
+		v.fail("index media type %s, want %s", d.IndexMediaType, types.OCIImageIndex)
+	}
+	if !maps.Equal(d.Annotations, v.labels) {
+		v.fail("index annotations %v, want %v", d.Annotations, v.labels)
 	}
 	seen := map[string]bool{}
 	for _, pi := range d.Platforms {
@@ -199,87 +231,90 @@ func Verify(d *Description, bins []Binary, opts Options) error {
 	}
 	for _, b := range bins {
 		if !seen[b.Platform.String()] {
-			fail("no image for %s", b.Platform)
+			v.fail("no image for %s", b.Platform)
 		}
 	}
 	if len(d.Platforms) != len(bins) {
-		fail("%d images, want %d", len(d.Platforms), len(bins))
+		v.fail("%d images, want %d", len(d.Platforms), len(bins))
 	}
-	caSum := ""
-	if opts.CABundle != nil {
-		caSum = sum(opts.CABundle)
+}
+
+// manifest checks that the index and the config agree on the platform p and
+// that the image is plain OCI: no artifactType, OCI media types throughout.
+func (v *verifier) manifest(p string, pi PlatformImage) {
+	c := pi.Config
+	if got := (v1.Platform{OS: c.OS, Architecture: c.Architecture, Variant: c.Variant}); got.String() != p {
+		v.fail("%s: the config says %s", p, got)
 	}
-	for _, pi := range d.Platforms {
-		p := pi.Platform.String()
-		i := slices.IndexFunc(bins, func(b Binary) bool { return b.Platform.String() == p })
-		if i < 0 {
-			fail("unexpected image for %s", p)
+	if pi.ArtifactType != "" {
+		v.fail("%s: the index gives it the artifactType %q, want none", p, pi.ArtifactType)
+	}
+	if pi.MediaType != types.OCIManifestSchema1 || pi.ConfigMediaType != types.OCIConfigJSON {
+		v.fail("%s: media types %s / %s, want OCI", p, pi.MediaType, pi.ConfigMediaType)
+	}
+	for _, mt := range pi.LayerMediaTypes {
+		if mt != types.OCILayer {
+			v.fail("%s: layer media type %s, want %s", p, mt, types.OCILayer)
+		}
+	}
+}
+
+// config checks how the image runs: user, entrypoint, environment, working
+// directory, labels and creation time.
+func (v *verifier) config(p string, c v1.ConfigFile) {
+	if c.Config.User != User {
+		v.fail("%s: user %q, want %q", p, c.Config.User, User)
+	}
+	if !slices.Equal(c.Config.Entrypoint, Entrypoint()) || len(c.Config.Cmd) != 0 {
+		v.fail("%s: entrypoint %q cmd %q, want entrypoint %q and no cmd", p, c.Config.Entrypoint, c.Config.Cmd, Entrypoint())
+	}
+	if want := Env(v.opts.CABundle != nil); !slices.Equal(c.Config.Env, want) {
+		v.fail("%s: env %q, want %q", p, c.Config.Env, want)
+	}
+	if c.Config.WorkingDir != WorkingDir {
+		v.fail("%s: working dir %q, want %q", p, c.Config.WorkingDir, WorkingDir)
+	}
+	if !maps.Equal(c.Config.Labels, v.labels) {
+		v.fail("%s: labels %v, want %v", p, c.Config.Labels, v.labels)
+	}
+	if !c.Created.Time.Equal(v.opts.created()) {
+		v.fail("%s: created %s, want %s", p, c.Created.Time, v.opts.created())
+	}
+}
+
+// files checks the image's file system against what Build writes: the
+// binary at binPath byte for byte, the users, the home folder, /tmp and the
+// CA bundle exactly when there is one.
+func (v *verifier) files(p string, pi PlatformImage, binPath string) {
+	binSum, err := sumFile(binPath)
+	if err != nil {
+		v.fail("%s: %w", p, err)
+	}
+	want := []File{
+		{Path: BinaryPath, Mode: 0o755, SHA256: binSum},
+		{Path: "/etc/passwd", Mode: 0o644, SHA256: sum([]byte(Passwd))},
+		{Path: "/etc/group", Mode: 0o644, SHA256: sum([]byte(Group))},
+		{Path: "/home/nonroot", Mode: fs.ModeDir | 0o700, UID: UID, GID: GID},
+		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+	}
+	if v.caSum != "" {
+		want = append(want, File{Path: CABundlePath, Mode: 0o644, SHA256: v.caSum})
+	} else if _, ok := pi.File(CABundlePath); ok {
+		v.fail("%s: has %s, want none", p, CABundlePath)
+	}
+	for _, w := range want {
+		f, ok := pi.File(w.Path)
+		if !ok {
+			v.fail("%s: no %s", p, w.Path)
 			continue
 		}
-		c := pi.Config
-		if got := (v1.Platform{OS: c.OS, Architecture: c.Architecture, Variant: c.Variant}); got.String() != p {
-			fail("%s: the config says %s", p, got)
+		if f.Mode != w.Mode || f.UID != w.UID || f.GID != w.GID {
+			v.fail("%s: %s is %s %d:%d, want %s %d:%d", p, w.Path, f.Mode, f.UID, f.GID, w.Mode, w.UID, w.GID)
 		}
-		if pi.ArtifactType != "" {
-			fail("%s: the index gives it the artifactType %q, want none", p, pi.ArtifactType)
-		}
-		if pi.MediaType != types.OCIManifestSchema1 || pi.ConfigMediaType != types.OCIConfigJSON {
-			fail("%s: media types %s / %s, want OCI", p, pi.MediaType, pi.ConfigMediaType)
-		}
-		for _, mt := range pi.LayerMediaTypes {
-			if mt != types.OCILayer {
-				fail("%s: layer media type %s, want %s", p, mt, types.OCILayer)
-			}
-		}
-		if c.Config.User != User {
-			fail("%s: user %q, want %q", p, c.Config.User, User)
-		}
-		if !slices.Equal(c.Config.Entrypoint, Entrypoint()) || len(c.Config.Cmd) != 0 {
-			fail("%s: entrypoint %q cmd %q, want entrypoint %q and no cmd", p, c.Config.Entrypoint, c.Config.Cmd, Entrypoint())
-		}
-		if want := Env(opts.CABundle != nil); !slices.Equal(c.Config.Env, want) {
-			fail("%s: env %q, want %q", p, c.Config.Env, want)
-		}
-		if c.Config.WorkingDir != WorkingDir {
-			fail("%s: working dir %q, want %q", p, c.Config.WorkingDir, WorkingDir)
-		}
-		if !maps.Equal(c.Config.Labels, labels) {
-			fail("%s: labels %v, want %v", p, c.Config.Labels, labels)
-		}
-		if !c.Created.Time.Equal(opts.created()) {
-			fail("%s: created %s, want %s", p, c.Created.Time, opts.created())
-		}
-		binSum, err := sumFile(bins[i].Path)
-		if err != nil {
-			fail("%s: %w", p, err)
-		}
-		want := []File{
-			{Path: BinaryPath, Mode: 0o755, SHA256: binSum},
-			{Path: "/etc/passwd", Mode: 0o644, SHA256: sum([]byte(Passwd))},
-			{Path: "/etc/group", Mode: 0o644, SHA256: sum([]byte(Group))},
-			{Path: "/home/nonroot", Mode: fs.ModeDir | 0o700, UID: UID, GID: GID},
-			{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
-		}
-		if caSum != "" {
-			want = append(want, File{Path: CABundlePath, Mode: 0o644, SHA256: caSum})
-		} else if _, ok := pi.File(CABundlePath); ok {
-			fail("%s: has %s, want none", p, CABundlePath)
-		}
-		for _, w := range want {
-			f, ok := pi.File(w.Path)
-			if !ok {
-				fail("%s: no %s", p, w.Path)
-				continue
-			}
-			if f.Mode != w.Mode || f.UID != w.UID || f.GID != w.GID {
-				fail("%s: %s is %s %d:%d, want %s %d:%d", p, w.Path, f.Mode, f.UID, f.GID, w.Mode, w.UID, w.GID)
-			}
-			if w.SHA256 != "" && f.SHA256 != w.SHA256 {
-				fail("%s: %s has sha256 %s, want %s", p, w.Path, f.SHA256, w.SHA256)
-			}
+		if w.SHA256 != "" && f.SHA256 != w.SHA256 {
+			v.fail("%s: %s has sha256 %s, want %s", p, w.Path, f.SHA256, w.SHA256)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 func sum(b []byte) string {
