@@ -292,7 +292,6 @@ func smokeNodePool() *karpv1.NodePool {
 // testWebhook serves a validating webhook from the test process on a
 // listener inside the namespace and checks the API server calls it.
 func testWebhook(t *testing.T, c *Cluster) {
-	ctx := t.Context()
 	certFile, keyFile, err := c.IssueServingCert(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -301,55 +300,82 @@ func testWebhook(t *testing.T, c *Cluster) {
 	if err != nil {
 		t.Fatalf("listening inside the namespace: %v", err)
 	}
-	var calls atomic.Int32
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		review := &admissionv1.AdmissionReview{}
-		if err := json.NewDecoder(r.Body).Decode(review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
-		calls.Add(1)
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(review)
-	})}
+	wh := &allowAll{}
+	srv := &http.Server{Handler: wh}
 	go func() { _ = srv.ServeTLS(l, certFile, keyFile) }()
 	defer srv.Close()
 
 	cl := c.Client()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "webhook", Labels: map[string]string{"smoke-webhook": "on"}}}
 	mustCreate(t, cl, ns)
+	url := "https://" + l.Addr().String() + "/validate"
+	mustCreate(t, cl, configMapWebhook("smoke", "smoke.apportion.dev",
+		admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: c.CABundle()}, ns))
+	// The API server picks the configuration up asynchronously.
+	waitReviewed(t, cl, ns, "the webhook to be called", wh)
+	t.Logf("webhook at %s called %d time(s)", url, wh.calls.Load())
+}
+
+// allowAll is a validating webhook that allows every review, counting the
+// calls and keeping the Host of the last one.
+type allowAll struct {
+	calls atomic.Int32
+	host  atomic.Value
+}
+
+func (a *allowAll) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	review := &admissionv1.AdmissionReview{}
+	if err := json.NewDecoder(r.Body).Decode(review); err != nil || review.Request == nil {
+		http.Error(w, "bad review", http.StatusBadRequest)
+		return
+	}
+	a.calls.Add(1)
+	a.host.Store(r.Host)
+	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	review.Request = nil
+	_ = json.NewEncoder(w).Encode(review)
+}
+
+// configMapWebhook is the configuration name with one webhook, reached at
+// cc, that reviews the creation of ConfigMaps in the namespaces labelled as
+// ns is, and fails closed.
+func configMapWebhook(name, webhook string, cc admissionregistrationv1.WebhookClientConfig, ns *corev1.Namespace) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
-	url := "https://" + l.Addr().String() + "/validate"
-	mustCreate(t, cl, &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "smoke.apportion.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: c.CABundle()},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			Name:         webhook,
+			ClientConfig: cc,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}},
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: ns.Labels},
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
 			AdmissionReviewVersions: []string{"v1"},
 		}},
-	})
-	// The API server picks the configuration up asynchronously: create
-	// ConfigMaps until one is reviewed. With failurePolicy Fail, an
-	// unreachable webhook shows up here as an error.
+	}
+}
+
+// waitReviewed creates ConfigMaps in ns until wh has reviewed one. With
+// failurePolicy Fail, a webhook the API server cannot reach shows up here
+// as an error.
+func waitReviewed(t *testing.T, cl client.Client, ns *corev1.Namespace, what string, wh *allowAll) {
+	t.Helper()
 	i := 0
-	waitUntil(t, time.Minute, "the webhook to be called", func() error {
+	waitUntil(t, time.Minute, what, func() error {
 		i++
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + strconv.Itoa(i), Namespace: ns.Name}}
-		if err := cl.Create(ctx, cm); err != nil {
+		if err := cl.Create(t.Context(), cm); err != nil {
 			return err
 		}
-		if calls.Load() == 0 {
+		if wh.calls.Load() == 0 {
 			return errors.New("not called yet")
 		}
 		return nil
 	})
-	t.Logf("webhook at %s called %d time(s)", url, calls.Load())
 }
 
 // leftovers is what a stopped cluster must not leave: processes, its

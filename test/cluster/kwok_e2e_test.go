@@ -3,18 +3,15 @@
 package cluster
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -163,20 +160,8 @@ func testServiceWebhookAtPodIP(t *testing.T, c *Cluster, pod *corev1.Pod) {
 	if err != nil {
 		t.Fatalf("listening on the pod IP inside the namespace: %v", err)
 	}
-	var calls atomic.Int32
-	var from atomic.Value
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		review := &admissionv1.AdmissionReview{}
-		if err := json.NewDecoder(r.Body).Decode(review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
-		calls.Add(1)
-		from.Store(r.Host)
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(review)
-	})}
+	wh := &allowAll{}
+	srv := &http.Server{Handler: wh}
 	go func() { _ = srv.ServeTLS(l, certFile, keyFile) }()
 	defer srv.Close()
 
@@ -219,49 +204,20 @@ func testServiceWebhookAtPodIP(t *testing.T, c *Cluster, pod *corev1.Pod) {
 
 	target := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "service-webhook", Labels: map[string]string{"service-webhook": "on"}}}
 	mustCreate(t, cl, target)
-	fail := admissionregistrationv1.Fail
-	none := admissionregistrationv1.SideEffectClassNone
 	path := "/validate"
 	svcPort := int32(443)
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "service-webhook"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "service.apportion.dev",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: svc.Namespace, Name: svc.Name, Path: &path, Port: &svcPort},
-				CABundle: c.CABundle(),
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
-			}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: target.Labels},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
+	cfg := configMapWebhook("service-webhook", "service.apportion.dev", admissionregistrationv1.WebhookClientConfig{
+		Service:  &admissionregistrationv1.ServiceReference{Namespace: svc.Namespace, Name: svc.Name, Path: &path, Port: &svcPort},
+		CABundle: c.CABundle(),
+	}, target)
 	mustCreate(t, cl, cfg)
 	defer func() { _ = cl.Delete(ctx, cfg) }()
-	// With failurePolicy Fail, a webhook the API server cannot reach shows
-	// up as an error here.
-	i := 0
-	waitUntil(t, time.Minute, "the webhook behind Service "+svc.Name+" to be called", func() error {
-		i++
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + strconv.Itoa(i), Namespace: target.Name}}
-		if err := cl.Create(ctx, cm); err != nil {
-			return err
-		}
-		if calls.Load() == 0 {
-			return errors.New("not called yet")
-		}
-		return nil
-	})
+	waitReviewed(t, cl, target, "the webhook behind Service "+svc.Name+" to be called", wh)
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the API server called the webhook of Service %s/%s (ClusterIP %s) at the pod IP %s:%d, %d time(s), for host %v",
-		svc.Namespace, svc.Name, svc.Spec.ClusterIP, podIP, port, calls.Load(), from.Load())
+		svc.Namespace, svc.Name, svc.Spec.ClusterIP, podIP, port, wh.calls.Load(), wh.host.Load())
 }
 
 func podReady(pod *corev1.Pod) bool {
