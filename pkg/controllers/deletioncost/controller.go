@@ -101,10 +101,7 @@ func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
 // WithPolicies orders the pods of workloads whose strategy comes from a
 // PlacementPolicy too; src may be nil.
 func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
-	c.resolve = nil
-	if src != nil {
-		c.resolve = []workload.Option{workload.WithPolicies(src)}
-	}
+	c.resolve = []workload.Option{workload.WithPolicies(src)} // nil src: annotations only
 	return c
 }
 

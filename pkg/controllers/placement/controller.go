@@ -124,10 +124,7 @@ func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 // WithPolicies makes workloads without a strategy annotation take the
 // strategy of the PlacementPolicy that targets them; src may be nil.
 func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
-	c.resolve = nil
-	if src != nil {
-		c.resolve = []workload.Option{workload.WithPolicies(src)}
-	}
+	c.resolve = []workload.Option{workload.WithPolicies(src)} // nil src: annotations only
 	return c
 }
 
