@@ -15,13 +15,13 @@ const (
 	// Strategy is the annotation users put on a workload (or its pod template)
 	// to ask for a proportional split.
 	Strategy = Prefix + "strategy"
-	// LegacyStrategy is the annotation of the AWS sample webhook (seed 004);
+	// LegacyStrategy is the annotation of the AWS sample webhook;
 	// accepted unchanged so users can migrate without editing manifests.
 	LegacyStrategy = "custom-pod-schedule-strategy"
 	// LegacyCamelStrategy is the annotation of the original EKS blog webhook
-	// (seed 000). It is honoured unless LegacyEnabled says otherwise.
+	// (custom pod scheduling). It is honoured unless LegacyEnabled says otherwise.
 	LegacyCamelStrategy = "CustomPodScheduleStrategy"
-	// LegacyEnabled is seed 000's on/off switch that accompanies
+	// LegacyEnabled is that webhook's on/off switch that accompanies
 	// LegacyCamelStrategy: when present and not "true", the strategy is ignored.
 	LegacyEnabled = "UseCustomKubeScheduler"
 

@@ -25,7 +25,8 @@
 // one away from a group) and stays within quota for every n, which a
 // largest-remainder or largest-deficit rule does not.
 //
-// Worked example, seed 004 (on-demand base 2 weight 1, spot weight 3):
+// Worked example, the AWS sample webhook's strategy (on-demand base 2
+// weight 1, spot weight 3):
 //
 //	pod:        1   2   3     4     5     6     7     8     9     10
 //	group:      od  od  spot  spot  od    spot  spot  spot  od    spot
@@ -55,7 +56,7 @@
 // When two groups have the same priority, the one written first in the
 // strategy wins (and, when removing, the one written last loses first). The
 // order of the strategy is already its priority for bases, so the same order
-// settles ties; seed 000's example (base 1 then two equal weights, 10 pods)
+// settles ties; the EKS blog webhook's example (base 1 then two equal weights, 10 pods)
 // therefore gives 1/5/4.
 //
 // # Live decisions

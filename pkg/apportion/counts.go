@@ -13,7 +13,7 @@ package apportion
 // so the pods of a period go where the first period's went. Only the
 // (n - bases) mod P pods of the last, partial period are stepped:
 // O(groups * min(n, P)), which for the weights people write (P of 4 for
-// seed 004's 1:3) is a few steps at any n.
+// the AWS sample's 1:3) is a few steps at any n.
 func (m *Method) CountsAt(n int64, avail Set) []int64 {
 	counts := make([]int64, len(m.groups))
 	left := max(n, 0)

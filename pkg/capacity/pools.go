@@ -105,7 +105,7 @@ func unavailable(t *Tracker, key Key, scope string) error {
 // NodeLabelCapacity serves a group when some node carries all its labels
 // (and, for a pod whose images run only on some architectures, one of them).
 // It is the mode for clusters without the NodePool CRD (managed node groups,
-// as in seed 000). It reads node metadata from the cache, and only when a
+// as in the EKS blog webhook). It reads node metadata from the cache, and only when a
 // group's answer is not known: answers are kept until Invalidate, which the
 // operator calls when a node is added or deleted or its labels change, so a
 // decision does not scan the nodes.

@@ -44,7 +44,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultCacheSize       = 10000
-	DefaultIfNotPresentTTL = 7 * 24 * time.Hour // seed 002's ifNotPresentCacheTime: 7d
+	DefaultIfNotPresentTTL = 7 * 24 * time.Hour // the architecture webhook design's ifNotPresentCacheTime: 7d
 	DefaultPullAlwaysTTL   = time.Minute
 	DefaultFailureTTL      = 15 * time.Second
 	DefaultRegistryTimeout = 20 * time.Second
@@ -99,8 +99,8 @@ type Result struct {
 // Options configure an Inspector; zero fields take the defaults.
 type Options struct {
 	CacheSize       int           // max cached references (default 10000)
-	IfNotPresentTTL time.Duration // tags pulled IfNotPresent/Never (default 168h, seed 002's ifNotPresentCacheTime 7d)
-	PullAlwaysTTL   time.Duration // tags pulled Always (default 1m in DefaultOptions; 0 = not cached, seed 002's null)
+	IfNotPresentTTL time.Duration // tags pulled IfNotPresent/Never (default 168h, as the architecture webhook design's 7d)
+	PullAlwaysTTL   time.Duration // tags pulled Always (default 1m in DefaultOptions; 0 = not cached, as the design's null)
 	FailureTTL      time.Duration // negative cache (default 15s)
 	RegistryTimeout time.Duration // bound of one registry look-up, detached from the caller (default 20s)
 	BreakerFailures int           // consecutive failures that open a registry's breaker (default 5)
@@ -123,8 +123,8 @@ type Options struct {
 }
 
 // DefaultOptions are the defaults of every field. New fills any zero field
-// with its default except PullAlwaysTTL, where 0 means "not cached" (seed
-// 002's pullAlwaysCacheTime: null): start from DefaultOptions to get 1m.
+// with its default except PullAlwaysTTL, where 0 means "not cached" (the
+// architecture webhook design's pullAlwaysCacheTime: null): start from DefaultOptions to get 1m.
 func DefaultOptions() Options {
 	return Options{PullAlwaysTTL: DefaultPullAlwaysTTL}.withDefaults()
 }

@@ -1,7 +1,7 @@
 // Package v1alpha1 holds the apportion.dev/v1alpha1 API: PlacementPolicy, a
 // strategy kept in its own resource that names the workloads it applies to,
-// for platform teams that set placement for workloads they do not own (seed
-// 001's PodDistributor). The CRD in chart/crds is generated from these types
+// for platform teams that set placement for workloads they do not own (as
+// Versprei's PodDistributor). The CRD in chart/crds is generated from these types
 // (`make generate`). The package imports only apimachinery, so that clients
 // can use it cheaply.
 //

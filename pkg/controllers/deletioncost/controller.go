@@ -8,8 +8,8 @@
 // removal, negated. The first to go has the lowest cost; the last has 0.
 // Numbering from the bottom keeps the values of existing pods stable when a
 // pod is added and Victim would take that pod first, so a scale-up patches
-// only the new pod, not every pod of the revision. Worked example (seed 004,
-// pods p0..p5 placed od od spot spot od spot):
+// only the new pod, not every pod of the revision. Worked example (the
+// AWS sample webhook's strategy, pods p0..p5 placed od od spot spot od spot):
 //
 //	removal order (Victim): spot(p5) spot(p3) spot(p2) od(p4) od(p1) od(p0)
 //	cost:                   -5       -4       -3       -2     -1     0
