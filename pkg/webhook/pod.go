@@ -55,10 +55,6 @@ const (
 	ResultError    = "error"
 )
 
-// MirrorPodAnnotation marks static pods mirrored by the kubelet (named here
-// for the operator's list of the pod annotations its cache keeps).
-const MirrorPodAnnotation = corev1.MirrorPodAnnotationKey
-
 // Liveness tells whether a placement leader can take gated pods.
 type Liveness interface {
 	Alive(ctx context.Context) bool
@@ -119,13 +115,8 @@ const warnInterval = 10 * time.Minute
 func (m *PodMutator) warnAnnotations(info *workload.Info) {
 	m.init()
 	msg := workload.DescribeProblems(info.Problems)
-	m.events.Publish(events.Event{Regarding: workloadRef(info), Type: corev1.EventTypeWarning, Reason: workload.ReasonInvalidAnnotation, Action: "Admit",
+	m.events.Publish(events.Event{Regarding: info.Workload.ObjectReference(), Type: corev1.EventTypeWarning, Reason: workload.ReasonInvalidAnnotation, Action: "Admit",
 		Message: msg, DedupeValues: []string{string(info.Workload.UID), msg}, DedupeTimeout: warnInterval})
-}
-
-// workloadRef is the object the webhook's Events are about.
-func workloadRef(info *workload.Info) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 }
 
 // parse validates a strategy, remembering the verdict: the same text arrives
@@ -300,7 +291,7 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		if perr := m.parse(info.Strategy); perr != nil {
 			// Not deduplicated here: client-go folds the repeats on
 			// one workload into one Event series.
-			m.events.Eventf(workloadRef(info), nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", info.Source, perr)
+			m.events.Eventf(info.Workload.ObjectReference(), nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", info.Source, perr)
 			return ResultInvalid, []string{"apportion: " + info.Source.String() + ": " + perr.Error() + "; the pod is placed without apportion"}
 		}
 	}

@@ -113,7 +113,7 @@ func TestPodMutator(t *testing.T) {
 			p.OwnerReferences[0].Kind = "DaemonSet"
 		})},
 		{name: "mirror pod", leader: true, pod: rsPod(func(p *corev1.Pod) {
-			p.Annotations = map[string]string{annotations.Strategy: good, MirrorPodAnnotation: "x"}
+			p.Annotations = map[string]string{annotations.Strategy: good, corev1.MirrorPodAnnotationKey: "x"}
 		})},
 		{name: "pod with nodeName", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) { p.Spec.NodeName = "n1" })},
 		{name: "client-written decision: removed, then gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
@@ -371,7 +371,7 @@ func TestPodMutatorProfiles(t *testing.T) {
 		{name: "profiled, existing annotations: the record is one more", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Annotations = map[string]string{"a": "b"} }),
 			want: append(rewrite[:3:3], "add /metadata/annotations/apportion.dev~1original-resources")},
 		{name: "profiled, excluded namespace: untouched", leader: true, namespace: "kube-system", deployAnn: strategyOnDeploy, pod: rsPod(peerPod("kata-remote"))},
-		{name: "profiled mirror pod: untouched", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} })},
+		{name: "profiled mirror pod: untouched", leader: true, pod: rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"} })},
 		{name: "other runtime class, no strategy: untouched", leader: true, pod: rsPod(peerPod("runc"))},
 		{name: "other runtime class, with a strategy: the gate only", leader: true, deployAnn: strategyOnDeploy, pod: rsPod(peerPod("runc")), want: []string{gate}},
 		{name: "no runtime class, with a strategy: the gate only", leader: true, deployAnn: strategyOnDeploy, pod: rsPod(), want: []string{gate}},

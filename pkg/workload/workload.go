@@ -54,6 +54,11 @@ type Ref struct {
 
 func (r Ref) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
 
+// ObjectReference is r as the object an Event is about.
+func (r Ref) ObjectReference() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, UID: r.UID}
+}
+
 // Info is what placement needs to know about a pod's workload.
 type Info struct {
 	// Workload is the object the user wrote the strategy on (the top of

@@ -340,7 +340,7 @@ func (c *Controller) resolve(ctx context.Context, pod *corev1.Pod) (*workload.In
 	if err != nil || info == nil {
 		return nil, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	}
-	return info, &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
+	return info, info.Workload.ObjectReference()
 }
 
 // timeoutFor is the workload's apportion.dev/capacity-timeout (or the pod's,

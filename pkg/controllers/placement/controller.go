@@ -182,7 +182,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	case info.Skip:
 		return c.release(ctx, pod, ReasonSkipped, nil)
 	case !info.Found && c.byArchitecture(ctx, pod, info):
-		return c.placeByArchitecture(ctx, pod, workloadRef(info))
+		return c.placeByArchitecture(ctx, pod, info.Workload.ObjectReference())
 	case !info.Found:
 		return c.release(ctx, pod, ReasonNoStrategy, nil)
 	}
@@ -195,7 +195,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 // gives the next pod.
 func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key string, info *workload.Info) (reconcile.Result, error) {
 	p, perr := c.strategies.Get(info.Strategy)
-	ref := workloadRef(info)
+	ref := info.Workload.ObjectReference()
 	if perr != nil {
 		c.warnOnce(ref, "InvalidStrategy", "%s: %v; pods are placed without apportion", info.Source, perr)
 		return c.release(ctx, pod, ReasonInvalidStrategy, nil)
@@ -282,10 +282,6 @@ func (c *Controller) available(ctx context.Context, ref *corev1.ObjectReference,
 		c.warnOnce(ref, "GroupUnavailable", "group %d (%s) is left out of the split: %v", i+1, s.Groups[i].Key(), gerr)
 	}
 	return avail, archOut, capacityOut, why
-}
-
-func workloadRef(info *workload.Info) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
 }
 
 // warnOnce records a Warning Event on the workload, at most once per

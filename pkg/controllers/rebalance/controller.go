@@ -343,7 +343,7 @@ func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
 	}
 	err := c.kube.SubResource("eviction").Create(ctx, pod, req)
-	ref := &corev1.ObjectReference{Kind: info.Workload.Kind, Namespace: info.Workload.Namespace, Name: info.Workload.Name, UID: info.Workload.UID}
+	ref := info.Workload.ObjectReference()
 	switch {
 	case err == nil:
 		c.mu.Lock()
