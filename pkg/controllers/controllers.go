@@ -90,10 +90,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	// that marks them and the controllers that pass them over.
 	tracker := capacity.NewTracker(d.Clock, o.CapacityTTL, o.CapacityMaxTTL)
 	groupCapacity, watchCapacity := newCapacity(ctx, kube, tracker, o, nodePools)
-	var policySource workload.PolicySource // nil without the CRD
-	if d.Policies != nil {
-		policySource = d.Policies
-	}
+	policySource := d.Policies.OrNil()
 	// One cache of compiled strategies for every controller that reads them.
 	strategies := compiled.NewCache(compiled.DefaultSize)
 	tally := placement.NewTally()

@@ -194,15 +194,6 @@ func loadSigner(ctx context.Context, o *options.Options) (*decision.Signer, erro
 	return decision.LoadSigner(o.DecisionKeyFile)
 }
 
-// PolicySource is Policies as the interface readers take: nil (not a typed
-// nil) without the CRD.
-func (op *Operator) PolicySource() workload.PolicySource {
-	if op.Policies == nil {
-		return nil
-	}
-	return op.Policies
-}
-
 // WithControllers registers the controllers with the manager.
 func (op *Operator) WithControllers(ctx context.Context, cs ...controller.Controller) error {
 	for _, c := range cs {

@@ -410,3 +410,15 @@ func TestStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestOrNil: without a Source, readers get a nil interface, not one holding a
+// nil *Source (which would read as "policies are served").
+func TestOrNil(t *testing.T) {
+	var none *Source
+	if none.OrNil() != nil {
+		t.Error("a nil Source gave a non-nil PolicySource")
+	}
+	if src := NewSource(nil); src.OrNil() == nil {
+		t.Error("a Source gave a nil PolicySource")
+	}
+}

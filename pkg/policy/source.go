@@ -108,6 +108,16 @@ func NewSource(reader client.Reader) *Source {
 	return &Source{reader: reader, parsed: map[types.UID]parsedStrategy{}}
 }
 
+// OrNil is s as the interface workload.Resolve takes: nil (not an interface
+// holding a nil *Source) when there is no Source, which is how readers tell
+// that PlacementPolicies are not served.
+func (s *Source) OrNil() workload.PolicySource {
+	if s == nil {
+		return nil
+	}
+	return s
+}
+
 // Policies returns the policies of namespace that target top, oldest first;
 // policies being deleted are left out. The policies are the cache's own
 // objects: callers must not modify them.
