@@ -268,8 +268,11 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		out, _, until := c.tracker.Unavailable(k)
 		if out {
 			// A pod left (not recreated, or a NodeClaim on its way) is
-			// looked at again when the outage ends.
-			c.queueDeletion(pod)
+			// looked at again when the outage ends; one the full queue
+			// did not take, sooner.
+			if !c.queueDeletion(pod) {
+				return reconcile.Result{RequeueAfter: queueFullRetry}, nil
+			}
 			return reconcile.Result{RequeueAfter: max(until.Sub(now), time.Second)}, nil
 		}
 		if until.After(lastBack) {
@@ -309,7 +312,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		c.report(ctx, pod, mark, sig, until, ref)
 		c.queueKey(ctx, mark)
 	}
-	c.queueDeletion(pod)
+	if !c.queueDeletion(pod) {
+		return reconcile.Result{RequeueAfter: queueFullRetry}, nil
+	}
 	return reconcile.Result{RequeueAfter: max(until.Sub(now), time.Second)}, nil
 }
 
@@ -323,11 +328,12 @@ func scopeOf(pod *corev1.Pod, info *workload.Info) string {
 }
 
 // queueDeletion queues the pod for the deleter if its controller recreates
-// it and deletions are on.
-func (c *Controller) queueDeletion(pod *corev1.Pod) {
+// it and deletions are on. It is false only when the queue was full.
+func (c *Controller) queueDeletion(pod *corev1.Pod) bool {
 	if c.opts.DeleteQPS > 0 && workload.Recreated(pod) {
-		c.queue(pod)
+		return c.queue(pod)
 	}
+	return true
 }
 
 // resolve finds the pod's workload for its timeout annotation and Events;

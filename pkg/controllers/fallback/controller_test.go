@@ -1118,3 +1118,20 @@ func TestRegister(t *testing.T) {
 		}
 	}
 }
+
+// TestFullQueueComesBackSoon: a pod the full deletion queue did not take is
+// reconciled again after queueFullRetry, not only when the outage ends.
+func TestFullQueueComesBackSoon(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), pendingPod("p1", "spot", now.Add(-time.Minute)))
+	f.ctrl.deletions = make(chan event.TypedGenericEvent[*corev1.Pod]) // no room
+	if res := f.reconcile("p1"); res.RequeueAfter != queueFullRetry {
+		t.Fatalf("RequeueAfter %s with a full queue, want %s", res.RequeueAfter, queueFullRetry)
+	}
+	f.ctrl.deletions = make(chan event.TypedGenericEvent[*corev1.Pod], 1)
+	if res := f.reconcile("p1"); res.RequeueAfter == queueFullRetry {
+		t.Fatal("queued, yet back as if the queue were full")
+	}
+	if q := f.queued(); len(q) != 1 || q[0].Name != "p1" {
+		t.Fatalf("queued %v, want p1", q)
+	}
+}

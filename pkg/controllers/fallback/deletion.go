@@ -26,9 +26,13 @@ import (
 )
 
 // deletionBuffer bounds the pods handed to the deletion controller and not
-// yet in its workqueue. A pod that does not fit is dropped: its own
-// reconcile queues it again while its key is out.
+// yet in its workqueue. A pod that does not fit is not queued: its reconcile
+// comes back after queueFullRetry and queues it then.
 const deletionBuffer = 4096
+
+// queueFullRetry is how soon a pod the full deletion queue did not take is
+// reconciled again.
+const queueFullRetry = 10 * time.Second
 
 // Retries of a deletion the API refused: per pod, doubling from
 // deletionRetryBase up to deletionRetryMax.
@@ -38,12 +42,15 @@ const (
 )
 
 // queue hands the pod to the deletion controller, whose workqueue holds
-// each pod once however often it is queued before its turn.
-func (c *Controller) queue(pod *corev1.Pod) {
+// each pod once however often it is queued before its turn. It is false when
+// the queue is full.
+func (c *Controller) queue(pod *corev1.Pod) bool {
 	select {
 	case c.deletions <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}:
+		return true
 	default:
 		log.Log.V(1).Info("deletion queue full; the pod is queued again by its next reconcile", "namespace", pod.Namespace, "name", pod.Name)
+		return false
 	}
 }
 
