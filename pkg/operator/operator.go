@@ -141,10 +141,13 @@ func (op *Operator) newManager(cfg *rest.Config) (manager.Manager, error) {
 		TLSOpts: []func(*tls.Config){tlsMin, http1Only},
 	}), drain: op.drain}
 	leaseDuration, renewDeadline, retryPeriod, grace := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod, o.GracefulShutdownTimeout
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		PprofBindAddress:              o.ProfilingBindAddress,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.SystemNamespace,

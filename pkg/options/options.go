@@ -37,6 +37,13 @@ type Options struct {
 	APICheckInterval       time.Duration
 	ExcludedNamespaces     []string
 	LogLevel               string
+	// KubeAPIQPS and KubeAPIBurst bound the client's own request rate to
+	// the API server (under API Priority and Fairness, which queues what
+	// passes); a negative QPS turns the client-side limit off.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	// ProfilingBindAddress serves Go's pprof handlers; empty: off.
+	ProfilingBindAddress string
 	// GracefulShutdownTimeout bounds the whole stop sequence after SIGTERM,
 	// in-flight admission requests included.
 	GracefulShutdownTimeout time.Duration
@@ -135,6 +142,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	o.ExcludedNamespaces = splitList(env("EXCLUDED_NAMESPACES", "kube-system"))
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.envFloat("KUBE_API_QPS", 200), "requests per second this replica may send to the API server, averaged (a burst of 10,000 pods needs about 1.1 writes per pod); negative: no client-side limit, API Priority and Fairness alone")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.envInt("KUBE_API_BURST", 300), "requests this replica may send to the API server at once above --kube-api-qps")
+	fs.StringVar(&o.ProfilingBindAddress, "profiling-bind-address", env("PROFILING_BIND_ADDRESS", ""), "address of Go's pprof handlers (/debug/pprof/), for profiling a replica under load; empty: off. Bind it to 127.0.0.1 and reach it with kubectl port-forward")
 	fs.StringVar(&o.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info or error")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.envDuration("GRACEFUL_SHUTDOWN_TIMEOUT", 25*time.Second), "how long stopping may take after SIGTERM, draining in-flight admission requests included; keep it below the pod's terminationGracePeriodSeconds")
 	fs.StringVar(&o.CertSecretName, "cert-secret-name", env("CERT_SECRET_NAME", ""), "Secret in the system namespace in which apportion keeps its own CA and serving certificate, renews them and writes them to --cert-dir (empty: --cert-dir is filled by someone else)")
@@ -216,7 +226,14 @@ func (o *Options) validateProcess() []error {
 	default:
 		errs = append(errs, fmt.Errorf("--log-level must be debug, info or error, got %q", o.LogLevel))
 	}
-	for flagName, addr := range map[string]string{"--metrics-bind-address": o.MetricsBindAddress, "--health-probe-bind-address": o.HealthProbeBindAddress} {
+	if o.KubeAPIQPS >= 0 && o.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst must be at least 1 with a client-side limit (--kube-api-qps %g), got %d", o.KubeAPIQPS, o.KubeAPIBurst))
+	}
+	addrs := map[string]string{"--metrics-bind-address": o.MetricsBindAddress, "--health-probe-bind-address": o.HealthProbeBindAddress}
+	if o.ProfilingBindAddress != "" {
+		addrs["--profiling-bind-address"] = o.ProfilingBindAddress
+	}
+	for flagName, addr := range addrs {
 		if err := checkBindAddress(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
 		}

@@ -55,6 +55,8 @@ func TestBadInputNamesTheFlag(t *testing.T) {
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--metrics-bind-address=nope"}, "--metrics-bind-address"},
 		{[]string{"--health-probe-bind-address=:99999"}, "--health-probe-bind-address"},
+		{[]string{"--profiling-bind-address=6060"}, "--profiling-bind-address"},
+		{[]string{"--kube-api-burst=0"}, "--kube-api-burst"},
 		{[]string{"--excluded-namespaces=ok,Not_A_Namespace"}, `"Not_A_Namespace" is not a namespace name`},
 		{[]string{"--cert-dir=" + filepath.Join(os.TempDir(), "apportion-no-such-dir")}, "--cert-dir"},
 		{[]string{"--architectures=some"}, "--architectures"},
@@ -77,6 +79,9 @@ func TestBadInputNamesTheFlag(t *testing.T) {
 	}
 	if err := parse(t, "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0").Validate(); err != nil {
 		t.Errorf("\"0\" (disabled) and port 0 (any free port) rejected: %v", err)
+	}
+	if err := parse(t, "--kube-api-qps=-1", "--kube-api-burst=0").Validate(); err != nil {
+		t.Errorf("no client-side limit (negative --kube-api-qps) wants no burst, but was rejected: %v", err)
 	}
 }
 
