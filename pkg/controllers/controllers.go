@@ -103,7 +103,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		watchCapacity,
 		countPods(tally),
 		placer,
-		gatejanitor.NewController(d.Clock, kube, d.Recorder, o.GateTimeout),
+		janitor(d, kube, o),
 		fallback.NewController(d.Clock, kube, d.Recorder, tracker, fallback.Options{
 			Timeout: o.CapacityTimeout, NominationWait: o.CapacityNominationWait, DeleteQPS: o.CapacityDeleteQPS,
 			NodeLabels: !nodePools, ScaleFromZero: o.ScaleFromZero,
@@ -125,6 +125,16 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, groupCapacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
 	}
 	return cs
+}
+
+// janitor is the gate janitor; with leader election, a pod's gate timeout
+// also counts from the last change of placement leader.
+func janitor(d Dependencies, kube client.Client, o *options.Options) *gatejanitor.Controller {
+	j := gatejanitor.NewController(d.Clock, kube, d.Recorder, o.GateTimeout)
+	if o.LeaderElect {
+		j.WithLease(o.SystemNamespace, o.LeaderElectionID)
+	}
+	return j
 }
 
 // newCapacity picks how groups are matched to capacity: Karpenter's

@@ -5,6 +5,12 @@
 // leader is gone, slow, or cannot decide. It releases through
 // decision.Release, as the placement controller does; a failed release is
 // returned for the workqueue to retry with backoff.
+//
+// The timeout counts from the later of the pod's creation and the last
+// change of placement leader (the Lease's acquireTime): a new leader first
+// decides the pods its predecessor left gated, and those pods must not be
+// released merely because the leader changed while they waited. A leader
+// that is alive but never decides still has its pods released on time.
 package gatejanitor
 
 import (
@@ -13,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -36,11 +43,19 @@ type Controller struct {
 	clock      clock.Clock
 	recorder   events.EventRecorder
 	timeout    time.Duration
+	lease      client.ObjectKey // the placement leader's Lease; zero: no leader election
 }
 
 // NewController builds the janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, timeout time.Duration) *Controller {
 	return &Controller{kubeClient: kubeClient, clock: clk, recorder: recorder, timeout: timeout}
+}
+
+// WithLease counts each pod's timeout from the last change of holder of the
+// placement leader's Lease too, when that is later than the pod's creation.
+func (c *Controller) WithLease(namespace, name string) *Controller {
+	c.lease = client.ObjectKey{Namespace: namespace, Name: name}
+	return c
 }
 
 // Name is the controller's name in logs and metrics.
@@ -65,8 +80,8 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return reconcile.Result{}, nil
 	}
 	age := c.clock.Since(pod.CreationTimestamp.Time)
-	if age < c.timeout {
-		return reconcile.Result{RequeueAfter: c.timeout - age}, nil
+	if wait := c.timeout - c.clock.Since(c.since(ctx, pod)); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	if err := decision.Release(ctx, c.kubeClient, pod); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -83,4 +98,25 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		"no placement decision within %s; released to schedule without apportion", c.timeout)
 	log.FromContext(ctx).Info("released pod after gate timeout", "waited", age.Round(time.Millisecond).String())
 	return reconcile.Result{}, nil
+}
+
+// since is when the pod's gate timeout starts: its creation, or the last
+// change of placement leader when that came later. The Lease is read from the
+// informer cache; when it cannot be read, the pod's creation counts.
+func (c *Controller) since(ctx context.Context, pod *corev1.Pod) time.Time {
+	start := pod.CreationTimestamp.Time
+	if c.lease.Name == "" {
+		return start
+	}
+	var lease coordinationv1.Lease
+	if err := c.kubeClient.Get(ctx, c.lease, &lease); err != nil {
+		if !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).V(1).Info("reading the placement Lease; the gate timeout counts from the pod's creation", "error", err.Error())
+		}
+		return start
+	}
+	if at := lease.Spec.AcquireTime; at != nil && at.After(start) {
+		return at.Time
+	}
+	return start
 }

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -88,5 +90,58 @@ func TestReleaseErrorIsRetried(t *testing.T) {
 	}
 	if len(p.Spec.SchedulingGates) != 0 {
 		t.Errorf("still gated after the API recovered: %v", p.Spec.SchedulingGates)
+	}
+}
+
+// TestTimeoutCountsFromLeaderChange: a pod gated before the placement leader
+// changed gets the whole timeout again from the new leader's acquisition, so
+// a takeover does not release the pods its predecessor left; without a
+// Lease, or with one acquired before the pod, its creation counts.
+func TestTimeoutCountsFromLeaderChange(t *testing.T) {
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)}, Gated: true})
+	lease := func(acquired time.Time) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "apportion-system", Name: "apportion-placement"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("b"), AcquireTime: &metav1.MicroTime{Time: acquired}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		want    time.Duration // RequeueAfter at start+35s; 0: released
+		withKey bool
+	}{
+		{"leader changed 20s after the pod", lease(start.Add(20 * time.Second)), 15 * time.Second, true},
+		{"leader changed before the pod", lease(start.Add(-time.Hour)), 0, true},
+		{"no Lease yet", nil, 0, true},
+		{"no leader election", lease(start.Add(20 * time.Second)), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod.DeepCopy())
+			if tc.lease != nil {
+				b = b.WithObjects(tc.lease)
+			}
+			c := b.Build()
+			j := NewController(clocktesting.NewFakeClock(start.Add(35*time.Second)), c, events.NewFakeRecorder(5), 30*time.Second)
+			if tc.withKey {
+				j.WithLease("apportion-system", "apportion-placement")
+			}
+			var p corev1.Pod
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
+				t.Fatal(err)
+			}
+			res, err := j.Reconcile(context.Background(), &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tc.want {
+				t.Errorf("RequeueAfter %s, want %s", res.RequeueAfter, tc.want)
+			}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
+				t.Fatal(err)
+			}
+			if released := len(p.Spec.SchedulingGates) == 0; released != (tc.want == 0) {
+				t.Errorf("released %v, want %v", released, tc.want == 0)
+			}
+		})
 	}
 }
