@@ -48,6 +48,11 @@ import (
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
+// workers decide pods in parallel: decisions within a revision take turns
+// only for the choice itself (decide), and the patches, one API round trip
+// each, overlap.
+const workers = 16
+
 // warnInterval spaces identical Warning Events on one workload.
 const warnInterval = time.Minute
 
@@ -85,6 +90,7 @@ type Controller struct {
 	tally      *Tally
 	gateWait   time.Duration
 	nodes      client.Reader // node metadata, to count strays; nil: not counted
+	apiReader  client.Reader // reads a pod again after a conflict; nil: decided again later
 	images     Images        // nil: no image is inspected
 	imageWait  time.Duration
 	archForAll bool // place every pod without a strategy by architecture, not only those opted in
@@ -121,6 +127,13 @@ func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 	return c
 }
 
+// WithAPIReader reads a pod from the API server when a decision's patch
+// conflicts, to send the same decision again (see write).
+func (c *Controller) WithAPIReader(r client.Reader) *Controller {
+	c.apiReader = r
+	return c
+}
+
 // WithPolicies makes workloads without a strategy annotation take the
 // strategy of the PlacementPolicy that targets them; src may be nil.
 func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
@@ -143,7 +156,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 			pod, ok := o.(*corev1.Pod)
 			return ok && decision.HasGate(pod)
 		}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }
 
@@ -218,11 +231,8 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	}
 	avail, archOut, capacityOut, why := c.available(ctx, ref, p.Strategy, pod, images, groupErrs, scope)
 
-	unlock := c.locks.lock(key)
-	defer unlock()
 	rev := Revision(pod.Namespace, key)
-	counts, strays, seen := c.counts(ctx, rev, p)
-	g := p.Method.Next(seen, avail)
+	g, counts, strays := c.decide(ctx, pod, rev, key, p, avail)
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -243,11 +253,29 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		d.Fallback, d.Record.Reason, d.Record.Out = capacityOut, RecordFallback, why
 	}
 	res, written, err := c.write(ctx, pod, d)
-	if written {
-		c.tally.Record(pod.UID, rev, d.Group.Key(), c.clock.Now())
-		log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
+	if !written {
+		c.tally.Unrecord(pod.UID)
+		return res, err
 	}
+	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
 	return res, err
+}
+
+// decide chooses the pod's group (its index, -1 when none is available)
+// under the revision's lock, with the counts it saw, and counts the decision
+// as pending before it is written: the next pod of the revision is decided
+// while this one's patch is in flight, against counts that include it, so a
+// burst is decided as fast as the API server takes patches rather than one
+// round trip at a time. A write that does not land takes the count back
+// (Tally.Unrecord).
+func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set) (g int, counts, strays []int64) {
+	unlock := c.locks.lock(key)
+	defer unlock()
+	counts, strays, seen := c.counts(ctx, rev, p)
+	if g = p.Method.Next(seen, avail); g >= 0 {
+		c.tally.Record(pod.UID, rev, p.Strategy.Groups[g].Key(), c.clock.Now())
+	}
+	return g, counts, strays
 }
 
 // available is the set of groups that can be served, with a Warning Event for

@@ -2,8 +2,10 @@ package placement_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,5 +210,131 @@ func TestAPIErrorIsReturned(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(metrics.APIErrorsTotal.WithLabelValues(decision.OperationDecide)) - errorsBefore; got != 2 {
 		t.Errorf("api errors counted %v, want 2", got)
+	}
+}
+
+// conflictOnce makes the first decision patch conflict, after running
+// meanwhile (what another writer did to the pod in between).
+func conflictOnce(meanwhile func(ctx context.Context, c client.WithWatch, obj client.Object)) interceptor.Funcs {
+	conflicted := false
+	return interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if !conflicted {
+				conflicted = true
+				if meanwhile != nil {
+					meanwhile(ctx, c, obj)
+				}
+				return apierrors.NewConflict(corev1.Resource("pods"), obj.GetName(), fmt.Errorf("the object has been modified"))
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
+
+// TestConflictSendsTheSameDecisionAgain: a decision whose patch conflicts
+// (the cache was behind the pod) is sent again on the pod read from the API
+// server, in the same reconcile: it stays counted once, and the next pod of
+// the revision sees it.
+func TestConflictSendsTheSameDecisionAgain(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	c := interceptor.NewClient(f.client.(client.WithWatch), conflictOnce(nil))
+	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second).WithAPIReader(f.client)
+	first := f.reconcile(t, f.gatedPod(t, 0))
+	if len(first.Spec.SchedulingGates) != 0 || first.Annotations[annotations.Group] != onDemandKey {
+		t.Fatalf("after a conflict: gates %v, group %q; want the decision written in the same reconcile", first.Spec.SchedulingGates, first.Annotations[annotations.Group])
+	}
+	second := f.reconcile(t, f.gatedPod(t, 1))
+	if got := recordOf(t, second).Counts; len(got) != 2 || got[0] != 1 || got[1] != 0 {
+		t.Errorf("the next decision saw %v; want the first one counted once, [1 0]", got)
+	}
+}
+
+// TestUnwrittenDecisionIsTakenBack: when the pod was released meanwhile (the
+// gate janitor) the decision is not written, and the next pod of the
+// revision does not count it.
+func TestUnwrittenDecisionIsTakenBack(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	c := interceptor.NewClient(f.client.(client.WithWatch), conflictOnce(func(ctx context.Context, c client.WithWatch, obj client.Object) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &p); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := decision.Release(ctx, c, &p); err != nil {
+			t.Error(err)
+		}
+	}))
+	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second).WithAPIReader(f.client)
+	released := f.reconcile(t, f.gatedPod(t, 0))
+	if released.Annotations[annotations.Group] != "" {
+		t.Fatalf("a released pod got decision %q", released.Annotations[annotations.Group])
+	}
+	if f.tally.Decided(released.UID) {
+		t.Error("the decision that was not written is still counted")
+	}
+	next := f.reconcile(t, f.gatedPod(t, 1))
+	if got := recordOf(t, next).Counts; len(got) != 2 || got[0] != 0 || got[1] != 0 {
+		t.Errorf("the next decision saw %v; want [0 0]", got)
+	}
+}
+
+const onDemandKey = "karpenter.sh/capacity-type=on-demand"
+
+func recordOf(t *testing.T, pod *corev1.Pod) decision.Record {
+	t.Helper()
+	var r decision.Record
+	if err := json.Unmarshal([]byte(pod.Annotations[annotations.Decision]), &r); err != nil {
+		t.Fatalf("pod %s: decision record %q: %v", pod.Name, pod.Annotations[annotations.Decision], err)
+	}
+	return r
+}
+
+// TestConcurrentDecisionsStayExact: 16 workers decide 60 pods of one
+// revision at once, their patches overlapping; every decision saw the ones
+// before it exactly (the records' totals are 0..59, once each) and the split
+// is the plan's.
+func TestConcurrentDecisionsStayExact(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	const n = 60
+	pods := make(chan *corev1.Pod, n)
+	for i := 0; i < n; i++ {
+		pods <- f.gatedPod(t, i)
+	}
+	close(pods)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Go(func() {
+			for pod := range pods {
+				if _, err := f.ctrl.Reconcile(ctx, pod); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var list corev1.PodList
+	if err := f.client.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	groups := map[string]int{}
+	for i := range list.Items {
+		var total int64
+		for _, c := range recordOf(t, &list.Items[i]).Counts {
+			total += c
+		}
+		if seen[total] {
+			t.Errorf("two decisions saw %d pods", total)
+		}
+		seen[total] = true
+		groups[list.Items[i].Annotations[annotations.Group]]++
+	}
+	s, _ := strategy.Parse(seed004)
+	want, _ := plan.Compute(s, n)
+	for g, c := range want.Counts {
+		if groups[g] != int(c) {
+			t.Errorf("group %s: %d pods, want %d (%v)", g, groups[g], c, groups)
+		}
 	}
 }

@@ -163,6 +163,14 @@ func (t *Tally) Record(uid types.UID, rev, group string, now time.Time) {
 	t.byRev[rev][uid] = group
 }
 
+// Unrecord takes back a decision Recorded before its write, when the write
+// did not land.
+func (t *Tally) Unrecord(uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dropPending(uid)
+}
+
 // Decided reports whether the pod has a decision, seen or pending.
 func (t *Tally) Decided(uid types.UID) bool {
 	t.mu.Lock()

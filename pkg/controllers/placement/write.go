@@ -10,38 +10,69 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
+// resends bounds how often a decision is sent again on a fresh copy of the
+// pod after a conflict.
+const resends = 3
+
 // write sends decision d for pod in one patch (with an optimistic lock) and
-// reports whether it was written; a conflict decides again from the fresh
-// object, any other failure is returned for the workqueue to retry (until the
-// gate janitor releases the pod).
+// reports whether it was written. A conflict (the cache is behind the pod:
+// the scheduler's status update after creation is the usual one) sends the
+// same decision again on the pod read from the API server, as long as it is
+// still gated: the decision is already counted, and deciding again would
+// count it twice or reorder the burst. A pod gone, ungated (released by the
+// janitor) or still conflicting is not written; any other failure is
+// returned for the workqueue to retry.
 func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Decision) (reconcile.Result, bool, error) {
 	group := ""
 	if !d.ArchitectureOnly {
 		group = d.Group.Key()
 	}
 	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool, d.Fallback...)
-	patched := pod.DeepCopy()
-	decision.Apply(patched, d)
-	if err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
+	for attempt := 0; ; attempt++ {
+		patched := pod.DeepCopy()
+		decision.Apply(patched, d)
+		err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
+			metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
+			return reconcile.Result{}, true, nil
+		case apierrors.IsNotFound(err):
 			return reconcile.Result{}, false, nil
+		case apierrors.IsConflict(err):
+			fresh := c.stillGated(ctx, pod)
+			if fresh == nil || attempt == resends {
+				return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
+			}
+			pod = fresh
+		default:
+			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "error").Inc()
+			return reconcile.Result{}, false, decision.APIError(ctx, decision.OperationDecide, fmt.Errorf("writing the decision: %w", err))
 		}
-		if apierrors.IsConflict(err) {
-			// The cache is behind this pod (or the janitor released it):
-			// decide again from the fresh object.
-			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
-		}
-		metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "error").Inc()
-		return reconcile.Result{}, false, decision.APIError(ctx, decision.OperationDecide, fmt.Errorf("writing the decision: %w", err))
 	}
-	metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
-	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
-	return reconcile.Result{}, true, nil
+}
+
+// stillGated reads the pod from the API server and returns it when it is
+// the same pod, not terminating and still held by the gate; nil otherwise,
+// or without an API reader.
+func (c *Controller) stillGated(ctx context.Context, pod *corev1.Pod) *corev1.Pod {
+	if c.apiReader == nil {
+		return nil
+	}
+	var fresh corev1.Pod
+	if err := c.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), &fresh); err != nil {
+		return nil
+	}
+	if fresh.UID != pod.UID || !decision.HasGate(&fresh) || podutil.IsTerminating(&fresh) {
+		return nil
+	}
+	return &fresh
 }
 
 // release removes the gate without a decision: the pod schedules as if

@@ -89,14 +89,15 @@ func run(m *testing.M) (int, error) {
 
 var replicaSeq atomic.Int32
 
-// startReplicas starts n webhook processes behind the balancer and waits
-// until they serve and a leader holds the Lease. Cleanup stops them.
-func startReplicas(t *testing.T, n int) []*framework.Replica {
+// startReplicas starts n webhook processes (with the extra flags args)
+// behind the balancer and waits until they serve and a leader holds the
+// Lease. Cleanup stops them.
+func startReplicas(t *testing.T, n int, args ...string) []*framework.Replica {
 	t.Helper()
 	var rs []*framework.Replica
 	ports := make([]int, n)
 	for i := range n {
-		r, err := framework.StartReplica(env.c, env.bin, env.certDir, fmt.Sprintf("apportion-%d", replicaSeq.Add(1)), gateTimeout)
+		r, err := framework.StartReplica(env.c, env.bin, env.certDir, fmt.Sprintf("apportion-%d", replicaSeq.Add(1)), gateTimeout, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,19 +143,24 @@ func waitFor(t testing.TB, timeout time.Duration, what string, check func() erro
 	framework.WaitFor(t, timeout, what, check)
 }
 
-// countLogLines counts the lines of a component's log that contain substr.
-func countLogLines(t *testing.T, name, substr string) int {
+// failedOpen is the API server's log line for an admission call to the pod
+// webhook that failed and let the pod in unchanged (failure policy Ignore).
+const failedOpen = `Failed calling webhook, failing open ` + framework.PodWebhookName
+
+// failedOpenCalls counts the admission calls to the pod webhook the API
+// server has failed open on so far.
+func failedOpenCalls(t *testing.T) int {
 	t.Helper()
-	f, err := os.Open(filepath.Join(env.c.LogDir(), name+".log"))
+	f, err := os.Open(filepath.Join(env.c.LogDir(), "kube-apiserver.log"))
 	if err != nil {
-		t.Fatalf("opening the %s log: %v", name, err)
+		t.Fatalf("opening the kube-apiserver log: %v", err)
 	}
 	defer func() { _ = f.Close() }()
 	n := 0
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
-		if strings.Contains(s.Text(), substr) {
+		if strings.Contains(s.Text(), failedOpen) {
 			n++
 		}
 	}

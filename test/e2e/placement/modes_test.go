@@ -177,10 +177,7 @@ func TestBurst1000Ratio(t *testing.T) {
 			labels[framework.IgnoreLabel] = "true"
 		}
 		ns := newNamespace(t, labels)
-		d := deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004}, func(d *appsv1.Deployment) {
-			d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
-		})
+		d := deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004}, smallRequests)
 		create(t, d)
 		start := time.Now()
 		scale(t, d, 1000)
@@ -210,27 +207,7 @@ func TestBurst1000Ratio(t *testing.T) {
 			t.Logf("%s: every pod decided after %.1fs", label, decidedAt.Seconds())
 		}
 		t.Logf("%s: 0 -> 1000, every pod scheduled after %.1fs", label, took.Seconds())
-		// Free the capacity for the next run.
-		scale(t, d, 0)
-		waitFor(t, 5*time.Minute, "pods gone", func() error {
-			if n := len(livePods(t, ns, "burst")); n != 0 {
-				return fmt.Errorf("%d pods left", n)
-			}
-			return nil
-		})
-		if err := env.kube.DeleteAllOf(t.Context(), &karpv1.NodeClaim{}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 5*time.Minute, "nodes gone", func() error {
-			var nodes corev1.NodeList
-			if err := env.kube.List(t.Context(), &nodes); err != nil {
-				return err
-			}
-			if len(nodes.Items) != 0 {
-				return fmt.Errorf("%d nodes left", len(nodes.Items))
-			}
-			return nil
-		})
+		freeCapacity(t, d)
 		return took
 	}
 	without := run("without apportion", true)
@@ -244,6 +221,32 @@ func TestBurst1000Ratio(t *testing.T) {
 		bound, count := histogramQuantile(text, "apportion_admission_duration_seconds", q)
 		t.Logf("admission, server side, over %d pod admissions (2 shared cores, whole cluster busy): p%g <= %gs (histogram bucket bound)", count, q*100, bound)
 	}
+}
+
+// freeCapacity scales d to 0 and removes every NodeClaim, and waits until
+// the pods and nodes are gone: the next burst starts from no spare capacity.
+func freeCapacity(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	scale(t, d, 0)
+	waitFor(t, 5*time.Minute, "pods gone", func() error {
+		if n := len(livePods(t, d.Namespace, d.Name)); n != 0 {
+			return fmt.Errorf("%d pods left", n)
+		}
+		return nil
+	})
+	if err := env.kube.DeleteAllOf(t.Context(), &karpv1.NodeClaim{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Minute, "nodes gone", func() error {
+		var nodes corev1.NodeList
+		if err := env.kube.List(t.Context(), &nodes); err != nil {
+			return err
+		}
+		if len(nodes.Items) != 0 {
+			return fmt.Errorf("%d nodes left", len(nodes.Items))
+		}
+		return nil
+	})
 }
 
 // histogramQuantile returns the upper bound of the bucket that holds the q
