@@ -152,7 +152,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			pod, ok := o.(*corev1.Pod)
 			return ok && decision.HasGate(pod)
 		}))).

@@ -40,7 +40,8 @@ const (
 // the Service, validation, workloads that did not opt in left alone, RBAC
 // (least privilege: no Secret read outside the release), an upgrade that
 // forces short certificate lifetimes and the rotations that follow, a
-// SIGTERM of the leader in a burst, and uninstall. The steps share the release, so they run in order
+// SIGTERM of the leader in a burst, the leader lost in a burst (SIGKILL and
+// a force-deleted pod), and uninstall. The steps share the release, so they run in order
 // and a failed step stops the rest.
 func TestChart(t *testing.T) {
 	steps := []struct {
@@ -55,6 +56,7 @@ func TestChart(t *testing.T) {
 		{"CanIGetSecrets", testCanIGetSecrets},
 		{"UpgradeAndCertificateRotation", testRotation},
 		{"SIGTERMLeaderDuringBurst", testSIGTERM},
+		{"ForceDeletedLeaderDuringBurst", testForceDeletedLeader},
 		{"Uninstall", testUninstall},
 	}
 	for _, s := range steps {
