@@ -134,7 +134,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.SystemNamespace, "system-namespace", env("SYSTEM_NAMESPACE", "kube-system"), "namespace of the Lease and of apportion itself (never mutated)")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.envDuration("LEASE_DURATION", 15*time.Second), "leader lease duration: how long a dead leader blocks a takeover")
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.envDuration("RENEW_DEADLINE", 10*time.Second), "how long the leader retries renewing before it steps down")
-	fs.DurationVar(&o.RetryPeriod, "retry-period", o.envDuration("RETRY_PERIOD", 2*time.Second), "interval between leader election attempts")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.envDuration("RETRY_PERIOD", time.Second), "interval between leader election attempts (the leader renews, the others check, at this pace, each wait stretched by up to 1.2x at random): a dead leader is replaced between one lease duration and that plus about two retry periods later")
 	fs.DurationVar(&o.GateTimeout, "gate-timeout", o.envDuration("GATE_TIMEOUT", 30*time.Second), "release a pod held this long without a decision")
 	fs.DurationVar(&o.APICheckInterval, "api-check-interval", o.envDuration("API_CHECK_INTERVAL", time.Minute), "how often to check whether the NodePool or Rollout API appeared or went away since start (then exit, to be restarted in the right mode)")
 	fs.Func("excluded-namespaces", "comma-separated namespaces whose pods are never touched (default kube-system; the system namespace is always excluded)", func(v string) error {

@@ -28,13 +28,15 @@ const burstPods = 1000
 // decision, and no pod waits at the gate longer than the lease duration plus
 // 5 s. It reports the takeover and the waits.
 func TestLeaderKilledMid1000Burst(t *testing.T) {
-	for _, lease := range []struct{ duration, renew, retry time.Duration }{
-		{15 * time.Second, 10 * time.Second, time.Second},
-		{8 * time.Second, 6 * time.Second, time.Second},
+	for _, lease := range []struct {
+		duration time.Duration
+		args     []string
+	}{
+		{15 * time.Second, nil}, // the defaults: lease 15s, renew deadline 10s, retry period 1s
+		{8 * time.Second, []string{"--lease-duration=8s", "--renew-deadline=6s", "--retry-period=1s"}},
 	} {
 		t.Run(fmt.Sprintf("lease%ds", int(lease.duration.Seconds())), func(t *testing.T) {
-			leaderKilledMidBurst(t, lease.duration, "--lease-duration="+lease.duration.String(),
-				"--renew-deadline="+lease.renew.String(), "--retry-period="+lease.retry.String())
+			leaderKilledMidBurst(t, lease.duration, lease.args...)
 		})
 	}
 }
