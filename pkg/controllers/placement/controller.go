@@ -44,6 +44,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -140,7 +141,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			pod, ok := o.(*corev1.Pod)
+			pod, ok := podcache.View(o)
 			return ok && decision.HasGate(pod)
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
