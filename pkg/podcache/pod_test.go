@@ -132,3 +132,26 @@ func TestSharedPartsGoWithTheirPods(t *testing.T) {
 		t.Errorf("%d shapes still interned after their pods went", got-before)
 	}
 }
+
+// BenchmarkView is what a predicate or event handler pays to read a cached
+// pod; BenchmarkDeepCopyObject what a Get or a List item from the cache
+// costs.
+func BenchmarkView(b *testing.B) {
+	p := Compact(replica("rs1", "spot", 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		if v, _ := View(p); v.Name == "" {
+			b.Fatal("no name")
+		}
+	}
+}
+
+func BenchmarkDeepCopyObject(b *testing.B) {
+	p := Compact(replica("rs1", "spot", 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		if p.DeepCopyObject() == nil {
+			b.Fatal("no copy")
+		}
+	}
+}
