@@ -21,6 +21,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/controllers"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -158,12 +159,21 @@ var keptAnnotations = controllers.PodAnnotations()
 // StripPod keeps only what placement and counting read from a pod: metadata
 // (with only the annotations above), the scheduling fields a decision edits,
 // and the phase. Containers, volumes and status details are dropped, which
-// is most of a pod's size.
+// is most of a pod's size. What is kept is cached as a podcache.Pod, which
+// shares what the pods of a revision have in common: about 1 KiB of heap per
+// pod instead of 3 (BenchmarkMemoryPerCachedPod).
 func StripPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
+	return podcache.Compact(stripPod(pod)), nil
+}
+
+// stripPod is StripPod before compaction: the pod as the cache gives it out.
+func stripPod(pod *corev1.Pod) *corev1.Pod {
+	// The cache reader sets the kind on what it gives out.
+	pod.TypeMeta = metav1.TypeMeta{}
 	pod.ManagedFields = nil
 	var kept map[string]string
 	for _, k := range keptAnnotations {
@@ -202,7 +212,7 @@ func StripPod(obj any) (any, error) {
 		}
 	}
 	pod.Status = status
-	return pod, nil
+	return pod
 }
 
 func imagesOnly(containers []corev1.Container) []corev1.Container {

@@ -2,19 +2,39 @@ package operator
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 )
+
+// cached is pod through the informer's transform, as a Get from the cache
+// gives it out (a deep copy of the stored object).
+func cached(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	obj, err := StripPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, ok := obj.(runtime.Object).DeepCopyObject().(*corev1.Pod)
+	if !ok {
+		t.Fatalf("the cached %T copies to %T", obj, out)
+	}
+	return out
+}
 
 // TestStripPodKeepsImagesOfGatedPodsOnly: the informer keeps what placement
 // reads. A gated pod keeps its images, pull policies, pull secrets and
@@ -38,8 +58,7 @@ func TestStripPodKeepsImagesOfGatedPodsOnly(t *testing.T) {
 		}
 		return p
 	}
-	obj, _ := StripPod(pod(true))
-	gated := obj.(*corev1.Pod)
+	gated := cached(t, pod(true))
 	if len(gated.Spec.Containers) != 1 || gated.Spec.Containers[0].Image != "example.com/app:1" || gated.Spec.Containers[0].ImagePullPolicy != corev1.PullAlways ||
 		gated.Spec.Containers[0].Env != nil || len(gated.Spec.InitContainers) != 1 || gated.Spec.InitContainers[0].Command != nil ||
 		gated.Spec.ServiceAccountName != "builder" || len(gated.Spec.ImagePullSecrets) != 1 || gated.Spec.Volumes != nil {
@@ -48,8 +67,7 @@ func TestStripPodKeepsImagesOfGatedPodsOnly(t *testing.T) {
 	if gated.Annotations[annotations.Architectures] != "auto" || len(gated.Annotations) != 1 {
 		t.Errorf("annotations kept: %v", gated.Annotations)
 	}
-	obj, _ = StripPod(pod(false))
-	placed := obj.(*corev1.Pod)
+	placed := cached(t, pod(false))
 	if placed.Spec.Containers != nil || placed.Spec.InitContainers != nil || placed.Spec.ImagePullSecrets != nil || placed.Spec.ServiceAccountName != "" {
 		t.Errorf("placed pod stripped to %+v", placed.Spec)
 	}
@@ -63,13 +81,11 @@ func TestStripPodKeepsPodScheduledOfUnboundPods(t *testing.T) {
 		{Type: corev1.PodReady, Status: corev1.ConditionFalse},
 		{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes...", LastTransitionTime: since},
 	}
-	obj, _ := StripPod(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: conds}})
-	got := obj.(*corev1.Pod).Status.Conditions
+	got := cached(t, &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: conds}}).Status.Conditions
 	if len(got) != 1 || got[0].Type != corev1.PodScheduled || got[0].Reason != corev1.PodReasonUnschedulable || !got[0].LastTransitionTime.Equal(&since) || got[0].Message != "" {
 		t.Errorf("unbound pod conditions = %+v", got)
 	}
-	obj, _ = StripPod(&corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds}})
-	if got := obj.(*corev1.Pod).Status.Conditions; got != nil {
+	if got := cached(t, &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds}}).Status.Conditions; got != nil {
 		t.Errorf("bound pod conditions = %+v", got)
 	}
 }
@@ -160,5 +176,91 @@ func TestWorkloadsCachedSmall(t *testing.T) {
 	deploy := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "d", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}}}
 	if out, err := StripWorkload(deploy); err != nil || out.(metav1.Object).GetManagedFields() != nil {
 		t.Errorf("metadata-only workload: %v %+v", err, out)
+	}
+}
+
+// TestCachedPodIsTheStrippedPod: what the cache gives out of its compact
+// pods (a Get's deep copy, a handler's View) is the stripped pod, field for
+// field, for pods with every field set: placed, and gated and unbound. A
+// field stripPod keeps that podcache does not carry fails here.
+func TestCachedPodIsTheStrippedPod(t *testing.T) {
+	full := func(gated bool) *corev1.Pod {
+		pod := &corev1.Pod{}
+		n := 0
+		fillAll(reflect.ValueOf(pod).Elem(), 4, &n)
+		for _, k := range append(keptAnnotations, annotations.Signature, corev1.PodDeletionCost) {
+			pod.Annotations[k] = "value of " + k
+		}
+		if gated {
+			pod.Spec.NodeName = ""
+			pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: annotations.PlacementGate})
+			pod.Status.Conditions[0].Type = corev1.PodScheduled
+		}
+		return pod
+	}
+	for _, gated := range []bool{false, true} {
+		want := stripPod(full(gated))
+		if gated && (want.Spec.Containers == nil || want.Status.Conditions == nil) || want.Spec.Affinity == nil || len(want.Annotations) < 3 {
+			t.Fatalf("gated=%v: the fixture lacks fields: %+v", gated, want)
+		}
+		obj, err := StripPod(full(gated))
+		if err != nil {
+			t.Fatal(err)
+		}
+		view, ok := podcache.View(obj)
+		if !ok || !equality.Semantic.DeepEqual(view, want) {
+			t.Errorf("gated=%v: view differs from the stripped pod:\n%v", gated, diff.Diff(want, view))
+		}
+		got := obj.(runtime.Object).DeepCopyObject().(*corev1.Pod)
+		if !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("gated=%v: copy differs from the stripped pod:\n%v", gated, diff.Diff(want, got))
+		}
+		// The copy is the caller's: changing it leaves the cache as it was.
+		got.Labels["changed"], got.Annotations["changed"] = "yes", "yes"
+		got.Spec.Affinity.NodeAffinity = nil
+		got.OwnerReferences[0].Name = "changed"
+		if view, _ := podcache.View(obj); !equality.Semantic.DeepEqual(view, want) {
+			t.Errorf("gated=%v: changing a copy changed the cache:\n%v", gated, diff.Diff(want, view))
+		}
+	}
+}
+
+// fillAll sets every exported field under v, depth levels of pointers,
+// slices and maps deep, each string to a value of its own.
+func fillAll(v reflect.Value, depth int, n *int) {
+	*n++
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(fmt.Sprintf("v%d", *n))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(*n % 100))
+	case reflect.Pointer:
+		if depth > 0 {
+			v.Set(reflect.New(v.Type().Elem()))
+			fillAll(v.Elem(), depth-1, n)
+		}
+	case reflect.Slice:
+		if depth > 0 {
+			v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+			for i := range 2 {
+				fillAll(v.Index(i), depth-1, n)
+			}
+		}
+	case reflect.Map:
+		if depth > 0 {
+			v.Set(reflect.MakeMap(v.Type()))
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fillAll(k, depth-1, n)
+			fillAll(e, depth-1, n)
+			v.SetMapIndex(k, e)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fillAll(v.Field(i), depth, n)
+			}
+		}
 	}
 }

@@ -49,6 +49,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -113,8 +114,10 @@ func (c *Controller) Name() string { return "deletioncost" }
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	// The pods of one revision, listed per reconcile through this index.
 	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
-		if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {
-			return []string{k}
+		if pod, ok := podcache.View(o); ok {
+			if k := workload.OwnerKey(pod); k != "" {
+				return []string{k}
+			}
 		}
 		return nil
 	}); err != nil {
@@ -128,7 +131,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 
 // revisionOf maps a pod apportion decided to its revision's request.
 func (c *Controller) revisionOf(_ context.Context, o client.Object) []reconcile.Request {
-	pod, ok := o.(*corev1.Pod)
+	pod, ok := podcache.View(o)
 	if !ok {
 		return nil
 	}

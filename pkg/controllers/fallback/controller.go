@@ -87,6 +87,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -242,7 +243,7 @@ func (c *Controller) keyOf(pod *corev1.Pod) (capacity.Key, bool) {
 }
 
 func (c *Controller) podIndex(o client.Object) []string {
-	pod, ok := o.(*corev1.Pod)
+	pod, ok := podcache.View(o)
 	if !ok {
 		return nil
 	}

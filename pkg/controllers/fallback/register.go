@@ -20,6 +20,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 )
 
 // Register adds the indexes, the pod controller (with the NodePool,
@@ -40,7 +41,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	b := controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			pod, ok := o.(*corev1.Pod)
+			pod, ok := podcache.View(o)
 			return ok && c.watched(pod)
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2})
@@ -72,7 +73,7 @@ func (c *Controller) enqueuePool(ctx context.Context, pool string, q workqueue.T
 		return
 	}
 	var pods corev1.PodList
-	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(capacity.PoolKey(pool))}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(capacity.PoolKey(pool))}); err != nil {
 		log.FromContext(ctx).Error(err, "listing the pending pods of a NodePool", "nodepool", pool)
 		return
 	}

@@ -81,7 +81,7 @@ func (c *Controller) queueKey(ctx context.Context, key capacity.Key) {
 		return
 	}
 	var pods corev1.PodList
-	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(key.Base())}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.kubeClient.List(ctx, &pods, client.MatchingFields{PodKeyIndex: string(key.Base())}); err != nil {
 		// Each pod's own reconcile queues it while the key is out.
 		log.FromContext(ctx).Error(err, "listing the pods of a key out of capacity", "key", string(key))
 		return

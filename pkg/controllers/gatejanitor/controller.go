@@ -35,6 +35,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 )
 
 // Controller releases pods gated for longer than Timeout.
@@ -66,7 +67,7 @@ func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			pod, ok := o.(*corev1.Pod)
+			pod, ok := podcache.View(o)
 			return ok && decision.HasGate(pod)
 		}))).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 2}).

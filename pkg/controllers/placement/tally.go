@@ -12,6 +12,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -138,7 +139,7 @@ func (t *Tally) Forget(obj any) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := podcache.View(obj)
 	if !ok {
 		return
 	}
@@ -322,16 +323,17 @@ func (t *Tally) Expire(now time.Time) {
 	}
 }
 
-// EventHandler feeds the tally from a pod informer.
+// EventHandler feeds the tally from a pod informer (cached objects, read
+// through podcache.View).
 func (t *Tally) EventHandler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := podcache.View(obj); ok {
 				t.Observe(pod)
 			}
 		},
 		UpdateFunc: func(_, obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := podcache.View(obj); ok {
 				t.Observe(pod)
 			}
 		},

@@ -53,6 +53,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -152,8 +153,8 @@ func equalAnnotations(a, b client.Object) bool {
 // podChanged: a pod's count changes when it is bound, changes phase or
 // starts terminating.
 func podChanged(o, n client.Object) bool {
-	op, ok1 := o.(*corev1.Pod)
-	np, ok2 := n.(*corev1.Pod)
+	op, ok1 := podcache.View(o)
+	np, ok2 := podcache.View(n)
 	if !ok1 || !ok2 {
 		return true
 	}
@@ -422,7 +423,7 @@ func (x *podIndex) nodeLabels(ctx context.Context, top *metav1.PartialObjectMeta
 func (x *podIndex) build(ctx context.Context) error {
 	x.built, x.byTop, x.nodes = true, map[types.UID][]string{}, map[string]map[string]string{}
 	var pods corev1.PodList
-	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.UnsafeDisableDeepCopy); err != nil {
+	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace)); err != nil {
 		return fmt.Errorf("listing pods of %s: %w", x.namespace, err)
 	}
 	// ReplicaSet -> its controller (Deployment or Rollout), when it has one.

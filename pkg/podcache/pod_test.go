@@ -1,0 +1,157 @@
+package podcache
+
+import (
+	"fmt"
+	"reflect"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+// replica is the i-th pod of ReplicaSet rs in group, as decoded: nothing
+// shared with the other replicas.
+func replica(rs, group string, i int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", rs, i), UID: types.UID(fmt.Sprintf("%s-%d", rs, i)),
+			Labels:          map[string]string{"app": rs},
+			Annotations:     map[string]string{annotations.Group: group, annotations.Signature: fmt.Sprintf("sig-%d", i), corev1.PodDeletionCost: fmt.Sprint(-i)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs, UID: types.UID(rs), Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i%2),
+			Tolerations: []corev1.Toleration{{Key: group, Operator: corev1.TolerationOpExists}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+func same[T any](a, b T) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// TestReplicasShareTheirShape: the pods of a revision and group share labels,
+// owner references, annotations and scheduling fields; another group has
+// its own; each keeps its own signature and deletion cost.
+func TestReplicasShareTheirShape(t *testing.T) {
+	a, b := Compact(replica("rs1", "spot", 1)), Compact(replica("rs1", "spot", 2))
+	other := Compact(replica("rs1", "on-demand", 3))
+	if !same(a.Labels, b.Labels) || !same(a.OwnerReferences, b.OwnerReferences) || !same(a.Annotations, b.Annotations) || a.shape != b.shape {
+		t.Errorf("replicas of one group share nothing")
+	}
+	if a.shape == other.shape || !same(a.Labels, a.shape.labels) {
+		t.Errorf("another group shares the shape: %v", other.shape == a.shape)
+	}
+	va, _ := View(a)
+	vb, _ := View(b)
+	if va.Annotations[annotations.Signature] != "sig-1" || vb.Annotations[annotations.Signature] != "sig-2" ||
+		va.Annotations[corev1.PodDeletionCost] != "-1" || vb.Annotations[corev1.PodDeletionCost] != "-2" ||
+		va.Annotations[annotations.Group] != "spot" || va.Spec.NodeName != "node-1" || vb.Spec.NodeName != "node-0" ||
+		va.Status.Phase != corev1.PodRunning || va.Spec.Tolerations[0].Key != "spot" {
+		t.Errorf("views: %+v\n%+v", va, vb)
+	}
+	if _, ok := a.Annotations[annotations.Signature]; ok {
+		t.Errorf("the shared annotations hold a signature: %v", a.Annotations)
+	}
+}
+
+// TestAccessorsSeeEverything: what reads a cached pod as a metav1.Object
+// (predicates, the store's key function, label selectors) sees all its
+// annotations; SetAnnotations leaves its argument alone.
+func TestAccessorsSeeEverything(t *testing.T) {
+	p := Compact(replica("rs1", "spot", 1))
+	m, err := apimeta.Accessor(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetAnnotations(); len(got) != 3 || got[annotations.Signature] != "sig-1" {
+		t.Errorf("GetAnnotations = %v", got)
+	}
+	if got := p.GetObjectMeta().GetAnnotations(); len(got) != 3 {
+		t.Errorf("GetObjectMeta().GetAnnotations = %v", got)
+	}
+	in := map[string]string{annotations.Signature: "s", "a": "b"}
+	p.SetAnnotations(in)
+	if len(in) != 2 || len(p.Annotations) != 1 || p.GetAnnotations()[annotations.Signature] != "s" {
+		t.Errorf("SetAnnotations: argument %v, shared %v, all %v", in, p.Annotations, p.GetAnnotations())
+	}
+	var _ client.Object = p
+}
+
+// TestCacheReaderReadsFullPods does what controller-runtime's cache reader
+// does with a stored object: a Get deep-copies it and assigns the copy to
+// the caller's *corev1.Pod, a List puts the copies in a PodList. A List
+// without the copy (UnsafeDisableDeepCopy) cannot: pod lists must copy.
+func TestCacheReaderReadsFullPods(t *testing.T) {
+	stored := Compact(replica("rs1", "spot", 1))
+	want, _ := View(stored)
+
+	out := &corev1.Pod{}
+	obj := stored.DeepCopyObject()
+	if !reflect.TypeOf(obj).AssignableTo(reflect.TypeOf(out)) {
+		t.Fatalf("a Get would fail: the copy is a %T", obj)
+	}
+	reflect.Indirect(reflect.ValueOf(out)).Set(reflect.Indirect(reflect.ValueOf(obj)))
+	if !reflect.DeepEqual(out, want) {
+		t.Errorf("Get = %+v, want %+v", out, want)
+	}
+
+	var list corev1.PodList
+	if err := apimeta.SetList(&list, []kruntime.Object{stored.DeepCopyObject()}); err != nil || len(list.Items) != 1 || list.Items[0].Name != want.Name {
+		t.Errorf("List = %+v, %v", list.Items, err)
+	}
+	if err := apimeta.SetList(&list, []kruntime.Object{stored}); err == nil {
+		t.Errorf("a PodList took the stored object itself")
+	}
+}
+
+// TestSharedPartsGoWithTheirPods: once no cached pod uses a shape, the
+// table lets go of it (the pods of old ReplicaSets do not pile up).
+func TestSharedPartsGoWithTheirPods(t *testing.T) {
+	before := shapes.len()
+	func() {
+		pods := make([]*Pod, 100)
+		for i := range pods {
+			pods[i] = Compact(replica(fmt.Sprintf("gone-%d", i), "spot", i))
+		}
+		if got := shapes.len(); got < before+100 {
+			t.Fatalf("%d shapes interned for 100 ReplicaSets", got-before)
+		}
+	}()
+	// Cleanups run after a collection, on their own goroutine.
+	for i := 0; i < 100 && shapes.len() >= before+100; i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	if got := shapes.len(); got >= before+100 {
+		t.Errorf("%d shapes still interned after their pods went", got-before)
+	}
+}
+
+// BenchmarkView is what a predicate or event handler pays to read a cached
+// pod; BenchmarkDeepCopyObject what a Get or a List item from the cache
+// costs.
+func BenchmarkView(b *testing.B) {
+	p := Compact(replica("rs1", "spot", 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		if v, _ := View(p); v.Name == "" {
+			b.Fatal("no name")
+		}
+	}
+}
+
+func BenchmarkDeepCopyObject(b *testing.B) {
+	p := Compact(replica("rs1", "spot", 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		if p.DeepCopyObject() == nil {
+			b.Fatal("no copy")
+		}
+	}
+}
