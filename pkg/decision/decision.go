@@ -219,7 +219,12 @@ func RemoveGate(pod *corev1.Pod) {
 
 // HasGate reports whether the pod is held by the placement gate.
 func HasGate(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+	return GatedBy(pod.Spec.SchedulingGates)
+}
+
+// GatedBy reports whether gates hold apportion's placement gate.
+func GatedBy(gates []corev1.PodSchedulingGate) bool {
+	return slices.ContainsFunc(gates, func(g corev1.PodSchedulingGate) bool {
 		return g.Name == annotations.PlacementGate
 	})
 }

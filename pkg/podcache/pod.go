@@ -134,6 +134,20 @@ func (p *Pod) split(a map[string]string, inPlace bool) map[string]string {
 	return a
 }
 
+// Gates gives the scheduling gates of a cached object (a *Pod or a
+// *corev1.Pod) without building a view: what the predicates of the
+// controllers that follow gated pods read on every pod event. They must not
+// be changed.
+func Gates(obj any) ([]corev1.PodSchedulingGate, bool) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return o.Spec.SchedulingGates, true
+	case *Pod:
+		return o.shape.gates, true
+	}
+	return nil, false
+}
+
 // View gives a cached object (a *Pod, or a *corev1.Pod as fakes and tests
 // hold) as a *corev1.Pod to read: it shares the cached pod's maps and slices,
 // so it must not be changed. Anything else gives false.

@@ -155,3 +155,24 @@ func BenchmarkDeepCopyObject(b *testing.B) {
 		}
 	}
 }
+
+// TestGatesWithoutAView: the gates of a cached pod, as the gated-pod
+// predicates read them, are the pod's own, for a cached *Pod and a
+// *corev1.Pod alike.
+func TestGatesWithoutAView(t *testing.T) {
+	gated := replica("rs1", "spot", 1)
+	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/other"}, {Name: annotations.PlacementGate}}
+	for name, obj := range map[string]any{"cached": Compact(gated.DeepCopy()), "typed": gated, "ungated": Compact(replica("rs1", "spot", 2))} {
+		gates, ok := Gates(obj)
+		want := gated.Spec.SchedulingGates
+		if name == "ungated" {
+			want = nil
+		}
+		if !ok || !reflect.DeepEqual(gates, want) {
+			t.Errorf("%s: gates %v (%v), want %v", name, gates, ok, want)
+		}
+	}
+	if _, ok := Gates(&corev1.Node{}); ok {
+		t.Error("a node has gates")
+	}
+}

@@ -67,8 +67,8 @@ func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			pod, ok := podcache.View(o)
-			return ok && decision.HasGate(pod)
+			gates, ok := podcache.Gates(o)
+			return ok && decision.GatedBy(gates)
 		}))).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 2}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))

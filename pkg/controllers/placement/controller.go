@@ -154,8 +154,8 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			pod, ok := podcache.View(o)
-			return ok && decision.HasGate(pod)
+			gates, ok := podcache.Gates(o)
+			return ok && decision.GatedBy(gates)
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
