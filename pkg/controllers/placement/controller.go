@@ -14,7 +14,8 @@
 // pods admitted without a decision counted by their node's labels; write.go,
 // the decision's patch and the release without one (decision.Release);
 // expiry.go, the singleton controller that expires pending decisions;
-// locks.go, the per-revision lock.
+// locks.go, the per-revision lock; queue.go, the oldest-first queue order;
+// warm.go, the image cache warmed on the replicas that do not lead.
 package placement
 
 import (
@@ -146,10 +147,16 @@ func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
 func (c *Controller) Name() string { return "placement" }
 
 // Register adds the controller to the manager, with the singleton that
-// expires the tally's pending decisions.
+// expires the tally's pending decisions and, when images are inspected, the
+// controller that warms the image cache of the replicas that do not lead.
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	if err := (&pendingExpiry{clock: c.clock, tally: c.tally}).Register(ctx, m); err != nil {
 		return fmt.Errorf("registering the pending decisions' expiry: %w", err)
+	}
+	if c.images != nil {
+		if err := (&imageWarmer{images: c.images, wait: c.imageWait}).Register(ctx, m); err != nil {
+			return fmt.Errorf("registering the image warmer: %w", err)
+		}
 	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
