@@ -142,8 +142,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	o.ExcludedNamespaces = splitList(env("EXCLUDED_NAMESPACES", "kube-system"))
-	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.envFloat("KUBE_API_QPS", 200), "requests per second this replica may send to the API server, averaged (a burst of 10,000 pods needs about 1.1 writes per pod); negative: no client-side limit, API Priority and Fairness alone")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.envInt("KUBE_API_BURST", 300), "requests this replica may send to the API server at once above --kube-api-qps")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.envFloat("KUBE_API_QPS", 500), "requests per second this replica may send to the API server per resource (pods, events, ...), averaged: a bound on a runaway loop, well above what a burst of pods needs (about one write per placed pod, as fast as the ReplicaSet controller creates them), so that API Priority and Fairness, not this limit, paces apportion; negative: no client-side limit")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.envInt("KUBE_API_BURST", 1000), "requests this replica may send to the API server at once above --kube-api-qps")
 	fs.StringVar(&o.ProfilingBindAddress, "profiling-bind-address", env("PROFILING_BIND_ADDRESS", ""), "address of Go's pprof handlers (/debug/pprof/), for profiling a replica under load; empty: off. Bind it to 127.0.0.1 and reach it with kubectl port-forward")
 	fs.StringVar(&o.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info or error")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.envDuration("GRACEFUL_SHUTDOWN_TIMEOUT", 25*time.Second), "how long stopping may take after SIGTERM, draining in-flight admission requests included; keep it below the pod's terminationGracePeriodSeconds")
