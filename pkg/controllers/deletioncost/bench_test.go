@@ -12,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
 	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -130,23 +132,34 @@ func BenchmarkDeletionCostReconcile(b *testing.B) {
 }
 
 // BenchmarkDeletionCostScaleUp: what the controller does for each pod
-// placed in a revision of n pods: the pod's events (decided, then scheduled
-// and running) and the reconciles they enqueue; per placed pod.
+// placed in a revision of n pods: the pod's events (created gated, placed
+// with the cost the placement controller writes, scheduled, running) and the
+// reconciles they enqueue, run at once; per placed pod.
 func BenchmarkDeletionCostScaleUp(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			r, c, pod := newCachedRevision(b, n)
 			ctx := context.Background()
+			h := c.EventHandler()
+			q := &recordingQueue{}
 			b.ReportAllocs()
 			i := n
 			for b.Loop() {
-				p := pod(i)
+				placed := pod(i)
 				i++
-				for range 3 { // placed, scheduled, running
-					for _, req := range c.revisionOf(ctx, p) {
-						if _, err := c.Reconcile(ctx, req); err != nil {
-							b.Fatal(err)
-						}
+				placed.Annotations[Annotation] = strconv.Itoa(decision.SplitCost(i))
+				gated := placed.DeepCopy()
+				gated.Annotations = nil
+				gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+				scheduled := placed.DeepCopy()
+				scheduled.Spec.NodeName = "node"
+				h.Create(ctx, event.CreateEvent{Object: gated}, q)
+				h.Update(ctx, event.UpdateEvent{ObjectOld: gated, ObjectNew: placed}, q)
+				h.Update(ctx, event.UpdateEvent{ObjectOld: placed, ObjectNew: scheduled}, q)
+				h.Update(ctx, event.UpdateEvent{ObjectOld: scheduled, ObjectNew: scheduled.DeepCopy()}, q)
+				for _, req := range q.take() {
+					if _, err := c.Reconcile(ctx, req); err != nil {
+						b.Fatal(err)
 					}
 				}
 			}
