@@ -12,7 +12,9 @@
 // of capacity.Capacity); images.go, the images' architectures and the
 // placement by architecture alone; tally.go, the counts, and strays.go, the
 // pods admitted without a decision counted by their node's labels; write.go,
-// the decision's patch and the release without one (decision.Release);
+// the decision's patch (with the pod's deletion cost when it can be told)
+// and the release without one (decision.Release); fallbacks.go, the
+// revisions' fallback pods, which the deletion costs number apart;
 // expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock.
 package placement
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -93,15 +96,18 @@ type Controller struct {
 
 	locks      keyedMutex
 	strategies *compiled.Cache
+	fallbacks  *fallbackPods // the revisions' fallback pods, for the deletion costs
 }
 
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
+	c := &Controller{kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
 		strategies: compiled.NewCache(compiled.DefaultSize),
-		signer:     decision.RandomSigner()}
+		signer:     decision.RandomSigner(), fallbacks: newFallbackPods()}
+	c.fallbacks.signer = c.signer
+	return c
 }
 
 // WithStrategies compiles strategies through cache, shared with the other
@@ -117,8 +123,16 @@ func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
 func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 	if s != nil {
 		c.signer = s
+		c.fallbacks.signer = s
 	}
 	return c
+}
+
+// PodEventHandler feeds the controller's count of the revisions' fallback
+// pods from a pod informer; Register adds it to the manager's. A controller
+// fed by hand (tests) counts them as soon as it is fed.
+func (c *Controller) PodEventHandler() toolscache.ResourceEventHandler {
+	return c.fallbacks.eventHandler()
 }
 
 // WithPolicies makes workloads without a strategy annotation take the
@@ -137,6 +151,15 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	if err := (&pendingExpiry{clock: c.clock, tally: c.tally}).Register(ctx, m); err != nil {
 		return fmt.Errorf("registering the pending decisions' expiry: %w", err)
 	}
+	informer, err := m.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("getting the pod informer: %w", err)
+	}
+	registration, err := informer.AddEventHandler(c.PodEventHandler())
+	if err != nil {
+		return fmt.Errorf("counting fallback pods: %w", err)
+	}
+	c.fallbacks.synced = registration.HasSynced
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -242,9 +265,13 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	if len(capacityOut) > 0 {
 		d.Fallback, d.Record.Reason, d.Record.Out = capacityOut, RecordFallback, why
 	}
+	d.DeletionCost = c.deletionCost(rev, p, counts, g, d.Fallback != nil)
 	res, written, err := c.write(ctx, pod, d)
 	if written {
 		c.tally.Record(pod.UID, rev, d.Group.Key(), c.clock.Now())
+		if d.Fallback != nil {
+			c.fallbacks.record(pod.UID, rev, d.Group.Key(), c.clock.Now())
+		}
 		log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
 	}
 	return res, err
