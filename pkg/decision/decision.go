@@ -1,8 +1,9 @@
 // Package decision writes a placement decision into a pod: the node affinity
 // for the group's labels, the NodePool and the architectures, ANDed into every
 // required term the user wrote (or as a preferred term in preferred mode),
-// the tolerations an opted-in NodePool needs, the decision annotations, and
-// the removal of the placement gate. Apply, Strip and RemoveGate are pure:
+// the tolerations an opted-in NodePool needs, the decision annotations (and
+// the pod's deletion cost when the placement controller knows it), and the
+// removal of the placement gate. Apply, Strip and RemoveGate are pure:
 // they edit a pod object, and the caller sends the change. Every edit is one
 // the API server allows on a pod held by a scheduling gate (additions to
 // nodeSelectorTerms, tolerations and preferred terms; removal of a gate).
@@ -10,7 +11,9 @@
 // Also here: Release, the one write of the gate's removal alone (the
 // placement controller's and the gate janitor's), and APIError, how both
 // report a failed write (release.go); the Signer that tells apportion's
-// decisions from annotations a client wrote (signature.go).
+// decisions from annotations a client wrote (signature.go); the deletion
+// costs below the split's, shared by the placement and deletion-cost
+// controllers (cost.go).
 package decision
 
 import (
@@ -18,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +67,12 @@ type Decision struct {
 	// Signature (Signer.Sign) is written as apportion.dev/signature, so
 	// that the decision is told apart from annotations a client wrote.
 	Signature string
+	// DeletionCost, when set, is written as the pod's
+	// controller.kubernetes.io/pod-deletion-cost, in the same patch as
+	// the decision: the cost the deletion-cost controller would give the
+	// pod, known at decision time in the common case, spares it a second
+	// write.
+	DeletionCost *int
 }
 
 // Record is the small JSON kept on the pod to explain the decision.
@@ -181,6 +191,9 @@ func Apply(pod *corev1.Pod, d Decision) {
 	}
 	if d.Signature != "" {
 		pod.Annotations[annotations.Signature] = d.Signature
+	}
+	if d.DeletionCost != nil {
+		pod.Annotations[corev1.PodDeletionCost] = strconv.Itoa(*d.DeletionCost)
 	}
 	rec, _ := json.Marshal(d.Record) // a struct of strings and ints cannot fail to marshal
 	pod.Annotations[annotations.Decision] = string(rec)

@@ -1,56 +1,65 @@
 // Package deletioncost keeps controller.kubernetes.io/pod-deletion-cost on the
 // decided pods of each revision so that, when a workload scales down, the
-// ReplicaSet controller removes pods in the order the apportioning engine's
-// Victim picks, and every intermediate size stays within quota.
+// ReplicaSet controller removes pods in an order that keeps every
+// intermediate size within quota.
 //
-// The costs come from simulating the removal of every pod, one Victim at a
-// time. The pod removed k-th of n gets cost -(n-k): the pods left after its
-// removal, negated. The first to go has the lowest cost; the last has 0.
-// Numbering from the bottom keeps the values of existing pods stable when a
-// pod is added and Victim would take that pod first, so a scale-up patches
-// only the new pod, not every pod of the revision. Worked example (the
-// AWS sample webhook's strategy, pods p0..p5 placed od od spot spot od spot):
+// The costs number the pods from the bottom in the order a scale-down should
+// remove them: the pod removed k-th of n gets -(n-k), the pods left after its
+// removal, negated; the first to go has the lowest cost, the last has 0. The
+// order is the one the pods' current costs give, pods without a cost (new
+// ones) first, newest first, as long as removing the pods in that order keeps
+// the split within quota at every size. For a revision the engine grew, the
+// newest pod first is such an order (the engine's own path walked back), and
+// a scale-down leaves one: so a pod added takes -(n-1) and leaves every other
+// cost alone, and the placement controller writes that cost with the
+// decision, in the same patch. When the order leaves quota somewhere (pods
+// placed under an older strategy or while a group was unavailable), the
+// engine's Victim orders the groups instead, within a group still in the
+// order of the current costs. Worked example (the AWS sample webhook's
+// strategy, pods p0..p5 placed od od spot spot od spot):
 //
-//	removal order (Victim): spot(p5) spot(p3) spot(p2) od(p4) od(p1) od(p0)
-//	cost:                   -5       -4       -3       -2     -1     0
-//	on-demand left:         3        3        3        2      1      0
-//	spot left:              2        1        0        0      0      0
+//	removal order:  spot(p5) od(p4) spot(p3) spot(p2) od(p1) od(p0)
+//	cost:           -5       -4     -3       -2       -1     0
+//	on-demand left: 3        2      2        2        1      0
+//	spot left:      2        2      1        0        0      0
 //
-// Within a group, the newest pod goes first. Pods whose group is not in the
-// strategy (placed under an older one) get the lowest cost of all, and so do
-// the revision's strays: pods admitted without a decision (the webhook was
-// down or its call failed open) or released by the gate janitor, and the pods
-// whose decision annotations apportion did not sign (a client wrote them):
-// they are undecided. Pods still
-// held by the gate are left alone (the placement controller is about to
-// patch them). A revision with no decided pod is not apportion's: its pods
-// are never touched.
+// Pods whose group is not in the strategy (placed under an older one) get the
+// lowest cost of all, and so do the revision's strays: pods admitted without
+// a decision (the webhook was down or its call failed open) or released by
+// the gate janitor, and the pods whose decision annotations apportion did not
+// sign (a client wrote them): they are undecided. Pods placed by capacity
+// fallback come next, numbered down from decision.FallbackCost in the same
+// way. Pods still held by the gate are left alone (the placement controller
+// is about to patch them). A revision with no decided pod is not apportion's:
+// its pods are never touched.
+//
+// A revision is reconciled a little after the pod events that can change its
+// costs (events.go), so that a burst becomes a few reconciles; a pod placed
+// with its cost, or a pod's status changing, changes nothing.
 package deletioncost
 
 import (
-	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/podcache"
-	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -64,19 +73,8 @@ var PodAnnotations = []string{Annotation, annotations.Group, annotations.Fallbac
 // IndexOwnerKey indexes pods by workload.OwnerKey: the pods of one revision.
 const IndexOwnerKey = "apportion.ownerKey"
 
-// unknownGroupCost is below every computed cost.
-const unknownGroupCost = -(1 << 30)
-
-// fallbackCost is the cost of the newest fallback pod; older ones get one
-// more each, all below the costs of the split (>= -(pods-1)).
-const fallbackCost = -(1 << 29)
-
-func newestFirst(a, b *corev1.Pod) int {
-	if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
-		return c
-	}
-	return cmp.Compare(b.Name, a.Name)
-}
+// DefaultDebounce is how long after an event a revision is reconciled.
+const DefaultDebounce = time.Second
 
 // Controller maintains deletion costs per revision.
 type Controller struct {
@@ -84,12 +82,29 @@ type Controller struct {
 	signer     *decision.Signer
 	resolve    []workload.Option
 	strategies *compiled.Cache
+	debounce   time.Duration
+
+	mu sync.Mutex
+	// verified remembers, per revision and pod, at which resourceVersion
+	// the pod's decision verified (or did not): the annotations cannot
+	// change without it, so a reconcile checks only the pods written
+	// since the last one.
+	verified map[string]map[types.UID]verdict
+	// decided are the revisions holding a decided pod: only their strays'
+	// events are worth a reconcile.
+	decided map[string]bool
+}
+
+type verdict struct {
+	resourceVersion string
+	decided         bool
 }
 
 // NewController builds the deletion-cost controller; signer recognises
 // apportion's decisions (the placement controller's Signer).
 func NewController(kubeClient client.Client, signer *decision.Signer) *Controller {
-	return &Controller{kubeClient: kubeClient, signer: signer, strategies: compiled.NewCache(compiled.DefaultSize)}
+	return &Controller{kubeClient: kubeClient, signer: signer, strategies: compiled.NewCache(compiled.DefaultSize),
+		debounce: DefaultDebounce, verified: map[string]map[types.UID]verdict{}, decided: map[string]bool{}}
 }
 
 // WithStrategies compiles strategies through cache, shared with the other
@@ -103,6 +118,13 @@ func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
 // PlacementPolicy too; src may be nil.
 func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
 	c.resolve = []workload.Option{workload.WithPolicies(src)} // nil src: annotations only
+	return c
+}
+
+// WithDebounce reconciles a revision d after the first event of a burst
+// instead of DefaultDebounce.
+func (c *Controller) WithDebounce(d time.Duration) *Controller {
+	c.debounce = d
 	return c
 }
 
@@ -125,24 +147,8 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.revisionOf)).
+		Watches(&corev1.Pod{}, c.EventHandler()).
 		Complete(c)
-}
-
-// revisionOf maps a pod apportion decided to its revision's request.
-func (c *Controller) revisionOf(_ context.Context, o client.Object) []reconcile.Request {
-	pod, ok := podcache.View(o)
-	if !ok {
-		return nil
-	}
-	if d, ok := c.signer.Read(pod); !ok || d.Group == "" {
-		return nil
-	}
-	key := workload.OwnerKey(pod)
-	if key == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: key}}}
 }
 
 // Reconcile recomputes the costs of one revision and patches the pods whose
@@ -152,24 +158,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.kubeClient.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexOwnerKey: req.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
-	var pods []*corev1.Pod
-	decided := 0
-	for i := range list.Items {
-		p := &list.Items[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		switch d, ok := c.signer.Read(p); {
-		case ok && d.Group != "":
-			decided++
-			pods = append(pods, p)
-		case !decision.HasGate(p):
-			// A stray: admitted without a decision (the webhook was down, or
-			// its call failed open), released by the janitor, or carrying
-			// decision annotations a client wrote. It goes first.
-			pods = append(pods, unsigned(p))
-		}
-	}
+	rev := req.Namespace + "/" + req.Name
+	pods, decided := c.revisionPods(rev, list.Items)
 	if decided == 0 {
 		return reconcile.Result{}, nil // not a revision apportion places
 	}
@@ -182,23 +172,79 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	costs := costsOf(s, pods)
+	patched := 0
 	for _, p := range pods {
 		want := strconv.Itoa(costs[p.UID])
 		if p.Annotations[Annotation] == want {
 			continue
 		}
-		patch := client.MergeFrom(p.DeepCopy())
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
+		if err := c.patch(ctx, p, want); err != nil {
+			return reconcile.Result{}, err
 		}
-		p.Annotations[Annotation] = want
-		if err := c.kubeClient.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("patching pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
-		metrics.DeletionCostPatchesTotal.Inc()
+		patched++
 	}
-	log.FromContext(ctx).V(1).Info("deletion costs up to date", "pods", len(pods))
+	log.FromContext(ctx).V(1).Info("deletion costs up to date", "pods", len(pods), "patched", patched)
 	return reconcile.Result{}, nil
+}
+
+// revisionPods are the live pods of a revision that take a cost: the decided
+// ones and the strays; decided counts the former.
+func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods []*corev1.Pod, decided int) {
+	c.mu.Lock()
+	seen := c.verified[rev]
+	c.mu.Unlock()
+	now := make(map[types.UID]verdict, len(items))
+	for i := range items {
+		p := &items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		v, ok := seen[p.UID]
+		if !ok || v.resourceVersion != p.ResourceVersion || p.ResourceVersion == "" {
+			v = verdict{resourceVersion: p.ResourceVersion, decided: c.isDecided(p)}
+		}
+		now[p.UID] = v
+		switch {
+		case v.decided:
+			decided++
+			pods = append(pods, p)
+		case !decision.HasGate(p):
+			// A stray: admitted without a decision (the webhook was down, or
+			// its call failed open), released by the janitor, or carrying
+			// decision annotations a client wrote. It goes first.
+			pods = append(pods, unsigned(p))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if decided == 0 {
+		delete(c.verified, rev)
+		delete(c.decided, rev)
+	} else {
+		c.verified[rev] = now
+		c.decided[rev] = true
+	}
+	return pods, decided
+}
+
+// isDecided reports whether apportion placed the pod in a group.
+func (c *Controller) isDecided(p *corev1.Pod) bool {
+	d, ok := c.signer.Read(p)
+	return ok && d.Group != ""
+}
+
+// patch writes the pod's cost with a merge patch of that one annotation: no
+// copy of the pod to diff against.
+func (c *Controller) patch(ctx context.Context, p *corev1.Pod, cost string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{Annotation: cost}}})
+	if err != nil {
+		return fmt.Errorf("encoding the deletion cost: %w", err)
+	}
+	if err := c.kubeClient.Patch(ctx, p, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	metrics.DeletionCostPatchesTotal.Inc()
+	return nil
 }
 
 // unsigned is a stray as Costs must see it: without the decision annotations
@@ -212,60 +258,4 @@ func unsigned(p *corev1.Pod) *corev1.Pod {
 	q := p.DeepCopy()
 	decision.Strip(q)
 	return q
-}
-
-// Costs computes the deletion cost of every pod of one revision; pods with
-// no group of s (undecided, or decided under another strategy) get the
-// lowest, then the pods placed by capacity fallback (newest first), then the
-// others in the engine's Victim order: a scale-down removes the fallback
-// pods before it touches the split. It takes the pods' group and fallback
-// annotations as their decisions: the controller passes the pods whose
-// decisions do not verify without them.
-func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
-	cs, err := compiled.New(s)
-	if err != nil {
-		return nil, err
-	}
-	return costsOf(cs, pods), nil
-}
-
-// costsOf is Costs of a compiled strategy.
-func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
-	byGroup := make([][]*corev1.Pod, len(s.Index))
-	costs := make(map[types.UID]int, len(pods))
-	var fallback []*corev1.Pod
-	for _, p := range pods {
-		gi, ok := s.Index[p.Annotations[annotations.Group]]
-		switch {
-		case !ok:
-			costs[p.UID] = unknownGroupCost
-			continue
-		case p.Annotations[annotations.Fallback] != "":
-			fallback = append(fallback, p)
-			continue
-		}
-		byGroup[gi] = append(byGroup[gi], p)
-	}
-	// Fallback pods: below every computed cost, above the strays; the
-	// newest goes first.
-	slices.SortFunc(fallback, newestFirst)
-	for k, p := range fallback {
-		costs[p.UID] = fallbackCost + k
-	}
-	counts := make([]int64, len(s.Index))
-	var n int64
-	for gi, ps := range byGroup {
-		// Newest first: the next victim of a group is at the front.
-		slices.SortFunc(ps, newestFirst)
-		counts[gi] = int64(len(ps))
-		n += counts[gi]
-	}
-	for left := n; left > 0; left-- {
-		v := s.Method.Victim(counts, apportion.All)
-		p := byGroup[v][0]
-		byGroup[v] = byGroup[v][1:]
-		counts[v]--
-		costs[p.UID] = -int(left - 1)
-	}
-	return costs
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -133,12 +134,15 @@ func TestForgedDecisionsAreStrays(t *testing.T) {
 	c := ownedPodsClient(objs...)
 	ctrl := NewController(c, testSigner)
 	ctx := context.Background()
+	h, q := ctrl.EventHandler(), &recordingQueue{}
 	for _, p := range append(append([]*corev1.Pod{}, forged...), alone...) {
-		if reqs := ctrl.revisionOf(ctx, p); len(reqs) != 0 {
+		h.Create(ctx, event.CreateEvent{Object: p}, q)
+		if reqs := q.take(); len(reqs) != 0 {
 			t.Errorf("forged pod %s enqueues %v", p.Name, reqs)
 		}
 	}
-	if reqs := ctrl.revisionOf(ctx, decided[0]); len(reqs) != 1 || reqs[0].Name != string(placed.UID) {
+	h.Create(ctx, event.CreateEvent{Object: decided[0]}, q)
+	if reqs := q.take(); len(reqs) != 1 || reqs[0].Name != string(placed.UID) {
 		t.Errorf("decided pod enqueues %v, want its revision", reqs)
 	}
 	for _, r := range []*appsv1.ReplicaSet{placed, forgedOnly} {
@@ -161,11 +165,11 @@ func TestForgedDecisionsAreStrays(t *testing.T) {
 		return n, ok
 	}
 	for _, p := range forged {
-		if n, ok := cost(p); !ok || n != unknownGroupCost {
-			t.Errorf("forged pod %s: cost %d (set %v), want the strays' %d", p.Name, n, ok, unknownGroupCost)
+		if n, ok := cost(p); !ok || n != decision.StrayCost {
+			t.Errorf("forged pod %s: cost %d (set %v), want the strays' %d", p.Name, n, ok, decision.StrayCost)
 		}
 	}
-	if n, ok := cost(decided[3]); !ok || n >= -3 || n == unknownGroupCost {
+	if n, ok := cost(decided[3]); !ok || n >= -3 || n == decision.StrayCost {
 		t.Errorf("signed fallback pod: cost %d (set %v), want a fallback cost", n, ok)
 	}
 	for _, p := range decided[:3] {
@@ -190,4 +194,61 @@ func ownedPodsClient(objs ...client.Object) client.Client {
 			}
 			return nil
 		}).Build()
+}
+
+// TestEventsThatChangeCosts: a revision is enqueued, after the debounce, for
+// the events that may change its costs only: not for a pod placed with its
+// cost, nor for a pod's status changing.
+func TestEventsThatChangeCosts(t *testing.T) {
+	deploy, rs := test.Workload(map[string]string{annotations.Strategy: "g=a,weight=1"})
+	c := ownedPodsClient(deploy, rs)
+	ctrl := NewController(c, testSigner).WithDebounce(time.Second)
+	gated := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc-1", UID: "uid-1"}, Owner: rs, Gated: true})
+	placed := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc-1", UID: "uid-1"}, Owner: rs, Group: "g=a", Signer: testSigner})
+	withCost := func(p *corev1.Pod, cost string) *corev1.Pod {
+		p = p.DeepCopy()
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[Annotation] = cost
+		return p
+	}
+	costed := withCost(placed, "0")
+	running := costed.DeepCopy()
+	running.Status.Phase = corev1.PodRunning
+	terminating := costed.DeepCopy()
+	terminating.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	stray := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx-abc-2", UID: "uid-2"}, Owner: rs, NodeName: "n"})
+	ctx := context.Background()
+	// The revision holds a decided pod once a reconcile saw one.
+	if err := c.Create(ctx, costed.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctrl.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: string(rs.UID)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		old, pod *corev1.Pod
+		want     bool
+	}{
+		{"placed with its cost", gated, costed, false},
+		{"placed without a cost", gated, placed, true},
+		{"running", costed, running, false},
+		{"cost edited", costed, withCost(placed, "-7"), true},
+		{"terminating", running, terminating, true},
+		{"stray released", stray, stray, false},
+		{"stray appears", nil, stray, true},
+		{"stray numbered", stray, withCost(stray, strayCostText), false},
+	} {
+		q := &recordingQueue{}
+		if tc.old == nil {
+			ctrl.EventHandler().Create(ctx, event.CreateEvent{Object: tc.pod}, q)
+		} else {
+			ctrl.EventHandler().Update(ctx, event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.pod}, q)
+		}
+		if got := len(q.added) == 1 && q.added[0].Name == string(rs.UID) && q.after[0] == time.Second; got != tc.want || len(q.added) > 1 {
+			t.Errorf("%s: enqueued %v after %v, want the revision after 1s: %v", tc.name, q.added, q.after, tc.want)
+		}
+	}
 }

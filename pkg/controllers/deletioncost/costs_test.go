@@ -2,8 +2,11 @@ package deletioncost
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -39,8 +43,8 @@ func TestWorkedExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Victim's order is spot spot spot od od od; newest first within a group.
-	want := map[string]int{"p005": -5, "p003": -4, "p002": -3, "p004": -2, "p001": -1, "p000": 0}
+	// The newest pod first: every size on the way down is within quota.
+	want := map[string]int{"p005": -5, "p004": -4, "p003": -3, "p002": -2, "p001": -1, "p000": 0}
 	for _, p := range pods {
 		if costs[p.UID] != want[p.Name] {
 			t.Errorf("%s: cost %d, want %d", p.Name, costs[p.UID], want[p.Name])
@@ -133,4 +137,140 @@ func names(pods []*corev1.Pod) []string {
 		out[i] = p.Name
 	}
 	return out
+}
+
+// applyCosts writes costs onto the pods, as the controller's patches do.
+func applyCosts(pods []*corev1.Pod, costs map[types.UID]int) {
+	for _, p := range pods {
+		p.Annotations[Annotation] = strconv.Itoa(costs[p.UID])
+	}
+}
+
+// TestScalingKeepsTheOthersCosts: for random strategies, a workload scaled up
+// by the engine and down by cost (lowest first, as the ReplicaSet controller
+// does) in random steps: each pod added takes the split's lowest cost,
+// decision.SplitCost, and changes no other pod's cost; each pod removed
+// changes none; every size on the way down stays within quota.
+func TestScalingKeepsTheOthersCosts(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for trial := 0; trial < 200; trial++ {
+		spec := randomSpec(r)
+		s, err := strategy.Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, _ := compiled.New(s)
+		keys := s.Keys()
+		var pods []*corev1.Pod
+		counts := make([]int64, len(keys))
+		for step := 0; step < 80; step++ {
+			if len(pods) > 0 && r.IntN(3) == 0 {
+				// Scale down: the lowest cost goes.
+				low := 0
+				for i, p := range pods {
+					if cost(t, p) < cost(t, pods[low]) {
+						low = i
+					}
+				}
+				counts[cs.Index[pods[low].Annotations[annotations.Group]]]--
+				pods = slices.Delete(pods, low, low+1)
+				if !cs.Method.WithinQuota(counts, apportion.All) {
+					t.Fatalf("%s: removing by cost reached %v, off quota", spec, counts)
+				}
+			} else {
+				g := cs.Method.Next(counts, apportion.All)
+				counts[g]++
+				pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%03d", step), UID: types.UID(fmt.Sprintf("uid-%d", step)),
+					Annotations: map[string]string{Annotation: strconv.Itoa(decision.SplitCost(len(pods) + 1)), annotations.Group: keys[g]}}})
+			}
+			costs := costsOf(cs, pods)
+			for _, p := range pods {
+				if got := costs[p.UID]; got != cost(t, p) {
+					t.Fatalf("%s, step %d: %s's cost moves from %d to %d", spec, step, p.Name, cost(t, p), got)
+				}
+			}
+		}
+	}
+}
+
+func randomSpec(r *rand.Rand) string {
+	spec := ""
+	for i := range 1 + r.IntN(4) {
+		if i > 0 {
+			spec += ":"
+		}
+		spec += fmt.Sprintf("g=%d,base=%d,weight=%d", i, r.IntN(3), 1+r.IntN(6))
+	}
+	return spec
+}
+
+func cost(t *testing.T, p *corev1.Pod) int {
+	t.Helper()
+	n, ok := decision.DeletionCost(p)
+	if !ok {
+		t.Fatalf("%s has no cost", p.Name)
+	}
+	return n
+}
+
+// TestOffQuotaSplitFollowsVictim: a split the newest-first order cannot walk
+// down within quota (four pods in b, then one in a, for equal weights) is
+// ordered by the engine's Victim, which removes b's excess first; the costs
+// it gives are then kept as they are. (At one pod each, the tie goes against
+// the later group.)
+func TestOffQuotaSplitFollowsVictim(t *testing.T) {
+	s, _ := strategy.Parse("g=a,weight=1:g=b,weight=1")
+	pods := podsFor(t, s, []int{1, 1, 1, 1, 0})
+	costs, err := Costs(s, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := slices.Clone(pods)
+	sort.SliceStable(order, func(a, b int) bool { return costs[order[a].UID] < costs[order[b].UID] })
+	if got := names(order); !slices.Equal(got, []string{"p003", "p002", "p001", "p000", "p004"}) {
+		t.Fatalf("deletion order %v: want b's excess first, newest first, then Victim's tie (the later group)", got)
+	}
+	applyCosts(pods, costs)
+	again, _ := Costs(s, pods)
+	if !maps.Equal(again, costs) {
+		t.Errorf("costs %v become %v when computed again", costs, again)
+	}
+}
+
+// TestFallbackPodAddedKeepsTheOthersCosts: a fallback pod added takes the
+// lowest fallback cost, decision.FallbackPodCost, and the other fallback
+// pods keep theirs.
+func TestFallbackPodAddedKeepsTheOthersCosts(t *testing.T) {
+	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	pods := podsFor(t, s, []int{0, 0, 1, 0, 0, 0})
+	for _, p := range pods[3:] {
+		p.Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	}
+	costs, _ := Costs(s, pods[:5])
+	applyCosts(pods[:5], costs)
+	if c := costs[pods[4].UID]; c != decision.FallbackPodCost(2) {
+		t.Fatalf("newest of two fallback pods: cost %d, want %d", c, decision.FallbackPodCost(2))
+	}
+	pods[5].Annotations[Annotation] = strconv.Itoa(decision.FallbackPodCost(3))
+	after, _ := Costs(s, pods)
+	for _, p := range pods {
+		if after[p.UID] != cost(t, p) {
+			t.Errorf("%s: cost %d becomes %d", p.Name, cost(t, p), after[p.UID])
+		}
+	}
+}
+
+// TestWrittenCostsKeepTheirOrder: costs a client swapped between two pods of
+// one group are kept (the order stays within quota): the controller does not
+// fight over which of two equivalent pods goes first.
+func TestWrittenCostsKeepTheirOrder(t *testing.T) {
+	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	pods := podsFor(t, s, []int{0, 0, 1, 1, 0, 1})
+	costs, _ := Costs(s, pods)
+	costs[pods[2].UID], costs[pods[5].UID] = costs[pods[5].UID], costs[pods[2].UID]
+	applyCosts(pods, costs)
+	again, _ := Costs(s, pods)
+	if !maps.Equal(again, costs) {
+		t.Errorf("written costs %v become %v", costs, again)
+	}
 }

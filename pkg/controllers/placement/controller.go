@@ -12,7 +12,9 @@
 // of capacity.Capacity); images.go, the images' architectures and the
 // placement by architecture alone; tally.go, the counts, and strays.go, the
 // pods admitted without a decision counted by their node's labels; write.go,
-// the decision's patch and the release without one (decision.Release);
+// the decision's patch (with the pod's deletion cost when it can be told)
+// and the release without one (decision.Release); fallbacks.go, the
+// revisions' fallback pods, which the deletion costs number apart;
 // expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
 // warm.go, the image cache warmed on the replicas that do not lead.
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -101,15 +104,18 @@ type Controller struct {
 
 	locks      keyedMutex
 	strategies *compiled.Cache
+	fallbacks  *fallbackPods // the revisions' fallback pods, for the deletion costs
 }
 
 // NewController builds the placement controller. notCachedWait bounds how long
 // a pod whose owner the cache has not seen yet is retried before it is left
 // to the gate janitor.
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
-	return &Controller{kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
+	c := &Controller{kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
 		strategies: compiled.NewCache(compiled.DefaultSize),
-		signer:     decision.RandomSigner()}
+		signer:     decision.RandomSigner(), fallbacks: newFallbackPods()}
+	c.fallbacks.signer = c.signer
+	return c
 }
 
 // WithStrategies compiles strategies through cache, shared with the other
@@ -125,6 +131,7 @@ func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
 func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 	if s != nil {
 		c.signer = s
+		c.fallbacks.signer = s
 	}
 	return c
 }
@@ -134,6 +141,13 @@ func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 func (c *Controller) WithAPIReader(r client.Reader) *Controller {
 	c.apiReader = r
 	return c
+}
+
+// PodEventHandler feeds the controller's count of the revisions' fallback
+// pods from a pod informer; Register adds it to the manager's. A controller
+// fed by hand (tests) counts them as soon as it is fed.
+func (c *Controller) PodEventHandler() toolscache.ResourceEventHandler {
+	return c.fallbacks.eventHandler()
 }
 
 // WithPolicies makes workloads without a strategy annotation take the
@@ -158,6 +172,15 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 			return fmt.Errorf("registering the image warmer: %w", err)
 		}
 	}
+	informer, err := m.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("getting the pod informer: %w", err)
+	}
+	registration, err := informer.AddEventHandler(c.PodEventHandler())
+	if err != nil {
+		return fmt.Errorf("counting fallback pods: %w", err)
+	}
+	c.fallbacks.synced = registration.HasSynced
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -240,7 +263,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	avail, archOut, capacityOut, why := c.available(ctx, ref, p.Strategy, pod, images, groupErrs, scope)
 
 	rev := Revision(pod.Namespace, key)
-	g, counts, strays := c.decide(ctx, pod, rev, key, p, avail)
+	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, len(capacityOut) > 0)
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -255,6 +278,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		Architectures: groupArchitectures(p.Strategy.Groups[g], archs),
 		Tolerations:   choices[g].Tolerations,
 		Preferred:     info.Preferred,
+		DeletionCost:  cost,
 		Record:        decision.Record{Strategy: p.Hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
 	}
 	if len(capacityOut) > 0 {
@@ -263,6 +287,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	res, written, err := c.write(ctx, pod, d)
 	if !written {
 		c.tally.Unrecord(pod.UID)
+		c.fallbacks.unrecord(pod.UID)
 		return res, err
 	}
 	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
@@ -270,20 +295,28 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 }
 
 // decide chooses the pod's group (its index, -1 when none is available)
-// under the revision's lock, with the counts it saw, and counts the decision
-// as pending before it is written: the next pod of the revision is decided
-// while this one's patch is in flight, against counts that include it, so a
-// burst is decided as fast as the API server takes patches rather than one
-// round trip at a time. A write that does not land takes the count back
-// (Tally.Unrecord).
-func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set) (g int, counts, strays []int64) {
+// under the revision's lock, with the counts it saw and the pod's deletion
+// cost (nil when it cannot be told), and counts the decision (and a fallback
+// one among the revision's fallback pods) as pending before it is written:
+// the next pod of the revision is decided while this one's patch is in
+// flight, against counts that include it, so a burst is decided as fast as
+// the API server takes patches rather than one round trip at a time. A write
+// that does not land takes the counts back.
+func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set, fallback bool) (g int, counts, strays []int64, cost *int) {
 	unlock := c.locks.lock(key)
 	defer unlock()
 	counts, strays, seen := c.counts(ctx, rev, p)
-	if g = p.Method.Next(seen, avail); g >= 0 {
-		c.tally.Record(pod.UID, rev, p.Strategy.Groups[g].Key(), c.clock.Now())
+	if g = p.Method.Next(seen, avail); g < 0 {
+		return g, counts, strays, nil
 	}
-	return g, counts, strays
+	cost = c.deletionCost(rev, p, counts, g, fallback)
+	now := c.clock.Now()
+	group := p.Strategy.Groups[g].Key()
+	c.tally.Record(pod.UID, rev, group, now)
+	if fallback {
+		c.fallbacks.record(pod.UID, rev, group, now)
+	}
+	return g, counts, strays, cost
 }
 
 // available is the set of groups that can be served, with a Warning Event for

@@ -2,12 +2,15 @@ package placement_test
 
 import (
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 	"testing"
 	"time"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/decision"
 )
 
 // TestPoolOutOfCapacityFallsBack: with the spot pool out of capacity, seed
@@ -55,5 +58,40 @@ func TestOutOfCapacityPoolPassesToTheNextPool(t *testing.T) {
 	}
 	if pools["od"] != 2 || pools["spot-2"] != 2 || pools["spot"] != 0 {
 		t.Fatalf("pools %v, want od 2 and spot-2 2", pools)
+	}
+}
+
+// TestDecisionsCarryTheirDeletionCost: a pod placed by quota takes the
+// split's lowest cost, a fallback pod the fallback pods' lowest, counted from
+// the fallback pods the informer shows (one gone, one fewer).
+func TestDecisionsCarryTheirDeletionCost(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
+	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &capacity.NodePoolCapacity{Reader: f.client, Tracker: tracker}, f.tally, 30*time.Second)
+	cost := func(p *corev1.Pod) int {
+		n, ok := decision.DeletionCost(p)
+		if !ok {
+			t.Fatalf("%s: no deletion cost in %v", p.Name, p.Annotations)
+		}
+		return n
+	}
+	for i := range 3 {
+		if got := cost(f.reconcile(t, f.gatedPod(t, i))); got != decision.SplitCost(i+1) {
+			t.Fatalf("pod %d placed by quota: cost %d, want %d", i, got, decision.SplitCost(i+1))
+		}
+	}
+	tracker.Mark(capacity.PoolKey("spot"), "limits")
+	var fallback []*corev1.Pod
+	for i := 3; i < 5; i++ {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		fallback = append(fallback, pod)
+		if got := cost(pod); got != decision.FallbackPodCost(i-2) {
+			t.Fatalf("fallback pod %d: cost %d, want %d", i, got, decision.FallbackPodCost(i-2))
+		}
+	}
+	f.ctrl.PodEventHandler().OnAdd(fallback[0], false)
+	f.ctrl.PodEventHandler().OnDelete(fallback[0])
+	if got := cost(f.reconcile(t, f.gatedPod(t, 5))); got != decision.FallbackPodCost(2) {
+		t.Fatalf("fallback pod after one went: cost %d, want %d", got, decision.FallbackPodCost(2))
 	}
 }
