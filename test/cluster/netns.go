@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -175,16 +176,29 @@ func (n *netns) freePorts(count int, reserved ...int) ([]int, error) {
 		listeners = append(listeners, l)
 	}
 	ports := make([]int, 0, count)
-	for range count {
-		l, err := n.listen("tcp", "127.0.0.1:0")
+	for attempt := 0; len(ports) < count; attempt++ {
+		if attempt == 1000 {
+			return nil, fmt.Errorf("picking a free port: none free in %d..%d", listenPortMin, listenPortMax)
+		}
+		p := listenPortMin + rand.IntN(listenPortMax-listenPortMin+1)
+		l, err := n.listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			return nil, fmt.Errorf("picking a free port: %w", err)
+			continue // taken
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }
+
+// Ports handed out for listening are picked below Linux's default ephemeral
+// range (32768-60999): a port bound and released to find it free could
+// otherwise be taken, before the component binds it, by the source port of
+// one of the many connections the control plane opens meanwhile.
+const (
+	listenPortMin = 20000
+	listenPortMax = 32767
+)
 
 func (n *netns) close() {
 	n.mu.Lock()
