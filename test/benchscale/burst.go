@@ -44,8 +44,8 @@ func workloads(n int) []workload {
 
 // deployment is w at zero replicas: tiny requests, so that a node holds as
 // many pods as kwok's instance types allow.
-func deployment(ns string, w workload) *appsv1.Deployment {
-	spec := framework.AppPodSpec("public.ecr.aws/nginx/nginx:latest")
+func deployment(ns, image string, w workload) *appsv1.Deployment {
+	spec := framework.AppPodSpec(image)
 	spec.Containers[0].Resources.Requests = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
 	}
@@ -95,7 +95,7 @@ func (b *bench) burst(ctx context.Context, ns string, apportion bool, started fu
 	}
 	ws := workloads(b.o.workloads)
 	err := forEach(ctx, ws, func(ctx context.Context, w workload) error {
-		return b.kube.Create(ctx, deployment(ns, w))
+		return b.kube.Create(ctx, deployment(ns, b.image, w))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the Deployments: %w", err)

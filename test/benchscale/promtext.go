@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -147,8 +148,14 @@ func hasAll(have, want map[string]string) bool {
 
 // bucket is one cumulative histogram bucket: Count observations <= LE.
 type bucket struct {
-	LE    float64 `json:"le"`
-	Count float64 `json:"count"`
+	LE    float64
+	Count float64
+}
+
+// MarshalJSON writes the bound as Prometheus does, "+Inf" included, which
+// JSON numbers cannot hold.
+func (b bucket) MarshalJSON() ([]byte, error) {
+	return fmt.Appendf(nil, `{"le":%q,"count":%g}`, strconv.FormatFloat(b.LE, 'g', -1, 64), b.Count), nil
 }
 
 // histogram is cumulative buckets ordered by bound, the last one +Inf.

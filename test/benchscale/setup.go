@@ -28,14 +28,23 @@ const controlPlaneQPS = "200"
 // bench is the cluster with apportion running in it, and the watch on the
 // bench's pods.
 type bench struct {
-	o        options
-	dir      string
-	c        *cluster.Cluster
-	kube     client.Client
-	lb       *framework.Balancer
-	replicas []*replica
-	watch    *podWatch
+	o         options
+	dir       string
+	c         *cluster.Cluster
+	kube      client.Client
+	lb        *framework.Balancer
+	replicas  []*replica
+	watch     *podWatch
+	stopWatch context.CancelFunc
+	registry  *framework.Registry
+	// image is the workloads' image: an index for amd64 and arm64 in the
+	// registry, so that the architecture split inspects a real image
+	// (once: apportion caches it) instead of timing out on the Internet.
+	image string
 }
+
+// imageTag is the workloads' image in the bench's registry.
+const imageTag = "bench/app:1"
 
 // replica is an `apportion webhook` process and its pprof port.
 type replica struct {
@@ -65,6 +74,13 @@ func setUp(ctx context.Context, o options) (b *bench, err error) {
 		return b, err
 	}
 	b.kube = b.c.Client()
+	if b.registry, err = framework.StartRegistry(b.c); err != nil {
+		return b, err
+	}
+	if _, err := b.registry.PushIndex(ctx, imageTag, []string{"linux/amd64", "linux/arm64"}, false, framework.ImageOptions{}); err != nil {
+		return b, fmt.Errorf("pushing the workloads' image: %w", err)
+	}
+	b.image = b.registry.Ref(imageTag)
 	if err := framework.Apply(ctx, b.kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "karpenter")); err != nil {
 		return b, err
 	}
@@ -74,7 +90,11 @@ func setUp(ctx context.Context, o options) (b *bench, err error) {
 	if err := framework.WaitNodePoolsReady(ctx, b.kube); err != nil {
 		return b, err
 	}
-	if b.watch, err = watchPods(ctx, b.c.RESTConfig()); err != nil {
+	// The watch ends before the cluster stops: an open watch holds the
+	// API server's shutdown up.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	b.stopWatch = stopWatch
+	if b.watch, err = watchPods(watchCtx, b.c.RESTConfig()); err != nil {
 		return b, err
 	}
 	return b, b.startApportion(ctx, bin)
@@ -159,6 +179,9 @@ func (b *bench) startApportion(ctx context.Context, bin string) error {
 // stop stops the replicas, the balancer and the cluster (printing the
 // components' log tails when failed) and removes the scratch folder.
 func (b *bench) stop(failed bool) {
+	if b.stopWatch != nil {
+		b.stopWatch()
+	}
 	for _, r := range b.replicas {
 		if failed {
 			fmt.Fprintf(os.Stderr, "--- %s log tail\n%s\n", r.Name, framework.TailLog(b.c, r.Name, 40))
@@ -167,6 +190,9 @@ func (b *bench) stop(failed bool) {
 	}
 	if b.lb != nil {
 		b.lb.Close()
+	}
+	if b.registry != nil {
+		b.registry.Close()
 	}
 	code := 0
 	if failed {

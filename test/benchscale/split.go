@@ -75,7 +75,9 @@ func checkSplit(w workload, recs []podRecord, nodes map[string]map[string]string
 		sp.Deviation = math.Inf(1)
 		return sp
 	}
-	for i, share := range m.Shares(n, apportion.All) {
+	// The ideal shares are those of every pod of the workload: pods in no
+	// group are counted as missing from the groups.
+	for i, share := range m.Shares(int64(len(recs)), apportion.All) {
 		ideal := float64(share.Lower)
 		if share.Denom > 0 {
 			ideal += float64(share.Frac) / float64(share.Denom)
