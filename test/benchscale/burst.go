@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -243,11 +244,8 @@ func (b *bench) free(ctx context.Context, ns string) error {
 			return fmt.Errorf("deleting the %T of %s: %w", obj, ns, err)
 		}
 	}
-	if err := b.kube.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
-		return fmt.Errorf("deleting the pods of %s: %w", ns, err)
-	}
-	if err := waitUntil(ctx, 5*time.Minute, func() (bool, error) { return b.watch.live(ns) == 0, nil }); err != nil {
-		return fmt.Errorf("waiting for the pods of %s to go: %w", ns, err)
+	if err := b.deletePods(ctx, ns); err != nil {
+		return err
 	}
 	if err := b.kube.DeleteAllOf(ctx, &karpv1.NodeClaim{}); err != nil {
 		return fmt.Errorf("deleting the NodeClaims: %w", err)
@@ -262,6 +260,25 @@ func (b *bench) free(ctx context.Context, ns string) error {
 	}
 	say("%s: freed the pods and the nodes in %s", ns, time.Since(t0).Round(time.Second))
 	return nil
+}
+
+// deletePods deletes every pod of ns with no grace period and waits for
+// them to go. Thousands of pods take the API server longer than its request
+// timeout: it answers with a timeout and goes on deleting, so the call is
+// repeated until the pods are gone.
+func (b *bench) deletePods(ctx context.Context, ns string) error {
+	var last error
+	for range 5 {
+		err := b.kube.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
+		if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+			return fmt.Errorf("deleting the pods of %s: %w", ns, err)
+		}
+		if last = waitUntil(ctx, 2*time.Minute, func() (bool, error) { return b.watch.live(ns) == 0, nil }); last == nil {
+			return nil
+		}
+		say("%s: %d pods left, deleting again", ns, b.watch.live(ns))
+	}
+	return fmt.Errorf("waiting for the pods of %s to go: %w", ns, last)
 }
 
 // waitUntil polls done every 500 ms for up to timeout.

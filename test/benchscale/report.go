@@ -146,26 +146,18 @@ func bound(v float64) string {
 	}
 }
 
-func counts(m map[string]float64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	keys := sortedKeys(m)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%.0f", k, m[k])
-	}
-	return strings.Join(parts, " ")
-}
+// counts lists m as "k=v" in key order; perPod as "k v.vv".
+func counts(m map[string]float64) string { return joinMap(m, "%s=%.0f") }
+func perPod(m map[string]float64) string { return joinMap(m, "%s %.2f") }
 
-func perPod(m map[string]float64) string {
+func joinMap(m map[string]float64, format string) string {
 	if len(m) == 0 {
 		return "none"
 	}
 	keys := sortedKeys(m)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %.2f", k, m[k])
+		parts[i] = fmt.Sprintf(format, k, m[k])
 	}
 	return strings.Join(parts, ", ")
 }

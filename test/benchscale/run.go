@@ -33,34 +33,49 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	res := &result{Workloads: o.workloads, Replicas: o.replicas, Pods: o.workloads * o.replicas,
 		ApportionReplicas: o.apportion, Strategies: strategies[:min(len(strategies), o.workloads)]}
-	if o.only != "with" {
+	// What was measured is printed also when a later step fails.
+	runErr := b.bursts(ctx, res)
+	if err := errors.Join(report(out, res), writeJSON(o.jsonFile, res)); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return verdict(res)
+}
+
+// bursts runs the burst without apportion, frees its capacity, then runs
+// the burst with apportion (or the one --only names).
+func (b *bench) bursts(ctx context.Context, res *result) error {
+	var err error
+	if b.o.only != "with" {
 		if res.Without, err = b.burst(ctx, "bench-without", false, nil); err != nil {
 			return err
 		}
-		if o.only == "" {
+		if b.o.only == "" {
 			if err := b.free(ctx, "bench-without"); err != nil {
 				return err
 			}
 		}
 	}
-	if o.only != "without" {
-		if err := b.runWith(ctx, res); err != nil {
-			return err
-		}
+	if b.o.only != "without" {
+		return b.runWith(ctx, res)
 	}
-	if err := report(out, res); err != nil {
-		return err
+	return nil
+}
+
+func writeJSON(file string, res *result) error {
+	if file == "" {
+		return nil
 	}
-	if o.jsonFile != "" {
-		data, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encoding the results: %w", err)
-		}
-		if err := os.WriteFile(o.jsonFile, data, 0o644); err != nil {
-			return fmt.Errorf("writing %s: %w", o.jsonFile, err)
-		}
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the results: %w", err)
 	}
-	return verdict(res)
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	return nil
 }
 
 // runWith runs the burst with apportion between two readings of the
