@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -262,16 +261,18 @@ func (b *bench) free(ctx context.Context, ns string) error {
 	return nil
 }
 
-// deletePods deletes every pod of ns with no grace period and waits for
-// them to go. Thousands of pods take the API server longer than its request
-// timeout: it answers with a timeout and goes on deleting, so the call is
-// repeated until the pods are gone.
+// deletePods deletes every pod of ns with no grace period, one
+// DeleteCollection per workload (all of ns at once takes the API server
+// longer than its request timeout), and waits for them to go; a call that
+// failed is made again.
 func (b *bench) deletePods(ctx context.Context, ns string) error {
 	var last error
 	for range 5 {
-		err := b.kube.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
-		if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-			return fmt.Errorf("deleting the pods of %s: %w", ns, err)
+		err := forEach(ctx, workloads(b.o.workloads), func(ctx context.Context, w workload) error {
+			return b.kube.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{"app": w.name}, client.GracePeriodSeconds(0))
+		})
+		if err != nil {
+			say("%s: deleting the pods: %v", ns, err)
 		}
 		if last = waitUntil(ctx, 2*time.Minute, func() (bool, error) { return b.watch.live(ns) == 0, nil }); last == nil {
 			return nil
