@@ -158,8 +158,8 @@ func (b *bench) waitBurst(ctx context.Context, ns string, want int, t0 time.Time
 // measureBurst turns the pod records into the burst's timings.
 func measureBurst(recs []podRecord, want int, t0 time.Time) *burstResult {
 	res := &burstResult{Pods: len(recs)}
-	var firstSeen, lastDecided, lastBound, lastRunning time.Time
-	bound, running := 0, 0
+	var firstSeen time.Time
+	var decided, bound, running step
 	for _, r := range recs {
 		if firstSeen.IsZero() || r.seen.Before(firstSeen) {
 			firstSeen = r.seen
@@ -167,55 +167,53 @@ func measureBurst(recs []podRecord, want int, t0 time.Time) *burstResult {
 		if r.gated {
 			res.Gated++
 		}
-		switch {
-		case !r.decided.IsZero():
-			res.Decided++
-			lastDecided = later(lastDecided, r.decided)
+		if decided.add(r.decided) {
 			res.MaxGateWait = max(res.MaxGateWait, r.decided.Sub(r.seen).Seconds())
-		case !r.gated:
+		} else if !r.gated {
 			res.Ungated++
 		}
-		if !r.bound.IsZero() {
-			bound++
-			lastBound = later(lastBound, r.bound)
-		}
-		if !r.running.IsZero() {
-			running++
-			lastRunning = later(lastRunning, r.running)
-		}
+		bound.add(r.bound)
+		running.add(r.running)
 		if !r.scheduledAt.IsZero() {
 			res.MaxCreateToScheduled = max(res.MaxCreateToScheduled, r.scheduledAt.Sub(r.created).Seconds())
 		}
 	}
+	res.Decided = decided.n
 	complete := len(recs) == want
 	switch {
-	case complete && running == want:
+	case complete && running.n == want:
 		res.Reached = "Running"
-	case complete && bound == want:
+		res.ToRunning = running.last.Sub(t0).Seconds()
+		res.ToScheduled = bound.last.Sub(t0).Seconds()
+	case complete && bound.n == want:
 		res.Reached = "scheduled"
+		res.ToScheduled = bound.last.Sub(t0).Seconds()
 	}
-	if complete && bound == want {
-		res.ToScheduled = lastBound.Sub(t0).Seconds()
+	if decided.n == want {
+		res.ToDecided = decided.last.Sub(t0).Seconds()
 	}
-	if complete && running == want {
-		res.ToRunning = lastRunning.Sub(t0).Seconds()
-	}
-	if res.Decided > 0 {
-		if res.Decided == want {
-			res.ToDecided = lastDecided.Sub(t0).Seconds()
-		}
-		if d := lastDecided.Sub(firstSeen).Seconds(); d > 0 {
-			res.DecisionsPerSecond = float64(res.Decided) / d
-		}
+	if d := decided.last.Sub(firstSeen).Seconds(); decided.n > 0 && d > 0 {
+		res.DecisionsPerSecond = float64(decided.n) / d
 	}
 	return res
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+// step counts the pods that reached a step and keeps when the last did.
+type step struct {
+	n    int
+	last time.Time
+}
+
+// add counts t unless it is zero (not reached) and reports whether it did.
+func (s *step) add(t time.Time) bool {
+	if t.IsZero() {
+		return false
 	}
-	return a
+	s.n++
+	if t.After(s.last) {
+		s.last = t
+	}
+	return true
 }
 
 // nodeLabels are the labels of every node, by name.

@@ -73,14 +73,18 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 // extraArgs are --apportion-args as a list.
 func (o options) extraArgs() []string { return strings.Fields(o.apportionArgs) }
 
-func main() {
-	o, err := parseOptions(os.Args[1:], os.Stderr)
+func main() { os.Exit(benchscale(os.Args[1:])) }
+
+// benchscale runs the command and returns its exit status: 2 for bad
+// flags, 1 when the benchmark failed.
+func benchscale(args []string) int {
+	o, err := parseOptions(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
-		os.Exit(2)
+		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -89,8 +93,9 @@ func main() {
 	fmt.Fprintf(os.Stderr, "benchscale: wall time %s\n", time.Since(start).Round(time.Second))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // say prints one progress line with the time of day.

@@ -35,7 +35,7 @@ func (b *bench) take(ctx context.Context, gc bool) (snapshot, error) {
 	out := snapshot{}
 	for _, r := range b.replicas {
 		if gc {
-			if _, err := b.get(ctx, r.pprofURL("heap?gc=1"), io.Discard); err != nil {
+			if err := b.get(ctx, r.pprofURL("heap?gc=1"), io.Discard); err != nil {
 				return nil, fmt.Errorf("collecting the garbage of %s: %w", r.Name, err)
 			}
 		}
@@ -52,12 +52,11 @@ func (r *replica) pprofURL(path string) string {
 	return fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", r.pprofPort, path)
 }
 
-// get fetches url from inside the cluster's namespace into w and returns
-// the bytes written.
-func (b *bench) get(ctx context.Context, url string, w io.Writer) (int64, error) {
+// get fetches url from inside the cluster's namespace into w.
+func (b *bench) get(ctx context.Context, url string, w io.Writer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	// The cluster's client gives up after a few seconds; a CPU profile
 	// takes its length and more, bounded by ctx.
@@ -65,13 +64,14 @@ func (b *bench) get(ctx context.Context, url string, w io.Writer) (int64, error)
 	hc.Timeout = 0
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return io.Copy(w, resp.Body)
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // settle waits until the replicas' API requests stop for two readings in a
@@ -118,7 +118,7 @@ func (b *bench) profileLeader(ctx context.Context, file string, length time.Dura
 	ctx, cancel := context.WithTimeout(ctx, length+time.Minute)
 	defer cancel()
 	url := leader.pprofURL(fmt.Sprintf("profile?seconds=%d", int(length.Seconds())))
-	if _, err := b.get(ctx, url, f); err != nil {
+	if err := b.get(ctx, url, f); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("profiling %s: %w", leader.Name, err)
 	}

@@ -39,7 +39,7 @@ func parseScrape(text string) scrape {
 
 func parseSample(line string) (sample, bool) {
 	s := sample{labels: map[string]string{}}
-	rest := line
+	var rest string
 	if i := strings.IndexAny(line, "{ "); i < 0 {
 		return s, false
 	} else if line[i] == '{' {
@@ -154,7 +154,7 @@ type bucket struct {
 
 // MarshalJSON writes the bound as Prometheus does, "+Inf" included, which
 // JSON numbers cannot hold.
-func (b bucket) MarshalJSON() ([]byte, error) {
+func (b bucket) MarshalJSON() ([]byte, error) { //nolint:unparam // json.Marshaler's signature
 	return fmt.Appendf(nil, `{"le":%q,"count":%g}`, strconv.FormatFloat(b.LE, 'g', -1, 64), b.Count), nil
 }
 

@@ -14,11 +14,11 @@ var testNodes = map[string]map[string]string{
 	"gpu":  {"dedicated": "gpu"},
 }
 
-// records returns n pods of workload w on node, each decided for group.
-func records(w, node, group string, n int) []podRecord {
+// records returns n undecided pods of workload w on node ("": none).
+func records(w, node string, n int) []podRecord {
 	out := make([]podRecord, n)
 	for i := range out {
-		out[i] = podRecord{workload: w, node: node, group: group}
+		out[i] = podRecord{workload: w, node: node}
 	}
 	return out
 }
@@ -33,14 +33,14 @@ func TestCheckSplit(t *testing.T) {
 		counts    string
 	}{
 		// 10 pods: base 2 on-demand, 8 left 1:3 = 2 on-demand, 6 spot.
-		{"exact", append(records("w", "od", "", 4), records("w", "spot", "", 6)...), true, 0,
+		{"exact", append(records("w", "od", 4), records("w", "spot", 6)...), true, 0,
 			"karpenter.sh/capacity-type=on-demand: 4 (ideal 4.00); karpenter.sh/capacity-type=spot: 6 (ideal 6.00)"},
 		// 11 pods: 2 + 9/4 = 4.25 on-demand, 6.75 spot: 4/7 is within.
-		{"floor and ceiling", append(records("w", "od", "", 4), records("w", "spot", "", 7)...), true, 0.25, ""},
-		{"one too many on spot", append(records("w", "od", "", 3), records("w", "spot", "", 7)...), false, 1, ""},
-		{"a pod on a node of no group", append(records("w", "od", "", 4), append(records("w", "spot", "", 5), records("w", "gpu", "", 1)...)...), false, 2,
+		{"floor and ceiling", append(records("w", "od", 4), records("w", "spot", 7)...), true, 0.25, ""},
+		{"one too many on spot", append(records("w", "od", 3), records("w", "spot", 7)...), false, 1, ""},
+		{"a pod on a node of no group", append(records("w", "od", 4), append(records("w", "spot", 5), records("w", "gpu", 1)...)...), false, 2,
 			"(no group): 1"},
-		{"a pod not scheduled", append(records("w", "od", "", 4), append(records("w", "spot", "", 5), records("w", "", "", 1)...)...), false, 2,
+		{"a pod not scheduled", append(records("w", "od", 4), append(records("w", "spot", 5), records("w", "", 1)...)...), false, 2,
 			"(not scheduled): 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +57,7 @@ func TestCheckSplit(t *testing.T) {
 
 func TestWorst(t *testing.T) {
 	splits := checkSplits([]workload{{"a", capacitySpread}, {"b", capacitySpread}, {"c", capacitySpread}},
-		append(append(records("a", "od", "", 10), records("b", "spot", "", 10)...), records("c", "od", "", 4)...), testNodes)
+		append(append(records("a", "od", 10), records("b", "spot", 10)...), records("c", "od", 4)...), testNodes)
 	w, ok := worst(splits)
 	if !ok || w.Workload != "a" || w.Within {
 		t.Errorf("worst = %s (within %v), want a: 10 on-demand of 10 is furthest from 4", w.Workload, w.Within)
