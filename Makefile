@@ -111,6 +111,15 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 bench: ## Run the benchmarks (ns/op, allocs/op)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
+# The scale benchmark: ARGS go to the program, e.g.
+# ARGS='--workloads 20 --replicas 100 --json /tmp/bench.json'
+# (`go run ./test/benchscale -h` lists them). Not part of `make e2e`.
+ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: tools ## Burst 100 workloads × 100 replicas on a local cluster without and with apportion; print time, decisions/s, API calls, CPU, heap, webhook latency, splits (needs root)
+	$(GO) run ./test/benchscale $(ARGS)
+
 .PHONY: demo
 demo: tools ## The main job: a local cluster with Karpenter (kwok) and apportion, the AWS sample webhooks' examples deployed, their split printed; stays running
 	$(GO) run ./test/demo up

@@ -35,6 +35,11 @@ type Options struct {
 	// APIServerFlags are appended to the kube-apiserver command line; a flag
 	// given here overrides the launcher's own.
 	APIServerFlags []string
+	// ControllerManagerFlags and SchedulerFlags are appended to the
+	// kube-controller-manager and kube-scheduler command lines, e.g. a
+	// higher --kube-api-qps for a burst of thousands of pods.
+	ControllerManagerFlags []string
+	SchedulerFlags         []string
 	// KarpenterEnv are extra NAME=value settings for Karpenter, e.g.
 	// FEATURE_GATES or INSTANCE_TYPES_FILE_PATH; they override the launcher's.
 	KarpenterEnv []string

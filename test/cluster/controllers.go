@@ -48,6 +48,7 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--cluster-signing-cert-file="+c.pkiPath("ca.crt"),
 		"--cluster-signing-key-file="+c.pkiPath("ca.key"),
 	)
+	args = append(args, c.opts.ControllerManagerFlags...)
 	p, err := c.launch("kube-controller-manager", defaultStopGrace, nil, "kube-controller-manager", args...)
 	if err != nil {
 		return err
@@ -58,8 +59,8 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 // startScheduler runs kube-scheduler, which binds pods to the nodes
 // Karpenter creates.
 func (c *Cluster) startScheduler(ctx context.Context) error {
-	p, err := c.launch("kube-scheduler", defaultStopGrace, nil, "kube-scheduler",
-		c.secureServingArgs("scheduler", c.ports.scheduler)...)
+	args := append(c.secureServingArgs("scheduler", c.ports.scheduler), c.opts.SchedulerFlags...)
+	p, err := c.launch("kube-scheduler", defaultStopGrace, nil, "kube-scheduler", args...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/test/framework"
+)
+
+// The strategies the workloads take in turn: the AWS sample webhook's
+// capacity spread, an even split over the architectures, and an uneven one
+// over three of the zones kwok's instance types are offered in.
+var strategies = []string{
+	"karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3",
+	"kubernetes.io/arch=amd64,weight=1:kubernetes.io/arch=arm64,weight=1",
+	"topology.kubernetes.io/zone=test-zone-a,weight=2:topology.kubernetes.io/zone=test-zone-b,weight=1:topology.kubernetes.io/zone=test-zone-c,weight=1",
+}
+
+// workload is one Deployment of the burst.
+type workload struct {
+	name     string
+	strategy string
+}
+
+func workloads(n int) []workload {
+	out := make([]workload, n)
+	for i := range out {
+		out[i] = workload{name: fmt.Sprintf("w-%03d", i), strategy: strategies[i%len(strategies)]}
+	}
+	return out
+}
+
+// deployment is w at zero replicas: tiny requests, so that a node holds as
+// many pods as kwok's instance types allow.
+func deployment(ns, image string, w workload) *appsv1.Deployment {
+	spec := framework.AppPodSpec(image)
+	spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
+	}
+	d := framework.Deployment(ns, w.name, 0, map[string]string{annotations.Strategy: w.strategy}, spec)
+	d.Spec.Template.Labels[benchLabel] = "true"
+	return d
+}
+
+// burstResult is what one burst measured, from the bench's pod watch.
+type burstResult struct {
+	Apportion bool `json:"apportion"`
+	Pods      int  `json:"pods"`
+	// Reached is "Running" when every pod ran, "scheduled" when every pod
+	// was bound but some never ran before the run timeout, else "".
+	Reached string `json:"reached"`
+	// Seconds from the scale-up to the last pod's step.
+	ToRunning   float64 `json:"toRunningSeconds,omitempty"`
+	ToScheduled float64 `json:"toScheduledSeconds,omitempty"`
+	ToDecided   float64 `json:"toDecidedSeconds,omitempty"`
+	// Decided pods per second, from the first pod created to the last
+	// decision.
+	DecisionsPerSecond float64 `json:"decisionsPerSecond,omitempty"`
+	Decided            int     `json:"decided"`
+	Gated              int     `json:"gated"`
+	// Ungated is pods never seen gated and not decided: admitted without a
+	// decision (the webhook skipped them or failed open).
+	Ungated int `json:"admittedWithoutDecision"`
+	// MaxGateWait is the longest first-seen-to-decision of a pod;
+	// MaxCreateToScheduled the longest creation-to-PodScheduled by the API
+	// server's timestamps.
+	MaxGateWait          float64 `json:"maxGateWaitSeconds,omitempty"`
+	MaxCreateToScheduled float64 `json:"maxCreateToScheduledSeconds"`
+	Splits               []split `json:"splits"`
+	OffQuota             int     `json:"workloadsOffQuota"`
+}
+
+// burst runs one burst in its own namespace: the Deployments created at
+// zero, then all scaled at once, until every pod runs or the run timeout
+// passes. ns is left with its pods for the caller to measure and free.
+func (b *bench) burst(ctx context.Context, ns string, apportion bool, started func()) (*burstResult, error) {
+	labels := map[string]string{}
+	if !apportion {
+		labels[framework.IgnoreLabel] = "true"
+	}
+	if err := b.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	ws := workloads(b.o.workloads)
+	err := forEach(ctx, ws, func(ctx context.Context, w workload) error {
+		return b.kube.Create(ctx, deployment(ns, b.image, w))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the Deployments: %w", err)
+	}
+	want := b.o.workloads * b.o.replicas
+	say("%s: scaling %d Deployments from 0 to %d (%d pods)", ns, len(ws), b.o.replicas, want)
+	t0 := time.Now()
+	scale := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, b.o.replicas))
+	err = forEach(ctx, ws, func(ctx context.Context, w workload) error {
+		return b.kube.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name}}, scale)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scaling the Deployments: %w", err)
+	}
+	if started != nil {
+		started()
+	}
+	b.waitBurst(ctx, ns, want, t0)
+	res := measureBurst(b.watch.records(ns), want, t0)
+	res.Apportion = apportion
+	nodes, err := b.nodeLabels(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Splits = checkSplits(ws, b.watch.records(ns), nodes)
+	for _, s := range res.Splits {
+		if !s.Within {
+			res.OffQuota++
+		}
+	}
+	return res, nil
+}
+
+// waitBurst waits until want pods of ns run, or the run timeout passes,
+// with a progress line every 10 s.
+func (b *bench) waitBurst(ctx context.Context, ns string, want int, t0 time.Time) {
+	deadline := t0.Add(b.o.runTimeout)
+	lastSay := t0
+	for {
+		p := b.watch.progress(ns)
+		if p.pods == want && p.running == want {
+			return
+		}
+		if time.Since(lastSay) >= 10*time.Second {
+			say("%s after %s: %d pods, %d decided, %d bound, %d Running", ns, time.Since(t0).Round(time.Second), p.pods, p.decided, p.bound, p.running)
+			lastSay = time.Now()
+		}
+		if time.Now().After(deadline) {
+			say("%s: run timeout %s: %d pods, %d decided, %d bound, %d Running", ns, b.o.runTimeout, p.pods, p.decided, p.bound, p.running)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// measureBurst turns the pod records into the burst's timings.
+func measureBurst(recs []podRecord, want int, t0 time.Time) *burstResult {
+	res := &burstResult{Pods: len(recs)}
+	var firstSeen time.Time
+	var decided, bound, running step
+	for _, r := range recs {
+		if firstSeen.IsZero() || r.seen.Before(firstSeen) {
+			firstSeen = r.seen
+		}
+		if r.gated {
+			res.Gated++
+		}
+		if decided.add(r.decided) {
+			res.MaxGateWait = max(res.MaxGateWait, r.decided.Sub(r.seen).Seconds())
+		} else if !r.gated {
+			res.Ungated++
+		}
+		bound.add(r.bound)
+		running.add(r.running)
+		if !r.scheduledAt.IsZero() {
+			res.MaxCreateToScheduled = max(res.MaxCreateToScheduled, r.scheduledAt.Sub(r.created).Seconds())
+		}
+	}
+	res.Decided = decided.n
+	complete := len(recs) == want
+	switch {
+	case complete && running.n == want:
+		res.Reached = "Running"
+		res.ToRunning = running.last.Sub(t0).Seconds()
+		res.ToScheduled = bound.last.Sub(t0).Seconds()
+	case complete && bound.n == want:
+		res.Reached = "scheduled"
+		res.ToScheduled = bound.last.Sub(t0).Seconds()
+	}
+	if decided.n == want {
+		res.ToDecided = decided.last.Sub(t0).Seconds()
+	}
+	if d := decided.last.Sub(firstSeen).Seconds(); decided.n > 0 && d > 0 {
+		res.DecisionsPerSecond = float64(decided.n) / d
+	}
+	return res
+}
+
+// step counts the pods that reached a step and keeps when the last did.
+type step struct {
+	n    int
+	last time.Time
+}
+
+// add counts t unless it is zero (not reached) and reports whether it did.
+func (s *step) add(t time.Time) bool {
+	if t.IsZero() {
+		return false
+	}
+	s.n++
+	if t.After(s.last) {
+		s.last = t
+	}
+	return true
+}
+
+// nodeLabels are the labels of every node, by name.
+func (b *bench) nodeLabels(ctx context.Context) (map[string]map[string]string, error) {
+	var nodes corev1.NodeList
+	if err := b.kube.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	out := make(map[string]map[string]string, len(nodes.Items))
+	for _, n := range nodes.Items {
+		out[n.Name] = n.Labels
+	}
+	return out, nil
+}
+
+// free removes the burst's workloads and pods, then every NodeClaim, and
+// waits for the nodes to go: the next burst starts with no spare capacity.
+// The pods go in one DeleteCollection with no grace period, after their
+// owners, instead of one DELETE each from the ReplicaSet controller.
+func (b *bench) free(ctx context.Context, ns string) error {
+	t0 := time.Now()
+	inNS := []client.DeleteAllOfOption{client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground)}
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.ReplicaSet{}} {
+		if err := b.kube.DeleteAllOf(ctx, obj, inNS...); err != nil {
+			return fmt.Errorf("deleting the %T of %s: %w", obj, ns, err)
+		}
+	}
+	if err := b.deletePods(ctx, ns); err != nil {
+		return err
+	}
+	if err := b.kube.DeleteAllOf(ctx, &karpv1.NodeClaim{}); err != nil {
+		return fmt.Errorf("deleting the NodeClaims: %w", err)
+	}
+	err := waitUntil(ctx, 5*time.Minute, func() (bool, error) {
+		var nodes corev1.NodeList
+		err := b.kube.List(ctx, &nodes)
+		return err == nil && len(nodes.Items) == 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the nodes to go: %w", err)
+	}
+	say("%s: freed the pods and the nodes in %s", ns, time.Since(t0).Round(time.Second))
+	return nil
+}
+
+// deletePods deletes every pod of ns with no grace period, one
+// DeleteCollection per workload (all of ns at once takes the API server
+// longer than its request timeout), and waits for them to go; a call that
+// failed is made again.
+func (b *bench) deletePods(ctx context.Context, ns string) error {
+	var last error
+	for range 5 {
+		err := forEach(ctx, workloads(b.o.workloads), func(ctx context.Context, w workload) error {
+			return b.kube.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{"app": w.name}, client.GracePeriodSeconds(0))
+		})
+		if err != nil {
+			say("%s: deleting the pods: %v", ns, err)
+		}
+		if last = waitUntil(ctx, 2*time.Minute, func() (bool, error) { return b.watch.live(ns) == 0, nil }); last == nil {
+			return nil
+		}
+		say("%s: %d pods left, deleting again", ns, b.watch.live(ns))
+	}
+	return fmt.Errorf("waiting for the pods of %s to go: %w", ns, last)
+}
+
+// waitUntil polls done every 500 ms for up to timeout.
+func waitUntil(ctx context.Context, timeout time.Duration, done func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := done()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// forEach calls fn for every item, 16 at a time, and returns the errors.
+func forEach[T any](ctx context.Context, items []T, fn func(context.Context, T) error) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, 16)
+	for _, it := range items {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, it); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,104 @@
+// Command benchscale is `make bench-scale`: a burst of N workloads × R
+// replicas, all scaled from zero at once on the local cluster (test/cluster,
+// Karpenter's kwok provider), once without apportion and once with it, from
+// no spare capacity each time. It prints what the burst cost: time to every
+// pod Running, decisions per second, gate waits, pods released undecided, API
+// requests and CPU per placed pod, heap per cached pod, the pod webhook's
+// latency, and the split of every workload checked against its quota by the
+// labels of its pods' nodes (exit status 1 when one is off).
+//
+//	go run ./test/benchscale --workloads 20 --replicas 100 --json out.json
+//
+// It needs root (a private network namespace) and the tools `make tools`
+// builds.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// options are the command line.
+type options struct {
+	workloads     int
+	replicas      int
+	apportion     int
+	apportionArgs string
+	gateTimeout   time.Duration
+	runTimeout    time.Duration
+	timeout       time.Duration
+	jsonFile      string
+	cpuProfile    string
+	profileFor    time.Duration
+	only          string
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("benchscale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.workloads, "workloads", 100, "Deployments, strategies in turn: capacity type (base 2 on-demand, rest 1:3 spot), architecture 1:1, zones 2:1:1")
+	fs.IntVar(&o.replicas, "replicas", 100, "replicas of each Deployment")
+	fs.IntVar(&o.apportion, "replicas-apportion", 2, "`apportion webhook` replicas behind the balancer (leader election on)")
+	fs.StringVar(&o.apportionArgs, "apportion-args", "", "extra flags for every apportion replica, separated by spaces")
+	fs.DurationVar(&o.gateTimeout, "gate-timeout", 30*time.Second, "the replicas' --gate-timeout")
+	fs.DurationVar(&o.runTimeout, "run-timeout", 15*time.Minute, "longest wait for one burst's pods")
+	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "deadline of the whole benchmark, cluster start and stop included")
+	fs.StringVar(&o.jsonFile, "json", "", "also write the results as JSON to this file")
+	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the placement leader, taken during the burst with apportion, to this file")
+	fs.DurationVar(&o.profileFor, "cpu-profile-duration", 30*time.Second, "length of the --cpu-profile")
+	fs.StringVar(&o.only, "only", "", `run one burst only: "with" or "without" apportion`)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.workloads < 1 || o.replicas < 1:
+		return o, errors.New("--workloads and --replicas must be at least 1")
+	case o.apportion < 1:
+		return o, errors.New("--replicas-apportion must be at least 1")
+	case o.only != "" && o.only != "with" && o.only != "without":
+		return o, fmt.Errorf(`--only must be "with" or "without", got %q`, o.only)
+	}
+	return o, nil
+}
+
+// extraArgs are --apportion-args as a list.
+func (o options) extraArgs() []string { return strings.Fields(o.apportionArgs) }
+
+func main() { os.Exit(benchscale(os.Args[1:])) }
+
+// benchscale runs the command and returns its exit status: 2 for bad
+// flags, 1 when the benchmark failed.
+func benchscale(args []string) int {
+	o, err := parseOptions(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	start := time.Now()
+	err = run(ctx, o, os.Stdout)
+	fmt.Fprintf(os.Stderr, "benchscale: wall time %s\n", time.Since(start).Round(time.Second))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// say prints one progress line with the time of day.
+func say(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s benchscale: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
