@@ -41,20 +41,26 @@ func (w *imageWarmer) Register(_ context.Context, m manager.Manager) error {
 		Named(w.Name()).
 		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			gates, ok := podcache.Gates(o)
-			return ok && decision.GatedBy(gates)
+			return ok && decision.GatedBy(gates) && !w.leading()
 		}))).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 2}).
 		Complete(reconcile.AsReconciler(m.GetClient(), w))
 }
 
-// Reconcile inspects the pod's images, unless this replica leads.
-func (w *imageWarmer) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+// leading reports whether this replica leads: then placement inspects the
+// images, and the leader's pod events are not even queued here.
+func (w *imageWarmer) leading() bool {
 	select {
 	case <-w.elected:
-		return reconcile.Result{}, nil
+		return true
 	default:
+		return false
 	}
-	if !decision.HasGate(pod) {
+}
+
+// Reconcile inspects the pod's images, unless this replica leads.
+func (w *imageWarmer) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	if w.leading() || !decision.HasGate(pod) {
 		return reconcile.Result{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.wait)
