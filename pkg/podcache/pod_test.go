@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // replica is the i-th pod of ReplicaSet rs in group, as decoded: nothing
@@ -174,5 +175,19 @@ func TestGatesWithoutAView(t *testing.T) {
 	}
 	if _, ok := Gates(&corev1.Node{}); ok {
 		t.Error("a node has gates")
+	}
+}
+
+// TestOwnerKeyInPlace: the revision a cached pod counts under is read from
+// the cached object itself (the deletion-cost index does so on every pod
+// event), and is the pod's own.
+func TestOwnerKeyInPlace(t *testing.T) {
+	pod := replica("rs1", "spot", 1)
+	want := workload.OwnerKey(pod)
+	if want == "" {
+		t.Fatal("the fixture has no owner key")
+	}
+	if got := workload.OwnerKey(Compact(pod.DeepCopy())); got != want {
+		t.Errorf("owner key of the cached pod %q, want %q", got, want)
 	}
 }

@@ -122,7 +122,7 @@ var ErrNotCached = errors.New("owner not in cache")
 // Deployments and Rollouts each revision is its own ReplicaSet, so the
 // ReplicaSet's UID is already per revision. Empty for pods apportion does not
 // follow.
-func OwnerKey(pod *corev1.Pod) string {
+func OwnerKey(pod metav1.Object) string {
 	owner := metav1.GetControllerOfNoCopy(pod)
 	switch {
 	case owner == nil:
@@ -130,7 +130,7 @@ func OwnerKey(pod *corev1.Pod) string {
 	case Is(owner, ReplicaSetGVK):
 		return string(owner.UID)
 	case Is(owner, StatefulSetGVK):
-		return string(owner.UID) + "/" + pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+		return string(owner.UID) + "/" + pod.GetLabels()[appsv1.ControllerRevisionHashLabelKey]
 	}
 	return ""
 }

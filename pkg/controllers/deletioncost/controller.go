@@ -59,7 +59,6 @@ import (
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
-	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -136,10 +135,10 @@ func (c *Controller) Name() string { return "deletioncost" }
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	// The pods of one revision, listed per reconcile through this index.
 	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
-		if pod, ok := podcache.View(o); ok {
-			if k := workload.OwnerKey(pod); k != "" {
-				return []string{k}
-			}
+		// The owner and labels of a cached pod (podcache.Pod) are read
+		// in place: no view of the whole pod on every pod event.
+		if k := workload.OwnerKey(o); k != "" {
+			return []string{k}
 		}
 		return nil
 	}); err != nil {
