@@ -32,8 +32,8 @@ func TestLeaderKilledMid1000Burst(t *testing.T) {
 		duration time.Duration
 		args     []string
 	}{
-		{15 * time.Second, nil}, // the defaults: lease 15s, renew deadline 10s, retry period 1s
-		{8 * time.Second, []string{"--lease-duration=8s", "--renew-deadline=6s", "--retry-period=1s"}},
+		{15 * time.Second, nil}, // the defaults: lease 15s, renew deadline 10s, retry period 500ms
+		{8 * time.Second, []string{"--lease-duration=8s", "--renew-deadline=6s"}},
 	} {
 		t.Run(fmt.Sprintf("lease%ds", int(lease.duration.Seconds())), func(t *testing.T) {
 			leaderKilledMidBurst(t, lease.duration, lease.args...)
@@ -44,7 +44,19 @@ func TestLeaderKilledMid1000Burst(t *testing.T) {
 func leaderKilledMidBurst(t *testing.T, lease time.Duration, args ...string) {
 	rs := startReplicas(t, 2, args...)
 	ns := newNamespace(t, nil)
-	d := deployment(ns, "failover", 0, map[string]string{annotations.Strategy: seed004}, smallRequests)
+	// An image the replicas can inspect (amd64 and arm64), as a registry
+	// would serve it: the new leader finds it in its warm image cache.
+	reg, rerr := framework.StartRegistry(env.c)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	t.Cleanup(reg.Close)
+	if _, err := reg.PushIndex(t.Context(), "failover:1", []string{"linux/amd64", "linux/arm64"}, false, framework.ImageOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := deployment(ns, "failover", 0, map[string]string{annotations.Strategy: seed004}, smallRequests, func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.Containers[0].Image = reg.Ref("failover:1")
+	})
 	create(t, d)
 	gates, err := framework.TrackGates(t.Context(), env.c, ns)
 	if err != nil {
