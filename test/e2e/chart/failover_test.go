@@ -27,7 +27,13 @@ import (
 func testForceDeletedLeader(t *testing.T) {
 	const pods = 200
 	ns := newNamespace(t, "forcedelete")
-	create(t, deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004}))
+	// An image on a host the chart's registry policy denies (loopback): its
+	// inspection fails at once and is cached, on the replica that does not
+	// lead too, instead of waiting out a registry this machine cannot
+	// reach; the test times the takeover, not the registry.
+	d := deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004})
+	d.Spec.Template.Spec.Containers[0].Image = "localhost:5000/apportion-e2e/app:1"
+	create(t, d)
 	gates, err := framework.TrackGates(t.Context(), env.c, ns)
 	if err != nil {
 		t.Fatal(err)
