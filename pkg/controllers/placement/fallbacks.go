@@ -139,17 +139,5 @@ func (f *fallbackPods) remove(uid types.UID) {
 
 // eventHandler feeds the counts from a pod informer.
 func (f *fallbackPods) eventHandler() toolscache.ResourceEventHandler {
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if pod, ok := podcache.View(obj); ok {
-				f.observe(pod)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if pod, ok := podcache.View(obj); ok {
-				f.observe(pod)
-			}
-		},
-		DeleteFunc: f.forget,
-	}
+	return podHandler(f.observe, f.forget)
 }

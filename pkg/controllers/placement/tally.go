@@ -326,18 +326,21 @@ func (t *Tally) Expire(now time.Time) {
 // EventHandler feeds the tally from a pod informer (cached objects, read
 // through podcache.View).
 func (t *Tally) EventHandler() toolscache.ResourceEventHandler {
+	return podHandler(t.Observe, t.Forget)
+}
+
+// podHandler gives the pods a pod informer adds or updates (as
+// podcache.View reads them) to observe, and its deletions to forget.
+func podHandler(observe func(*corev1.Pod), forget func(any)) toolscache.ResourceEventHandler {
+	view := func(obj any) {
+		if pod, ok := podcache.View(obj); ok {
+			observe(pod)
+		}
+	}
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if pod, ok := podcache.View(obj); ok {
-				t.Observe(pod)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if pod, ok := podcache.View(obj); ok {
-				t.Observe(pod)
-			}
-		},
-		DeleteFunc: t.Forget,
+		AddFunc:    view,
+		UpdateFunc: func(_, obj any) { view(obj) },
+		DeleteFunc: forget,
 	}
 }
 
