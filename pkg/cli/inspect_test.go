@@ -208,14 +208,15 @@ func TestInspectFailures(t *testing.T) {
 	}{
 		{"no image", nil, ExitUsage, []string{"no image"}, true},
 		{"only flags", []string{"-o", "json"}, ExitUsage, []string{"no image"}, true},
-		{"bad output", []string{"-o", "yaml", good}, ExitUsage, []string{"-o must be table or json"}, true},
+		{"bad output", []string{"-o", "xml", good}, ExitUsage, []string{"unknown output format"}, true},
+		{"single-dash long flag", []string{"-timeout=5s", good}, ExitUsage, []string{"--timeout=5s"}, true},
 		{"unknown flag", []string{"--nope", good}, ExitUsage, []string{"nope"}, true},
 		{"bad timeout", []string{"--timeout", "soon", good}, ExitUsage, []string{"timeout"}, true},
 		{"zero timeout", []string{"--timeout", "0s", good}, ExitUsage, []string{"--timeout must be positive"}, true},
 		{"missing pull secret", []string{"--pull-secret", "/nonexistent/config.json", good}, ExitUsage, []string{"/nonexistent/config.json"}, true},
 		{"pull secret not json", []string{"--pull-secret", notJSON, good}, ExitUsage, []string{notJSON, "not a docker config JSON"}, true},
 		{"not found", []string{good, host + "/public/gone:1"}, ExitFailure, []string{host + "/public/gone:1"}, true},
-		{"bad reference", []string{"UPPER/Case:x"}, ExitFailure, []string{"UPPER/Case:x"}, true},
+		{"bad reference", []string{good, "UPPER/Case:x"}, ExitUsage, []string{"invalid image reference", "UPPER/Case:x"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := runInspect(c.args...)
@@ -239,7 +240,7 @@ func TestInspectFailures(t *testing.T) {
 
 func TestInspectHelp(t *testing.T) {
 	code, stdout, _ := runInspect("-h")
-	if code != ExitOK || !strings.Contains(stdout, "Usage: apportion inspect") {
+	if code != ExitOK || !strings.Contains(stdout, "Usage:\n  apportion inspect IMAGE...") {
 		t.Errorf("exit %d, stdout %q", code, stdout)
 	}
 }
