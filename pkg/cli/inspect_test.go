@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"sigs.k8s.io/yaml"
 )
 
 // inspectRegistry is an in-memory registry on 127.0.0.1 requiring basic auth
@@ -158,6 +161,36 @@ func TestInspectTable(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
+	}
+}
+
+// TestInspectYAMLAndWide: -o yaml has the JSON's content; -o wide adds the
+// linux architectures of each image.
+func TestInspectYAMLAndWide(t *testing.T) {
+	host := inspectRegistry(t)
+	multi, win := host+"/public/multi:2", host+"/public/win:2"
+	pushIndex(t, multi, v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"})
+	pushIndex(t, win, v1.Platform{OS: "windows", Architecture: "amd64"})
+	_, jsonOut, _ := runInspect("-o", "json", multi, win)
+	code, yamlOut, stderr := runInspect(multi, win, "-o", "yaml")
+	if code != ExitOK {
+		t.Fatalf("-o yaml: exit %d, %s", code, stderr)
+	}
+	var fromJSON, fromYAML map[string]any
+	if err := json.Unmarshal([]byte(jsonOut), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(yamlOut), &fromYAML); err != nil {
+		t.Fatalf("%v\n%s", err, yamlOut)
+	}
+	if !reflect.DeepEqual(fromJSON, fromYAML) || len(fromJSON["images"].([]any)) != 2 {
+		t.Errorf("yaml and json differ:\n%s\n%s", yamlOut, jsonOut)
+	}
+	code, wide, _ := runInspect("-o", "wide", multi, win)
+	if code != ExitOK || !regexp.MustCompile(`(?m)^IMAGE +LINUX ARCHITECTURES +PLATFORMS$`).MatchString(wide) ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(multi)+` +amd64,arm64 +linux/amd64 linux/arm64/v8$`).MatchString(wide) ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(win)+` +<none> +windows/amd64$`).MatchString(wide) {
+		t.Errorf("wide (exit %d):\n%s", code, wide)
 	}
 }
 

@@ -182,37 +182,9 @@ func (r *Result) writeTable(w io.Writer, wide bool) error {
 	for _, g := range r.Details {
 		pools = pools || g.NodePool != "" || g.Unavailable != ""
 	}
-	header := []string{"#", "GROUP", "BASE", "WEIGHT"}
-	if pools {
-		header = append(header, "NODEPOOL")
-	}
-	header = append(header, "IDEAL")
-	if wide {
-		header = append(header, "LOWER", "UPPER")
-	}
-	header = append(header, "COUNT")
-	if wide && pools {
-		header = append(header, "TOLERATIONS")
-	}
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for i, g := range r.Details {
-		row := []string{strconv.Itoa(i), g.Key, strconv.Itoa(int(g.Base)), strconv.Itoa(int(g.Weight))}
-		if pools {
-			pool := g.NodePool
-			if g.Unavailable != "" {
-				pool = "(none: left out)"
-			}
-			row = append(row, pool)
-		}
-		row = append(row, formatShare(g.Ideal))
-		if wide {
-			row = append(row, strconv.FormatInt(g.Lower, 10), strconv.FormatInt(g.Upper, 10))
-		}
-		row = append(row, strconv.FormatInt(g.Count, 10))
-		if wide && pools {
-			row = append(row, formatTolerations(g.Tolerations))
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	fmt.Fprintln(tw, strings.Join(tableHeader(wide, pools), "\t"))
+	for i := range r.Details {
+		fmt.Fprintln(tw, strings.Join(r.Details[i].tableRow(i, wide, pools), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -231,6 +203,45 @@ func (r *Result) writeTable(w io.Writer, wide bool) error {
 		return err
 	}
 	return nil
+}
+
+// tableHeader is the header of the table: NODEPOOL with pools, LOWER and
+// UPPER when wide, and TOLERATIONS when both.
+func tableHeader(wide, pools bool) []string {
+	h := []string{"#", "GROUP", "BASE", "WEIGHT"}
+	if pools {
+		h = append(h, "NODEPOOL")
+	}
+	h = append(h, "IDEAL")
+	if wide {
+		h = append(h, "LOWER", "UPPER")
+	}
+	h = append(h, "COUNT")
+	if wide && pools {
+		h = append(h, "TOLERATIONS")
+	}
+	return h
+}
+
+// tableRow is group i's row under tableHeader.
+func (g *Group) tableRow(i int, wide, pools bool) []string {
+	row := []string{strconv.Itoa(i), g.Key, strconv.Itoa(int(g.Base)), strconv.Itoa(int(g.Weight))}
+	if pools {
+		pool := g.NodePool
+		if g.Unavailable != "" {
+			pool = "(none: left out)"
+		}
+		row = append(row, pool)
+	}
+	row = append(row, formatShare(g.Ideal))
+	if wide {
+		row = append(row, strconv.FormatInt(g.Lower, 10), strconv.FormatInt(g.Upper, 10))
+	}
+	row = append(row, strconv.FormatInt(g.Count, 10))
+	if wide && pools {
+		row = append(row, formatTolerations(g.Tolerations))
+	}
+	return row
 }
 
 // formatTolerations writes tolerations as kubectl describe does:
