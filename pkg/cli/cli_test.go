@@ -106,8 +106,8 @@ func TestPlanStrict(t *testing.T) {
 	if err := os.WriteFile(pools, []byte(strings.ReplaceAll(spotPool, "      taints:", "      #")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	strat := "karpenter.sh/capacity-type=on-demand,weight=1:karpenter.sh/capacity-type=spot,weight=1:zone=x,weight=2"
-	code, out, errOut := run(t, "", "plan", "--strict", "--nodepools", pools, "--replicas", "4", "--strategy", strat)
+	strategy := "karpenter.sh/capacity-type=on-demand,weight=1:karpenter.sh/capacity-type=spot,weight=1:zone=x,weight=2"
+	code, out, errOut := run(t, "", "plan", "--strict", "--nodepools", pools, "--replicas", "4", "--strategy", strategy)
 	if code != ExitFailure {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -119,8 +119,8 @@ func TestPlanStrict(t *testing.T) {
 		t.Errorf("stderr %q", errOut)
 	}
 	// Without --strict the same plan succeeds.
-	if code, _, _ := run(t, "", "plan", "--nodepools", pools, "--replicas", "4", "--strategy", strat); code != ExitOK {
-		t.Errorf("without --strict: exit %d", code)
+	if lenient, _, _ := run(t, "", "plan", "--nodepools", pools, "--replicas", "4", "--strategy", strategy); lenient != ExitOK {
+		t.Errorf("without --strict: exit %d", lenient)
 	}
 	code, _, errOut = run(t, "", "plan", "--strict", "--nodepools", pools, "--replicas", "1", "--strategy", "zone=x,weight=1")
 	if code != ExitFailure || !strings.Contains(errOut, "--strict: no NodePool serves any group") {

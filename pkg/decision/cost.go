@@ -54,7 +54,7 @@ var costField = []byte(`"f:` + corev1.PodDeletionCost + `"`)
 
 // costFieldSet is the field set of the entries ForeignCostWriters keeps: the
 // deletion cost annotation alone.
-var costFieldSet = []byte(`{"f:metadata":{"f:annotations":{"f:` + corev1.PodDeletionCost + `":{}}}}`)
+const costFieldSet = `{"f:metadata":{"f:annotations":{"f:` + corev1.PodDeletionCost + `":{}}}}`
 
 // ForeignCostWriters are the entries of managedFields that hold the pod's
 // deletion cost annotation for a manager other than apportion and were
@@ -65,14 +65,14 @@ var costFieldSet = []byte(`{"f:metadata":{"f:annotations":{"f:` + corev1.PodDele
 func ForeignCostWriters(pod *corev1.Pod) []metav1.ManagedFieldsEntry {
 	var out []metav1.ManagedFieldsEntry
 	for _, e := range pod.ManagedFields {
-		if e.Manager == FieldManager || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, costField) {
+		if e.Manager == FieldManager || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.GetRawBytes(), costField) {
 			continue
 		}
 		if e.Time == nil || !e.Time.After(pod.CreationTimestamp.Time) {
 			continue
 		}
 		out = append(out, metav1.ManagedFieldsEntry{Manager: e.Manager, Operation: e.Operation, APIVersion: e.APIVersion,
-			Time: e.Time, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: costFieldSet}})
+			Time: e.Time, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(costFieldSet)})
 	}
 	return out
 }

@@ -276,7 +276,7 @@ func TestStripPodKeepsSecondCostWriters(t *testing.T) {
 	later := metav1.NewTime(created.Add(time.Minute))
 	entry := func(manager string, at metav1.Time, fields string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &at,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	const cost = `{"f:metadata":{"f:annotations":{"f:controller.kubernetes.io/pod-deletion-cost":{}}}}`
 	const labels = `{"f:metadata":{"f:labels":{"f:app":{}}}}`

@@ -29,7 +29,7 @@ import (
 func costEntry(manager string, at time.Time) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
 		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:controller.kubernetes.io/pod-deletion-cost":{},"f:apportion.dev/group":{}}}}`)}}
+		FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:controller.kubernetes.io/pod-deletion-cost":{},"f:apportion.dev/group":{}}}}`)}
 }
 
 // TestSecondWriterWarns: a deletion cost that another field manager (here

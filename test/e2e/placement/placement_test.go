@@ -422,7 +422,7 @@ func TestSecondDeletionCostWriter(t *testing.T) {
 	pod := livePods(t, ns, "costs")[0]
 	var ours bool
 	for _, e := range pod.ManagedFields {
-		ours = ours || e.Manager == decision.FieldManager && e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), deletioncost.Annotation)
+		ours = ours || e.Manager == decision.FieldManager && e.FieldsV1 != nil && strings.Contains(e.FieldsV1.GetRawString(), deletioncost.Annotation)
 	}
 	if !ours {
 		t.Errorf("the deletion cost of pod %s is not managed by %q: %+v", pod.Name, decision.FieldManager, pod.ManagedFields)
