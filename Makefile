@@ -62,10 +62,24 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 test: ## Run the unit tests with the race detector
 	$(GO) test -race -count=1 ./...
 
+# The CRDs go twice into the charts: chart/crds/, which helm installs with
+# the apportion chart when they are missing and never upgrades, and
+# chart-crd/templates/, the apportion-crd chart, whose helm upgrade updates
+# them. The copies in chart-crd/templates/ are controller-gen's files with the
+# annotations of chart-crd/templates/_helpers.tpl included under
+# metadata.annotations (helm.sh/resource-policy: keep); every other .yaml
+# there is removed, so a CRD dropped from pkg/apis leaves both charts.
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds from pkg/apis
+generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds and chart-crd/templates from pkg/apis
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=chart/crds
+	rm -f chart-crd/templates/*.yaml
+	for crd in chart/crds/*.yaml; do \
+	  out="chart-crd/templates/$${crd##*/}"; \
+	  { echo "{{- /* Written by make generate from $$crd (controller-gen, from pkg/apis): do not edit. */ -}}"; \
+	    awk '{ print } /^  annotations:$$/ && !done { print "    {{- include \"apportion-crd.annotations\" . | nindent 4 }}"; done = 1 } END { exit !done }' "$$crd"; \
+	  } >"$$out" || { echo "$$crd: no metadata.annotations to add chart-crd's to" >&2; rm -f "$$out"; exit 1; }; \
+	done
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
@@ -74,8 +88,8 @@ $(CONTROLLER_GEN):
 
 .PHONY: verify
 verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current; fails if anything would change
-	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds); \
-	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds | head -50; exit 1; fi
+	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds chart-crd/templates); \
+	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds chart-crd/templates | head -50; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
