@@ -151,10 +151,14 @@ plan-examples: build ## Preview both seed examples offline with `apportion plan`
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
 .PHONY: helm-lint
-helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certificate mode and with the optional parts on, check its docs
+helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them (chart/ in every certificate mode and with the optional parts on), check the docs
 	@helm="$$(test/tools/build.sh --quiet)/helm"; \
 	  "$$helm" lint chart/; \
 	  "$$helm" lint chart/ --strict; \
+	  "$$helm" lint chart-crd/ --strict; \
+	  echo "helm template: apportion-crd"; \
+	  "$$helm" template apportion-crd chart-crd/ -n apportion-system --kube-version 1.29.0 | grep -q 'helm.sh/resource-policy: keep' \
+	    || { echo "helm template: the CRDs of chart-crd/ lack helm.sh/resource-policy: keep (run make generate)" >&2; exit 1; }; \
 	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
 	  for kube in 1.29.0 1.36.0; do \
 	    for mode in self-managed cert-manager provided; do \
@@ -163,9 +167,10 @@ helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certifi
 	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
 	    done; \
 	  done; \
-	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance"; \
+	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance, a global value"; \
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
 	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
+	    --set global.imageRegistry=registry.example.com \
 	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep -q 'pods/eviction' \
 	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }
 	$(GO) test -count=1 ./test/chartdocs/
