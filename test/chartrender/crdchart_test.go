@@ -137,8 +137,9 @@ apportion:
 		t.Fatalf("the umbrella chart with global values does not render: %v", err)
 	}
 	deploy := get(t, objects(t, out), "Deployment", release)
-	if n, _, _ := unstructured.NestedInt64(deploy.Object, "spec", "replicas"); n != 3 {
-		t.Errorf("the subchart's Deployment has %d replicas, want the umbrella's 3", n)
+	// Numbers come out of YAML as float64.
+	if n, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas"); n != float64(3) {
+		t.Errorf("the subchart's Deployment has %v replicas, want the umbrella's 3", n)
 	}
 
 	bad := values("misspelt.yaml", "global:\n  imageRegistry: registry.example.com\napportion:\n  replicaz: 3\n")
