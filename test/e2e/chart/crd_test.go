@@ -81,12 +81,15 @@ func testCRDUpgrade(t *testing.T) {
 		},
 	})
 	// The API server serves a changed schema shortly after the CRD changes.
-	waitFor(t, time.Minute, "the old schema served: a policy in the distribution form refused", func() error {
-		err := env.kube.Create(ctx, distribution.DeepCopy(), client.DryRunAll)
-		if err == nil {
-			return errors.New("accepted")
-		}
-		if !apierrors.IsInvalid(err) {
+	// Strict field validation refuses a field the served schema does not
+	// have (the default would drop it with a warning).
+	strict := []client.CreateOption{client.DryRunAll, client.FieldValidation("Strict")}
+	waitFor(t, time.Minute, "the old schema served: spec.distribution an unknown field", func() error {
+		err := env.kube.Create(ctx, distribution.DeepCopy(), strict...)
+		switch {
+		case err == nil:
+			return errors.New("a policy in the distribution form was accepted")
+		case !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `unknown field "spec.distribution"`):
 			return err
 		}
 		return nil
@@ -100,7 +103,7 @@ func testCRDUpgrade(t *testing.T) {
 		t.Fatal("after helm upgrade apportion-crd, the CRD's schema has no spec.distribution")
 	}
 	waitFor(t, time.Minute, "the new schema served: a policy in the distribution form accepted", func() error {
-		return env.kube.Create(ctx, distribution.DeepCopy(), client.DryRunAll)
+		return env.kube.Create(ctx, distribution.DeepCopy(), strict...)
 	})
 	expectRelease(t, ctx, 2, chartVersion(t, crdChartDir()))
 
