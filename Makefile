@@ -147,7 +147,7 @@ demo-down: ## Stop the demo cluster and remove everything it left
 	$(GO) run ./test/demo down
 
 .PHONY: plan-examples
-plan-examples: build ## Preview both seed examples offline with `apportion plan` (no cluster)
+plan-examples: build ## Preview both example workloads (from the AWS sample webhooks) offline with `apportion plan` (no cluster)
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
 .PHONY: helm-lint

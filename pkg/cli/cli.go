@@ -1,19 +1,32 @@
-// Package cli implements the apportion subcommands. Each command takes its
-// arguments and output streams and returns the process exit status, so it
-// can be tested without a process: 0 success, 1 failure while running, 2
-// invalid input (flags, strategy, file).
+// Package cli implements the apportion subcommands with spf13/cobra and
+// pflag, the libraries kubectl is built on, so that the commands follow
+// kubectl's conventions: --long and -x short flags, -o for the output
+// format, "Usage:", "Examples:" and "Flags:" in every command's --help.
 //
-// Main dispatches to them: Plan, the offline preview (plan.go); Inspect, the
-// platforms of images from their registries (inspect.go); Webhook, the
-// server and controllers (webhook.go); ReleaseGates, which removes the
-// scheduling gate from every pod that still holds it (releasegates.go).
+// Main runs a command line and returns the process exit status, so that
+// commands can be tested without a process: 0 success, 1 failure while
+// running (a registry or the API server unreachable, pods left gated,
+// plan --strict finding a group left out), 2 invalid input (flags,
+// arguments, a strategy, a file, an image reference).
+//
+// The commands: plan, the offline preview (plan.go); inspect, the platforms
+// of images from their registries (inspect.go); webhook, the server and
+// controllers (webhook.go); release-gates, which removes the scheduling gate
+// from every pod that still holds it (releasegates.go); version
+// (version.go).
 package cli
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
-	"github.com/apportion-dev/apportion/pkg/version"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 )
 
 // Exit statuses.
@@ -23,44 +36,142 @@ const (
 	ExitUsage   = 2
 )
 
-const usage = `apportion: proportional, architecture-aware pod placement for Karpenter clusters
-
-Usage:
-  apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
-  apportion inspect IMAGE... [--pull-secret FILE] [-o table|json] [--timeout 30s]
-                              the platforms of images from their registries, and the architectures they share
-  apportion webhook [flags]   serve admission and run the placement controllers (-h for flags)
-  apportion release-gates [--namespace NS] [--dry-run] [--kubeconfig FILE]
-                              remove apportion's scheduling gate from every pod that still holds it
-  apportion version
-  apportion help
-
-Run "apportion COMMAND -h" for the flags of a command.
-`
-
-// Main dispatches a subcommand; args excludes the program name.
+// Main runs one command line; args excludes the program name.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot(stdin, stdout, stderr)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		root.InitDefaultHelpCmd()
+		root.SetOut(stderr)
+		_ = root.Usage()
 		return ExitUsage
 	}
-	switch args[0] {
-	case "plan":
-		return Plan(args[1:], stdin, stdout, stderr)
-	case "inspect":
-		return Inspect(args[1:], stdout, stderr)
-	case "webhook":
-		return Webhook(args[1:], stdout, stderr)
-	case "release-gates":
-		return ReleaseGates(args[1:], stdout, stderr)
-	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, version.String())
-		return ExitOK
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return ExitOK
-	default:
-		fmt.Fprintf(stderr, "apportion: unknown command %q (commands: plan, inspect, webhook, release-gates, version, help)\n", args[0])
-		return ExitUsage
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return ExitOK
+	}
+	if se := (*silentExit)(nil); errors.As(err, &se) {
+		return se.code
+	}
+	if !cmd.HasParent() && strings.HasPrefix(err.Error(), "unknown command") {
+		err = fmt.Errorf("%w (see apportion --help)", err)
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	if fe := (*failure)(nil); errors.As(err, &fe) {
+		return ExitFailure
+	}
+	return ExitUsage
+}
+
+func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "apportion",
+		Short: "Proportional, architecture-aware pod placement for Karpenter clusters",
+		Long: `apportion places the pods of a workload across node groups (capacity types, instance
+families, architectures) in the proportions its strategy asks for, on clusters that run
+Karpenter (https://karpenter.sh).`,
+		Example: `  # Preview a strategy's split of 10 pods, with no cluster
+  apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10
+
+  # The architectures two images share
+  apportion inspect public.ecr.aws/nginx/nginx:1.27 busybox:1.36`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(flagError)
+	root.AddCommand(newPlan(stdin), newInspect(), newWebhook(), newReleaseGates(), newVersion())
+	return root
+}
+
+// failure is an error while running: exit 1. Every other error a command
+// returns, and every error of cobra's (unknown command, flag, arguments),
+// is a usage error: exit 2.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+func failed(err error) error { return &failure{err} }
+
+// silentExit ends a command with a status whose messages it has already
+// written.
+type silentExit struct{ code int }
+
+func (s *silentExit) Error() string { return fmt.Sprintf("exit status %d", s.code) }
+
+// flagError points to --help and, for a long flag written with one dash
+// (Go's flag package accepted -replicas), to its spelling.
+func flagError(c *cobra.Command, err error) error {
+	msg := err.Error()
+	if _, arg, ok := strings.Cut(msg, "unknown shorthand flag: "); ok {
+		if _, arg, ok = strings.Cut(arg, " in -"); ok {
+			name, _, _ := strings.Cut(arg, "=")
+			if len(name) > 1 && c.Flags().Lookup(name) != nil {
+				return fmt.Errorf("%w (long flags take two dashes: --%s)", err, arg)
+			}
+		}
+	}
+	return fmt.Errorf("%w (see %s --help)", err, c.CommandPath())
+}
+
+// noArgs rejects positional arguments.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q (see %s --help)", args[0], c.CommandPath())
+	}
+	return nil
+}
+
+// Output formats of -o.
+const (
+	outputTable = "table"
+	outputWide  = "wide"
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+// outputValue is -o: one of a command's formats, checked as it is set, so
+// that an unknown format is a flag error.
+type outputValue struct {
+	value   *string
+	allowed []string
+}
+
+func (o *outputValue) String() string { return *o.value }
+func (o *outputValue) Type() string   { return "format" }
+func (o *outputValue) Set(v string) error {
+	if !slices.Contains(o.allowed, v) {
+		return fmt.Errorf("unknown output format: use %s", strings.Join(o.allowed, ", "))
+	}
+	*o.value = v
+	return nil
+}
+
+// addOutputFlag registers -o, --output with def as default (which may be
+// "" for plain text, not among allowed).
+func addOutputFlag(fs *pflag.FlagSet, value *string, def string, allowed ...string) {
+	*value = def
+	fs.VarP(&outputValue{value: value, allowed: allowed}, "output", "o", "output format: "+strings.Join(allowed, ", "))
+}
+
+// writeStructured writes v as indented JSON or as YAML (the same keys).
+func writeStructured(w io.Writer, format string, v any) error {
+	if format == outputYAML {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

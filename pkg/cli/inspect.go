@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,42 +12,41 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/registries"
 )
 
-const inspectUsage = `Usage: apportion inspect IMAGE... [--pull-secret FILE] [-o table|json] [--timeout 30s]
+const inspectLong = `Reads from the registry which platforms each image runs on (an OCI index or Docker
+manifest list gives its entries, attestations left out; a single image its config), with
+the code the placement controller uses, and the linux architectures all the images share:
+the architectures a pod made of these images can be placed on. It reads from any registry
+host, localhost included: settings.imageRegistries restricts the placement controller
+only, since this command runs with your own network access. Registry errors are shown as
+the controller's Events show them: host, HTTP status and error code, never the registry's
+message.
 
-Reads from the registry which platforms each image runs on (an OCI index or Docker manifest
-list gives its entries, attestations left out; a single image its config), with the code the
-placement controller uses, and the linux architectures all the images share: the architectures
-a pod made of these images can be placed on. It reads from any registry host, localhost
-included: settings.imageRegistries restricts the placement controller only, since this command
-runs with your own network access. Registry errors are shown as the controller's Events show
-them: host, HTTP status and error code, never the registry's message.
+Credentials: --pull-secret first, then ECR credentials from your AWS identity (ECR
+registries only), then your docker credentials, then anonymous access.
 
-  --pull-secret FILE  a docker config JSON: the .dockerconfigjson of a kubernetes.io/dockerconfigjson
-                      Secret (e.g. kubectl get secret regcred -o jsonpath='{.data.\.dockerconfigjson}' | base64 -d)
-                      or a ~/.docker/config.json; tried first, then ECR credentials from the AWS
-                      identity (ECR registries only), then your docker credentials, then anonymous
-  -o FORMAT           table (default) or json: {"images":[{"reference":..., "platforms":[...]}], "architectures":[...]}
-  --timeout D         bound of the whole inspection (default 30s)
-`
+-o json (and yaml, the same keys): {"images":[{"reference":...,"platforms":[...]}],
+"architectures":[...]}. -o wide adds the linux architectures of each image.`
+
+const inspectExample = `  # The platforms of two images and the architectures they share
+  apportion inspect public.ecr.aws/nginx/nginx:1.27 busybox:1.36
+
+  # A private image, with the pull secret of the cluster
+  kubectl get secret regcred -o jsonpath='{.data.\.dockerconfigjson}' | base64 -d > config.json
+  apportion inspect --pull-secret config.json -o json my-registry.example.com/app:1.4`
 
 // inspectFlags are the options of `apportion inspect`.
 type inspectFlags struct {
 	pullSecret string
 	output     string
 	timeout    time.Duration
-}
-
-func (o *inspectFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.pullSecret, "pull-secret", "", "docker config JSON")
-	fs.StringVar(&o.output, "o", "table", "output format")
-	fs.StringVar(&o.output, "output", "table", "output format")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of the inspection")
 }
 
 // inspectOutput is the JSON output of `apportion inspect`.
@@ -61,28 +58,41 @@ type inspectOutput struct {
 type inspectImage struct {
 	Reference string   `json:"reference"`
 	Platforms []string `json:"platforms"`
+	// archs are the image's linux architectures, for -o wide.
+	archs []string
 }
 
-// Inspect runs `apportion inspect`.
-func Inspect(args []string, stdout, stderr io.Writer) int {
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "apportion inspect: "+format+"\n", a...)
-		return ExitUsage
-	}
+func newInspect() *cobra.Command {
 	var o inspectFlags
-	refs, err := o.parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, inspectUsage)
-		return ExitOK
-	} else if err != nil {
-		return fail("%v", err)
+	cmd := &cobra.Command{
+		Use:     "inspect IMAGE... [--pull-secret FILE] [--timeout DURATION] [-o table|wide|json|yaml]",
+		Short:   "Show the platforms of images, from their registries, and the architectures they share",
+		Long:    inspectLong,
+		Example: inspectExample,
+		Args:    cobra.ArbitraryArgs,
+		// The flags are in Use already.
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, refs []string) error {
+			if err := o.check(refs); err != nil {
+				return err
+			}
+			return o.run(refs, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&o.pullSecret, "pull-secret", "", "a docker config JSON: the .dockerconfigjson of a kubernetes.io/dockerconfigjson Secret, or a ~/.docker/config.json")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of the whole inspection")
+	addOutputFlag(fs, &o.output, outputTable, outputTable, outputWide, outputJSON, outputYAML)
+	return cmd
+}
 
+func (o *inspectFlags) run(refs []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	kc, err := o.keychain(ctx)
 	if err != nil {
-		return fail("%v", err)
+		return err
 	}
 	in := imagearch.New(nil, imagearch.Options{
 		RegistryTimeout: o.timeout,
@@ -92,66 +102,48 @@ func Inspect(args []string, stdout, stderr io.Writer) int {
 
 	images, errs := inspectAll(ctx, in, refs)
 	if len(errs) > 0 {
-		for _, err := range errs {
+		// One line per image; the last one is Main's.
+		for _, err := range errs[:len(errs)-1] {
 			fmt.Fprintf(stderr, "apportion inspect: %v\n", err)
 		}
-		return ExitFailure
+		return failed(errs[len(errs)-1])
 	}
 	out := inspectOutput{Architectures: imagearch.Intersect(images)}
 	for _, img := range images {
-		ii := inspectImage{Reference: img.Reference, Platforms: []string{}}
+		ii := inspectImage{Reference: img.Reference, Platforms: []string{}, archs: imagearch.Intersect([]imagearch.Image{img})}
 		for _, p := range img.Platforms {
 			ii.Platforms = append(ii.Platforms, p.String())
 		}
 		out.Images = append(out.Images, ii)
 	}
-	if o.output == "json" {
-		err = writeInspectJSON(stdout, out)
-	} else {
-		err = writeInspectTable(stdout, out)
+	switch o.output {
+	case outputJSON, outputYAML:
+		err = writeStructured(stdout, o.output, out)
+	default:
+		err = writeInspectTable(stdout, out, o.output == outputWide)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "apportion inspect: writing output: %v\n", err)
-		return ExitFailure
-	}
-	return ExitOK
+	return failedIf(err)
 }
 
-// parse reads the flags and the image references, which may come in any
-// order, and checks them; it returns flag.ErrHelp for -h.
-func (o *inspectFlags) parse(args []string) ([]string, error) {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.bind(fs)
-	// Parse up to each image, then go on after it.
-	var refs []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		} else if err != nil {
-			return nil, fmt.Errorf("%w (see apportion inspect -h)", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		refs = append(refs, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
+// check checks the flags and the image references, which may come before,
+// after or between the flags.
+func (o *inspectFlags) check(refs []string) error {
 	if len(refs) == 0 {
-		return nil, errors.New("no image given (see apportion inspect -h)")
-	}
-	if o.output != "table" && o.output != "json" {
-		return nil, fmt.Errorf("-o must be table or json, got %q", o.output)
+		return errors.New("no image given (see apportion inspect --help)")
 	}
 	if o.timeout <= 0 {
-		return nil, fmt.Errorf("--timeout must be positive, got %v", o.timeout)
+		return fmt.Errorf("--timeout must be positive, got %v", o.timeout)
 	}
 	for _, ref := range refs {
 		if strings.TrimSpace(ref) == "" {
-			return nil, errors.New("empty image reference")
+			return errors.New("empty image reference")
+		}
+		// As the placement controller parses it (pkg/imagearch).
+		if _, err := name.ParseReference(ref); err != nil {
+			return fmt.Errorf("invalid image reference: %w", err)
 		}
 	}
-	return refs, nil
+	return nil
 }
 
 // keychain is --pull-secret first, then ECR, then the user's docker
@@ -203,16 +195,22 @@ func inspectAll(ctx context.Context, in *imagearch.Inspector, refs []string) ([]
 	return images, failed
 }
 
-func writeInspectJSON(w io.Writer, out inspectOutput) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
-
-func writeInspectTable(w io.Writer, out inspectOutput) error {
+func writeInspectTable(w io.Writer, out inspectOutput, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "IMAGE\tPLATFORMS")
+	if wide {
+		fmt.Fprintln(tw, "IMAGE\tLINUX ARCHITECTURES\tPLATFORMS")
+	} else {
+		fmt.Fprintln(tw, "IMAGE\tPLATFORMS")
+	}
 	for _, img := range out.Images {
+		if wide {
+			archs := "<none>"
+			if len(img.archs) > 0 {
+				archs = strings.Join(img.archs, ",")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", img.Reference, archs, strings.Join(img.Platforms, " "))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\n", img.Reference, strings.Join(img.Platforms, " "))
 	}
 	if err := tw.Flush(); err != nil {

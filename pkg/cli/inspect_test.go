@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"sigs.k8s.io/yaml"
 )
 
 // inspectRegistry is an in-memory registry on 127.0.0.1 requiring basic auth
@@ -161,6 +164,36 @@ func TestInspectTable(t *testing.T) {
 	}
 }
 
+// TestInspectYAMLAndWide: -o yaml has the JSON's content; -o wide adds the
+// linux architectures of each image.
+func TestInspectYAMLAndWide(t *testing.T) {
+	host := inspectRegistry(t)
+	multi, win := host+"/public/multi:2", host+"/public/win:2"
+	pushIndex(t, multi, v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"})
+	pushIndex(t, win, v1.Platform{OS: "windows", Architecture: "amd64"})
+	_, jsonOut, _ := runInspect("-o", "json", multi, win)
+	code, yamlOut, stderr := runInspect(multi, win, "-o", "yaml")
+	if code != ExitOK {
+		t.Fatalf("-o yaml: exit %d, %s", code, stderr)
+	}
+	var fromJSON, fromYAML map[string]any
+	if err := json.Unmarshal([]byte(jsonOut), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(yamlOut), &fromYAML); err != nil {
+		t.Fatalf("%v\n%s", err, yamlOut)
+	}
+	if !reflect.DeepEqual(fromJSON, fromYAML) || len(fromJSON["images"].([]any)) != 2 {
+		t.Errorf("yaml and json differ:\n%s\n%s", yamlOut, jsonOut)
+	}
+	code, wide, _ := runInspect("-o", "wide", multi, win)
+	if code != ExitOK || !regexp.MustCompile(`(?m)^IMAGE +LINUX ARCHITECTURES +PLATFORMS$`).MatchString(wide) ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(multi)+` +amd64,arm64 +linux/amd64 linux/arm64/v8$`).MatchString(wide) ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(win)+` +<none> +windows/amd64$`).MatchString(wide) {
+		t.Errorf("wide (exit %d):\n%s", code, wide)
+	}
+}
+
 func TestInspectPullSecret(t *testing.T) {
 	host := inspectRegistry(t)
 	ref := host + "/private/app:v2"
@@ -208,14 +241,15 @@ func TestInspectFailures(t *testing.T) {
 	}{
 		{"no image", nil, ExitUsage, []string{"no image"}, true},
 		{"only flags", []string{"-o", "json"}, ExitUsage, []string{"no image"}, true},
-		{"bad output", []string{"-o", "yaml", good}, ExitUsage, []string{"-o must be table or json"}, true},
+		{"bad output", []string{"-o", "xml", good}, ExitUsage, []string{"unknown output format"}, true},
+		{"single-dash long flag", []string{"-timeout=5s", good}, ExitUsage, []string{"--timeout=5s"}, true},
 		{"unknown flag", []string{"--nope", good}, ExitUsage, []string{"nope"}, true},
 		{"bad timeout", []string{"--timeout", "soon", good}, ExitUsage, []string{"timeout"}, true},
 		{"zero timeout", []string{"--timeout", "0s", good}, ExitUsage, []string{"--timeout must be positive"}, true},
 		{"missing pull secret", []string{"--pull-secret", "/nonexistent/config.json", good}, ExitUsage, []string{"/nonexistent/config.json"}, true},
 		{"pull secret not json", []string{"--pull-secret", notJSON, good}, ExitUsage, []string{notJSON, "not a docker config JSON"}, true},
 		{"not found", []string{good, host + "/public/gone:1"}, ExitFailure, []string{host + "/public/gone:1"}, true},
-		{"bad reference", []string{"UPPER/Case:x"}, ExitFailure, []string{"UPPER/Case:x"}, true},
+		{"bad reference", []string{good, "UPPER/Case:x"}, ExitUsage, []string{"invalid image reference", "UPPER/Case:x"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := runInspect(c.args...)
@@ -239,7 +273,7 @@ func TestInspectFailures(t *testing.T) {
 
 func TestInspectHelp(t *testing.T) {
 	code, stdout, _ := runInspect("-h")
-	if code != ExitOK || !strings.Contains(stdout, "Usage: apportion inspect") {
+	if code != ExitOK || !strings.Contains(stdout, "Usage:\n  apportion inspect IMAGE...") {
 		t.Errorf("exit %d, stdout %q", code, stdout)
 	}
 }

@@ -2,12 +2,13 @@ package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/apportion-dev/apportion/pkg/catalog"
@@ -15,127 +16,165 @@ import (
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
-const planUsage = `Usage: apportion plan --strategy SPEC --replicas N [-f workload.yaml] [--nodepools pools.yaml] [-o table|json]
+const planLong = `Previews where pods 1..N of a workload go under a strategy, with no cluster: the group
+of each pod, the count per group and each group's ideal share, as the webhook decides
+them for a workload scaled up one pod at a time.
 
-Previews where pods 1..N of a workload go under a strategy, with no cluster.
+The strategy comes from --strategy, or from -f: a Deployment, StatefulSet, ReplicaSet or
+Argo Rollout manifest carrying it (annotation apportion.dev/strategy,
+custom-pod-schedule-strategy or CustomPodScheduleStrategy, on the workload or its pod
+template), whose spec.replicas is the default of --replicas. --strategy and --replicas,
+when given, take precedence over the file.
 
-  --strategy SPEC   the strategy, e.g.
-                    'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
-  --replicas N      number of pods (0..%d)
-  -f FILE           read the strategy (any of apportion.dev/strategy, custom-pod-schedule-strategy,
-                    CustomPodScheduleStrategy, on the workload or its pod template) and spec.replicas
-                    from a Deployment, StatefulSet, ReplicaSet or Argo Rollout manifest ("-" for stdin);
-                    --strategy and --replicas, when given, take precedence over the file
-  --nodepools FILE  karpenter.sh/v1 NodePools (e.g. kubectl get nodepools -o yaml): each group is mapped
-                    to the first NodePool, in Karpenter's weight order, that provides its labels and the
-                    workload's own constraints; tainted pools only with apportion.dev/tolerate: "true";
-                    groups no NodePool serves are left out and the others share their part
-  -o FORMAT         table (default) or json
+With --nodepools (karpenter.sh/v1 NodePools, e.g. kubectl get nodepools -o yaml) each
+group is mapped to the first NodePool, in Karpenter's weight order, that provides its
+labels and the workload's own constraints (tainted pools only with apportion.dev/tolerate:
+"true"); groups no NodePool serves are left out and the others share their part.
+--strict makes a group left out an error (exit status 1), for CI pipelines.
 
-JSON output: "groups" (group keys in strategy order), "sequence" (0-based index into groups of
-the group of each pod 1..N), "counts" (group key -> pods), "details" (per group: base, weight,
-ideal share with its floor and ceiling, count, and with --nodepools the nodepool or why none).
-`
+-o json (and yaml, the same keys): "groups" (group keys in strategy order), "sequence"
+(0-based index into groups of the group of each pod 1..N), "counts" (group key -> pods),
+"details" (per group: base, weight, ideal share with its floor and ceiling, count, and
+with --nodepools the nodepool or why none). -o wide adds the floor and ceiling, the
+tolerations of each NodePool, and the order of every pod.`
+
+const planExample = `  # Two pods on-demand, then one on-demand for every three spot, 10 pods
+  apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10
+
+  # The strategy and replica count of a Deployment, as JSON
+  apportion plan -f deployment.yaml -o json
+
+  # Against the cluster's NodePools; fail if a group has no NodePool
+  kubectl get nodepools -o yaml > pools.yaml
+  kubectl get deployment web -o yaml | apportion plan -f - --nodepools pools.yaml --strict`
 
 // planFlags are the options of `apportion plan`.
 type planFlags struct {
-	strategy    string
+	strategy  string
+	replicas  decimalValue
+	file      string
+	nodePools string
+	output    string
+	strict    bool
+	// strategySet is whether --strategy was given, even empty.
 	strategySet bool
-	replicas    int
-	replicasSet bool
-	file        string
-	nodePools   string
-	output      string
 }
 
-func (o *planFlags) bind(fs *flag.FlagSet) {
-	fs.Func("strategy", "the strategy", func(v string) error {
-		o.strategy, o.strategySet = v, true
-		return nil
-	})
-	// Decimal only: flag.Int would read "010" as octal and "0x10" as hex.
-	fs.Func("replicas", "number of pods", func(v string) error {
-		n, err := strconv.ParseUint(v, 10, 31)
-		if err != nil {
-			return fmt.Errorf("must be a non-negative integer, got %q", v)
-		}
-		o.replicas, o.replicasSet = int(n), true
-		return nil
-	})
-	fs.StringVar(&o.file, "f", "", "workload manifest")
-	fs.StringVar(&o.file, "filename", "", "workload manifest")
-	fs.StringVar(&o.nodePools, "nodepools", "", "NodePool manifests")
-	fs.StringVar(&o.output, "o", "table", "output format")
-	fs.StringVar(&o.output, "output", "table", "output format")
+// decimalValue is --replicas: decimal only (pflag's int reads "010" as
+// octal and "0x10" as hex).
+type decimalValue struct {
+	n   int
+	set bool
 }
 
-// Plan runs `apportion plan`.
-func Plan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "apportion plan: "+format+"\n", a...)
-		return ExitUsage
+func (d *decimalValue) String() string { return strconv.Itoa(d.n) }
+func (d *decimalValue) Type() string   { return "int" }
+func (d *decimalValue) Set(v string) error {
+	n, err := strconv.ParseUint(v, 10, 31)
+	if err != nil {
+		return fmt.Errorf("must be a non-negative integer")
 	}
+	d.n, d.set = int(n), true
+	return nil
+}
+
+func newPlan(stdin io.Reader) *cobra.Command {
 	var o planFlags
-	if err := o.parse(args); errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, planUsage, plan.MaxReplicas)
-		return ExitOK
-	} else if err != nil {
-		return fail("%v", err)
+	cmd := &cobra.Command{
+		Use:     "plan (--strategy STRATEGY --replicas N | -f FILE) [--nodepools FILE] [--strict] [-o table|wide|json|yaml]",
+		Short:   "Preview a strategy's split of pods across groups, offline",
+		Long:    planLong,
+		Example: planExample,
+		Args:    noArgs,
+		// The flags are in Use already.
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.strategySet = cmd.Flags().Changed("strategy")
+			return o.run(stdin, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&o.strategy, "strategy", "", "the strategy, e.g. 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'")
+	fs.Var(&o.replicas, "replicas", fmt.Sprintf("number of pods (0..%d); default: the -f workload's spec.replicas", plan.MaxReplicas))
+	fs.StringVarP(&o.file, "filename", "f", "", `workload manifest carrying the strategy ("-": stdin)`)
+	fs.StringVar(&o.nodePools, "nodepools", "", `karpenter.sh/v1 NodePool manifests ("-": stdin)`)
+	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a group is left out because no NodePool serves it (needs --nodepools)")
+	addOutputFlag(fs, &o.output, outputTable, outputTable, outputWide, outputJSON, outputYAML)
+	return cmd
+}
+
+func (o *planFlags) run(stdin io.Reader, stdout io.Writer) error {
+	if err := o.check(); err != nil {
+		return err
 	}
 	in, err := o.input(stdin)
 	if err != nil {
-		return fail("%v", err)
+		return err
 	}
 	s, err := strategy.Parse(in.strategy)
 	if err != nil {
 		if in.source != "" {
-			return fail("%s: %v", in.source, err)
+			return fmt.Errorf("%s: %w", in.source, err)
 		}
-		return fail("%v", err)
+		return err
 	}
 	opts := plan.Options{Pod: in.pod}
 	if o.nodePools != "" {
 		nps, err := readInput(o.nodePools, stdin, catalog.ReadNodePools)
 		if err != nil {
-			return fail("%s: %v", o.nodePools, err)
+			return fmt.Errorf("%s: %w", o.nodePools, err)
 		}
 		opts.Catalog = catalog.New(nps)
 	}
 	res, err := plan.ComputeWith(s, in.replicas, opts)
-	if err != nil {
-		return fail("%v", err)
+	if o.strict && errors.Is(err, plan.ErrNoGroupServed) {
+		return failed(fmt.Errorf("--strict: %w", err))
+	} else if err != nil {
+		return err
 	}
 	res.Source = in.source
-	if o.output == "json" {
+	switch o.output {
+	case outputJSON:
 		err = res.WriteJSON(stdout)
-	} else {
+	case outputYAML:
+		err = writeStructured(stdout, outputYAML, res)
+	case outputWide:
+		err = res.WriteWide(stdout)
+	default:
 		err = res.WriteTable(stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "apportion plan: writing output: %v\n", err)
-		return ExitFailure
+		return failedIf(err)
 	}
-	return ExitOK
+	if o.strict {
+		return leftOut(res)
+	}
+	return nil
 }
 
-// parse reads the flags and checks them; it returns flag.ErrHelp for -h.
-func (o *planFlags) parse(args []string) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.bind(fs)
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		return err
-	} else if err != nil {
-		return fmt.Errorf("%w (see apportion plan -h)", err)
+// leftOut is the --strict verdict: an error naming every group no NodePool
+// serves.
+func leftOut(res *plan.Result) error {
+	var out []string
+	for i, g := range res.Details {
+		if g.Unavailable != "" {
+			out = append(out, fmt.Sprintf("group %d (%s): %s", i, g.Key, g.Unavailable))
+		}
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see apportion plan -h)", fs.Arg(0))
+	if len(out) == 0 {
+		return nil
 	}
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("-o must be table or json, got %q", o.output)
-	}
+	return failed(fmt.Errorf("--strict: %d of %d groups left out, no NodePool serves them: %s", len(out), len(res.Details), strings.Join(out, "; ")))
+}
+
+// check checks the flags together.
+func (o *planFlags) check() error {
 	if o.file == "-" && o.nodePools == "-" {
 		return errors.New("-f and --nodepools cannot both read stdin")
+	}
+	if o.strict && o.nodePools == "" {
+		return errors.New("--strict needs --nodepools: without NodePools no group is left out")
 	}
 	return nil
 }
@@ -152,13 +191,13 @@ type planInput struct {
 // input reads the -f workload, if any, under --strategy and --replicas,
 // which take precedence over it.
 func (o *planFlags) input(stdin io.Reader) (planInput, error) {
-	in := planInput{strategy: o.strategy, replicas: o.replicas}
+	in := planInput{strategy: o.strategy, replicas: o.replicas.n}
 	if o.file == "" {
 		if !o.strategySet {
-			return in, errors.New("--strategy or -f is required (see apportion plan -h)")
+			return in, errors.New("--strategy or -f is required (see apportion plan --help)")
 		}
-		if !o.replicasSet {
-			return in, errors.New("--replicas is required without -f (see apportion plan -h)")
+		if !o.replicas.set {
+			return in, errors.New("--replicas is required without -f (see apportion plan --help)")
 		}
 		return in, nil
 	}
@@ -170,7 +209,7 @@ func (o *planFlags) input(stdin io.Reader) (planInput, error) {
 	if !o.strategySet {
 		in.strategy, in.source = w.Strategy, w.String()+" "+w.Source.String()
 	}
-	if !o.replicasSet {
+	if !o.replicas.set {
 		// An unset spec.replicas means 1, as the API server defaults it.
 		in.replicas = 1
 		if w.Replicas != nil {

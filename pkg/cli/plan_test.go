@@ -160,18 +160,25 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--strategy", "", "--replicas", "1"}, "strategy is empty"},
 		{[]string{"plan", "--strategy", "a=b:c=d", "--replicas", "1"}, "every group has weight 0"},
 		{[]string{"plan", "--strategy", "a=b,weight=1:c=d,weight=z", "--replicas", "1"}, `group 2, item 2 "weight=z"`},
-		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "-1"}, `invalid value "-1" for flag -replicas`},
-		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "two"}, `invalid value "two" for flag -replicas`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "-1"}, `invalid argument "-1" for "--replicas" flag: must be a non-negative integer`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "two"}, `invalid argument "two" for "--replicas" flag`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "0x10"}, `invalid argument "0x10" for "--replicas" flag`},
+		{[]string{"plan", "-strategy", "a=b,weight=1", "--replicas", "1"}, "long flags take two dashes: --strategy"},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "-replicas=1"}, "long flags take two dashes: --replicas=1"},
+		{[]string{"plan", "--strategy", "a=b,weight=25%", "--replicas", "1"}, "weights are ratios, not percentages; write weight=25"},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "--strict"}, "--strict needs --nodepools"},
 		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "99999999"}, "replicas must be between 0 and"},
-		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "-o", "yaml"}, "-o must be table or json"},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "-o", "xml"}, `invalid argument "xml" for "-o, --output" flag: unknown output format: use table, wide, json, yaml`},
 		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "extra"}, `unexpected argument "extra"`},
-		{[]string{"plan", "--bogus"}, "flag provided but not defined"},
+		{[]string{"plan", "--bogus"}, "unknown flag: --bogus (see apportion plan --help)"},
 		{[]string{"plan", "-f", filepath.Join(dir, "missing.yaml")}, "no such file"},
 		{[]string{"plan", "-f", noStrategy}, "no strategy annotation on Deployment default/web"},
 		{[]string{"plan", "-f", badStrategy}, `Deployment default/web metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2`},
 		{[]string{"plan", "-f", notYAML}, "reading document 1"},
 		{[]string{"plan", "-f", two}, "2 workloads carry a strategy"},
-		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"frobnicate"}, `apportion: unknown command "frobnicate"`},
+		{[]string{"version", "extra"}, `unexpected argument "extra"`},
+		{[]string{"version", "-o", "table"}, `unknown output format: use json, yaml`},
 	} {
 		code, out, errOut := run(t, "", tc.args...)
 		if code != ExitUsage {
@@ -193,9 +200,6 @@ func TestPlanTableAndVersion(t *testing.T) {
 	}
 	if code, out, _ := run(t, "", "version"); code != 0 || !strings.HasPrefix(out, "apportion ") {
 		t.Errorf("version: exit %d, %q", code, out)
-	}
-	if code, out, _ := run(t, "", "plan", "-h"); code != 0 || !strings.Contains(out, "Usage: apportion plan") {
-		t.Errorf("plan -h: exit %d, %q", code, out)
 	}
 }
 
@@ -255,7 +259,7 @@ spec:
 }
 
 func TestWebhookUsageAndBadFlags(t *testing.T) {
-	if code, out, _ := run(t, "", "webhook", "-h"); code != 0 || !strings.Contains(out, "Usage: apportion webhook") || !strings.Contains(out, "-gate-timeout") {
+	if code, out, _ := run(t, "", "webhook", "-h"); code != 0 || !strings.Contains(out, "Usage:\n  apportion webhook") || !strings.Contains(out, "      --gate-timeout duration ") {
 		t.Errorf("webhook -h: exit %d, %q", code, out)
 	}
 	code, _, errOut := run(t, "", "webhook", "--no-such-flag")

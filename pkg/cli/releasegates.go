@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,19 +28,18 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 )
 
-const releaseGatesUsage = `Usage: apportion release-gates [--namespace NS] [--dry-run] [--kubeconfig FILE]
-
-Removes apportion's scheduling gate (` + annotations.PlacementGate + `) from every pod that
+const releaseGatesLong = `Removes apportion's scheduling gate (` + annotations.PlacementGate + `) from every pod that
 still holds it, keeping the pods' other gates: pods left waiting when apportion was
 uninstalled or stopped before its gate janitor released them. Needs list and patch on pods.
 
-  --namespace NS     only the pods of this namespace (default: all namespaces)
-  --dry-run          count the pods that hold the gate; change nothing
-  --kubeconfig FILE  the cluster (default: $KUBECONFIG, in-cluster, ~/.kube/config)
-
 Prints "released N pod(s) (M failed)". Exit status 0 when every pod was released, 1 when
-some were not (one line each on stderr), 2 on bad usage.
-`
+some were not (one line each on stderr), 2 on bad usage.`
+
+const releaseGatesExample = `  # Count the gated pods of one namespace, changing nothing
+  apportion release-gates -n shop --dry-run
+
+  # Release every gated pod of the cluster
+  apportion release-gates`
 
 const (
 	// listPageSize bounds each List response: the command sees every pod
@@ -51,47 +50,53 @@ const (
 	releaseAttempts = 5
 )
 
-// ReleaseGates runs `apportion release-gates`.
-func ReleaseGates(args []string, stdout, stderr io.Writer) int {
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "apportion release-gates: "+format+"\n", a...)
-		return ExitUsage
-	}
+func newReleaseGates() *cobra.Command {
 	var namespace string
 	var dryRun bool
-	fs := flag.NewFlagSet("release-gates", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&namespace, "namespace", "", "only this namespace")
-	fs.StringVar(&namespace, "n", "", "only this namespace")
-	fs.BoolVar(&dryRun, "dry-run", false, "count only")
-	config.RegisterFlags(fs) // --kubeconfig, read by ctrl.GetConfig
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, releaseGatesUsage)
-			return ExitOK
-		}
-		return fail("%v (see apportion release-gates -h)", err)
+	cmd := &cobra.Command{
+		Use:     "release-gates [-n NAMESPACE] [--dry-run] [--kubeconfig FILE]",
+		Short:   "Remove apportion's scheduling gate from every pod that still holds it",
+		Long:    releaseGatesLong,
+		Example: releaseGatesExample,
+		Args:    noArgs,
+		// The flags are in Use already.
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReleaseGates(namespace, dryRun, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	if fs.NArg() > 0 {
-		return fail("unexpected argument %q (see apportion release-gates -h)", fs.Arg(0))
-	}
+	fs := cmd.Flags()
+	fs.StringVarP(&namespace, "namespace", "n", "", "only the pods of this namespace (default: all namespaces)")
+	fs.BoolVar(&dryRun, "dry-run", false, "count the pods that hold the gate; change nothing")
+	gofs := flag.NewFlagSet("release-gates", flag.ContinueOnError)
+	config.RegisterFlags(gofs) // --kubeconfig, read by ctrl.GetConfig
+	fs.AddGoFlagSet(gofs)
+	fs.Lookup("kubeconfig").Usage = "the cluster (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+	return cmd
+}
+
+// runReleaseGates runs `apportion release-gates`.
+func runReleaseGates(namespace string, dryRun bool, stdout, stderr io.Writer) error {
 	if problems := validation.IsDNS1123Label(namespace); namespace != "" && len(problems) > 0 {
-		return fail("--namespace: %q is not a namespace name: %s", namespace, strings.Join(problems, "; "))
+		return fmt.Errorf("--namespace: %q is not a namespace name: %s", namespace, strings.Join(problems, "; "))
 	}
 	// controller-runtime logs a failed in-cluster config before falling
 	// back; the one line below says it all.
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		return fail("loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %v", err)
+		return fmt.Errorf("loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
 	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
-		return fail("creating the client: %v", err)
+		return failed(fmt.Errorf("creating the client: %w", err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return releaseGates(ctx, c, namespace, dryRun, stdout, stderr)
+	if code := releaseGates(ctx, c, namespace, dryRun, stdout, stderr); code != ExitOK {
+		return &silentExit{code}
+	}
+	return nil
 }
 
 // releaseGates lists pods page by page and releases each gated one as it

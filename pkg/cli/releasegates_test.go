@@ -221,7 +221,9 @@ func TestReleaseGatesUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"release-gates", "extra"}, `unexpected argument "extra"`},
-		{[]string{"release-gates", "--bogus"}, "flag provided but not defined"},
+		{[]string{"release-gates", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"release-gates", "-n", "Not_A_Namespace"}, "--namespace"},
+		{[]string{"release-gates", "-dry-run"}, "long flags take two dashes: --dry-run"},
 		{[]string{"release-gates", "--namespace", "Not_A_Namespace"}, "--namespace"},
 		{[]string{"release-gates", "--kubeconfig", missing}, "loading kubeconfig"},
 	} {
@@ -234,7 +236,7 @@ func TestReleaseGatesUsage(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "released N pod(s) (M failed)") {
 		t.Errorf("-h: exit %d, stdout %q", code, out)
 	}
-	if _, out, _ := run(t, "", "help"); !strings.Contains(out, "apportion release-gates") {
+	if _, out, _ := run(t, "", "help"); !strings.Contains(out, "\n  release-gates ") {
 		t.Errorf("usage does not list release-gates:\n%s", out)
 	}
 }

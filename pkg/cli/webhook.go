@@ -2,11 +2,11 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,61 +21,58 @@ import (
 	"github.com/apportion-dev/apportion/pkg/webhook"
 )
 
-const webhookUsage = `Usage: apportion webhook [flags]
+const webhookLong = `Serves the admission webhooks (pod mutator, workload and PlacementPolicy validators) and
+runs the controllers until SIGINT or SIGTERM: placement, capacity fallback, deletion cost,
+PlacementPolicy status (when its CRD is installed) and rebalance (--rebalance) on the
+leader; the gate janitor and the certificate rotator (--cert-secret-name) on every
+replica. Every flag can also be set by an environment variable: its name in
+UPPER_SNAKE_CASE (--gate-timeout -> GATE_TIMEOUT); a flag wins over the variable.`
 
-Serves the admission webhooks (pod mutator, workload and PlacementPolicy
-validators) and runs the controllers until SIGINT or SIGTERM: placement,
-capacity fallback, deletion cost, PlacementPolicy status (when its CRD is
-installed) and rebalance (--rebalance) on the leader; the gate janitor and
-the certificate rotator (--cert-secret-name) on every replica. Every flag can
-also be set by an environment variable: its name in UPPER_SNAKE_CASE
-(--gate-timeout -> GATE_TIMEOUT); a flag wins over the variable.
+const webhookExample = `  # Locally, against the cluster of the current kubeconfig context
+  apportion webhook --webhook-host=127.0.0.1 --cert-dir=./certs --leader-elect=false`
 
-`
-
-// Webhook runs `apportion webhook` until SIGINT/SIGTERM.
-func Webhook(args []string, stdout, stderr io.Writer) int {
+func newWebhook() *cobra.Command {
 	var o options.Options
-	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.AddFlags(fs)
-	config.RegisterFlags(fs) // --kubeconfig, read by ctrl.GetConfig
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, webhookUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return ExitOK
-		}
-		fmt.Fprintf(stderr, "apportion webhook: %v (see apportion webhook -h)\n", err)
-		return ExitUsage
+	cmd := &cobra.Command{
+		Use:     "webhook [flags]",
+		Short:   "Serve admission and run the placement controllers",
+		Long:    webhookLong,
+		Example: webhookExample,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(&o, cmd.OutOrStdout())
+		},
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "apportion webhook: unexpected argument %q\n", fs.Arg(0))
-		return ExitUsage
-	}
+	// The options are Go flags (pkg/options), taken over as pflags.
+	gofs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	o.AddFlags(gofs)
+	config.RegisterFlags(gofs) // --kubeconfig, read by ctrl.GetConfig
+	cmd.Flags().AddGoFlagSet(gofs)
+	return cmd
+}
+
+// serve runs `apportion webhook` until SIGINT/SIGTERM.
+func serve(o *options.Options, stdout io.Writer) error {
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "apportion webhook: %v\n", err)
-		return ExitUsage
+		return err
 	}
 	// The kubeconfig is loaded before the logger is set, so that a missing
 	// one is reported in the one line below rather than also as
 	// controller-runtime's logged stack trace.
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		fmt.Fprintf(stderr, "apportion webhook: loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %v\n", err)
-		return ExitUsage
+		return fmt.Errorf("loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
 	}
 	level := map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel, "error": zapcore.ErrorLevel}[o.LogLevel]
 	logger := zap.New(zap.WriteTo(stdout), zap.Level(level))
 	ctrl.SetLogger(logger)
 	ctx := log.IntoContext(ctrl.SetupSignalHandler(), logger)
 	logger.Info("apportion webhook", "version", version.String())
-	if err := runWebhook(ctx, cfg, &o); err != nil {
+	if err := runWebhook(ctx, cfg, o); err != nil {
 		logger.Error(err, "webhook stopped")
-		return ExitFailure
+		return &silentExit{ExitFailure}
 	}
-	return ExitOK
+	return nil
 }
 
 // runWebhook wires the operator, the controllers and the admission webhooks, and

@@ -109,7 +109,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			NodeLabels: !nodePools, ScaleFromZero: o.ScaleFromZero,
 			Signer: d.Signer, APIReader: mgr.GetAPIReader(),
 		}),
-		deletioncost.NewController(kube, d.Signer).WithPolicies(policySource).WithStrategies(strategies),
+		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithStrategies(strategies),
 	}
 	if d.Policies != nil {
 		var followed []schema.GroupVersionKind

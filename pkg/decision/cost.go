@@ -1,9 +1,12 @@
 package decision
 
 import (
+	"bytes"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The deletion costs below the split's, which numbers its pods from
@@ -38,4 +41,52 @@ func DeletionCost(pod *corev1.Pod) (cost int, ok bool) {
 	}
 	n, err := strconv.Atoi(v)
 	return n, err == nil
+}
+
+// FieldManager is the field manager of apportion's own writes (the API
+// server takes it from the client's user agent): a pod's managedFields tell
+// apart its deletion cost written by apportion from one another writer
+// set, such as Karpenter's own pod deletion-cost controller.
+const FieldManager = "apportion"
+
+// costField is how managedFields names the deletion cost annotation.
+var costField = []byte(`"f:` + corev1.PodDeletionCost + `"`)
+
+// costFieldSet is the field set of the entries ForeignCostWriters keeps: the
+// deletion cost annotation alone.
+var costFieldSet = []byte(`{"f:metadata":{"f:annotations":{"f:` + corev1.PodDeletionCost + `":{}}}}`)
+
+// ForeignCostWriters are the entries of managedFields that hold the pod's
+// deletion cost annotation for a manager other than apportion and were
+// written after the pod was created (a cost in the pod template is the
+// owner's, set at creation), each with a field set of that annotation alone:
+// what the pod cache keeps of managedFields. nil when there is none, which
+// is the rule. It gives the same for a pod it already filtered.
+func ForeignCostWriters(pod *corev1.Pod) []metav1.ManagedFieldsEntry {
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range pod.ManagedFields {
+		if e.Manager == FieldManager || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, costField) {
+			continue
+		}
+		if e.Time == nil || !e.Time.After(pod.CreationTimestamp.Time) {
+			continue
+		}
+		out = append(out, metav1.ManagedFieldsEntry{Manager: e.Manager, Operation: e.Operation, APIVersion: e.APIVersion,
+			Time: e.Time, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: costFieldSet}})
+	}
+	return out
+}
+
+// CostWriter names the manager other than apportion that last wrote the
+// pod's deletion cost after its creation; "" when there is none (apportion
+// wrote it, the pod template set it, or it has none).
+func CostWriter(pod *corev1.Pod) string {
+	var who string
+	var when time.Time
+	for _, e := range ForeignCostWriters(pod) {
+		if who == "" || e.Time.After(when) {
+			who, when = e.Manager, e.Time.Time
+		}
+	}
+	return who
 }

@@ -76,6 +76,13 @@ var (
 		Namespace: namespace, Subsystem: "deletioncost", Name: "patches_total",
 		Help: "Pod deletion cost annotations written.",
 	})
+	// DeletionCostSecondWriterTotal counts deletion costs apportion
+	// overwrote that another writer (Karpenter's PodDeletionCostManagement,
+	// say) had set.
+	DeletionCostSecondWriterTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "deletioncost", Name: "second_writer_total",
+		Help: "Pod deletion costs apportion overwrote after another field manager (such as Karpenter's PodDeletionCostManagement) wrote them.",
+	})
 	// CertificateExpiryTimestampSeconds is when the webhook's certificates
 	// expire, by kind (ca, serving), as every replica sees them in the Secret:
 	// an alert on it catches a rotation that stopped working.
@@ -164,7 +171,7 @@ var once sync.Once
 // more than once.
 func Register() {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal,
+		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal, DeletionCostSecondWriterTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
 			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal, ImageRegistryDeniedTotal,
 			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)

@@ -174,7 +174,10 @@ func StripPod(obj any) (any, error) {
 func stripPod(pod *corev1.Pod) *corev1.Pod {
 	// The cache reader sets the kind on what it gives out.
 	pod.TypeMeta = metav1.TypeMeta{}
-	pod.ManagedFields = nil
+	// Of managedFields only a deletion cost another writer set after the
+	// pod's creation is kept (decision.ForeignCostWriters, nil as a rule):
+	// the deletion-cost controller warns about a second writer.
+	pod.ManagedFields = decision.ForeignCostWriters(pod)
 	var kept map[string]string
 	for _, k := range keptAnnotations {
 		if v, ok := pod.Annotations[k]; ok {

@@ -41,6 +41,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/version"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -143,6 +144,10 @@ func (op *Operator) newManager(cfg *rest.Config) (manager.Manager, error) {
 	leaseDuration, renewDeadline, retryPeriod, grace := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod, o.GracefulShutdownTimeout
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+	// The API server names the field manager of every write after the user
+	// agent: "apportion" whatever the binary is called, so that a pod's
+	// managedFields tell apportion's deletion costs from another writer's.
+	cfg.UserAgent = decision.FieldManager + "/" + version.Version
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 )
@@ -262,5 +264,47 @@ func fillAll(v reflect.Value, depth int, n *int) {
 				fillAll(v.Field(i), depth, n)
 			}
 		}
+	}
+}
+
+// TestStripPodKeepsSecondCostWriters: of managedFields the cache keeps only
+// a deletion cost written after the pod's creation by a manager other than
+// apportion, so that the deletion-cost controller can name it; the cached
+// pod gives the same writer as the pod it came from.
+func TestStripPodKeepsSecondCostWriters(t *testing.T) {
+	created := metav1.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	later := metav1.NewTime(created.Add(time.Minute))
+	entry := func(manager string, at metav1.Time, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &at,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	const cost = `{"f:metadata":{"f:annotations":{"f:controller.kubernetes.io/pod-deletion-cost":{}}}}`
+	const labels = `{"f:metadata":{"f:labels":{"f:app":{}}}}`
+	cases := []struct {
+		name    string
+		entries []metav1.ManagedFieldsEntry
+		writer  string
+	}{
+		{"none", nil, ""},
+		{"the template's cost, at creation", []metav1.ManagedFieldsEntry{entry("kube-controller-manager", created, cost)}, ""},
+		{"apportion's cost", []metav1.ManagedFieldsEntry{entry("kube-controller-manager", created, labels), entry(decision.FieldManager, later, cost)}, ""},
+		{"karpenter's cost", []metav1.ManagedFieldsEntry{entry("kube-controller-manager", created, labels), entry("karpenter", later, cost)}, "karpenter"},
+		{"another field", []metav1.ManagedFieldsEntry{entry("karpenter", later, labels)}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: created,
+				Annotations: map[string]string{corev1.PodDeletionCost: "3"}, ManagedFields: tc.entries}}
+			if got := decision.CostWriter(pod); got != tc.writer {
+				t.Fatalf("the pod's writer is %q, want %q", got, tc.writer)
+			}
+			out := cached(t, pod.DeepCopy())
+			if got := decision.CostWriter(out); got != tc.writer {
+				t.Errorf("the cached pod's writer is %q, want %q (managedFields %+v)", got, tc.writer, out.ManagedFields)
+			}
+			if tc.writer == "" && out.ManagedFields != nil {
+				t.Errorf("the cache kept managedFields %+v", out.ManagedFields)
+			}
+		})
 	}
 }

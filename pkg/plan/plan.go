@@ -5,6 +5,7 @@ package plan
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -22,6 +23,10 @@ import (
 // MaxReplicas bounds a preview; far above any real workload, low enough that
 // a typo cannot make the command run for minutes.
 const MaxReplicas = 1_000_000
+
+// ErrNoGroupServed is returned, wrapped, when no NodePool of the catalog
+// serves any group of the strategy.
+var ErrNoGroupServed = errors.New("no NodePool serves any group of the strategy")
 
 // Result is the preview of one strategy at one replica count. Its JSON form is
 // the contract of `apportion plan -o json`.
@@ -112,7 +117,7 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 			choices[i] = c
 		}
 		if avail&(1<<uint(len(s.Groups))-1) == 0 {
-			return nil, fmt.Errorf("no NodePool serves any group of the strategy: %s", strings.Join(unavailable, "; "))
+			return nil, fmt.Errorf("%w: %s", ErrNoGroupServed, strings.Join(unavailable, "; "))
 		}
 	}
 	seq := make([]int, replicas)
@@ -160,7 +165,14 @@ func (r *Result) WriteJSON(w io.Writer) error {
 }
 
 // WriteTable writes the result for a person: one line per group.
-func (r *Result) WriteTable(w io.Writer) error {
+func (r *Result) WriteTable(w io.Writer) error { return r.writeTable(w, false) }
+
+// WriteWide is WriteTable with more columns: each group's floor and
+// ceiling, and with NodePools the tolerations of each; the order of pods is
+// printed whatever their number.
+func (r *Result) WriteWide(w io.Writer) error { return r.writeTable(w, true) }
+
+func (r *Result) writeTable(w io.Writer, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if r.Source != "" {
 		fmt.Fprintf(tw, "source:\t%s\n", r.Source)
@@ -170,21 +182,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	for _, g := range r.Details {
 		pools = pools || g.NodePool != "" || g.Unavailable != ""
 	}
-	if pools {
-		fmt.Fprintln(tw, "#\tGROUP\tBASE\tWEIGHT\tNODEPOOL\tIDEAL\tCOUNT")
-	} else {
-		fmt.Fprintln(tw, "#\tGROUP\tBASE\tWEIGHT\tIDEAL\tCOUNT")
-	}
-	for i, g := range r.Details {
-		if !pools {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\n", i, g.Key, g.Base, g.Weight, formatShare(g.Ideal), g.Count)
-			continue
-		}
-		pool := g.NodePool
-		if g.Unavailable != "" {
-			pool = "(none: left out)"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%d\n", i, g.Key, g.Base, g.Weight, pool, formatShare(g.Ideal), g.Count)
+	fmt.Fprintln(tw, strings.Join(tableHeader(wide, pools), "\t"))
+	for i := range r.Details {
+		fmt.Fprintln(tw, strings.Join(r.Details[i].tableRow(i, wide, pools), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -194,7 +194,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "group %d left out: %s\n", i, g.Unavailable)
 		}
 	}
-	if len(r.Sequence) > 0 && len(r.Sequence) <= 100 {
+	if len(r.Sequence) > 0 && (wide || len(r.Sequence) <= 100) {
 		parts := make([]string, len(r.Sequence))
 		for i, gi := range r.Sequence {
 			parts[i] = strconv.Itoa(gi)
@@ -203,6 +203,68 @@ func (r *Result) WriteTable(w io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// tableHeader is the header of the table: NODEPOOL with pools, LOWER and
+// UPPER when wide, and TOLERATIONS when both.
+func tableHeader(wide, pools bool) []string {
+	h := []string{"#", "GROUP", "BASE", "WEIGHT"}
+	if pools {
+		h = append(h, "NODEPOOL")
+	}
+	h = append(h, "IDEAL")
+	if wide {
+		h = append(h, "LOWER", "UPPER")
+	}
+	h = append(h, "COUNT")
+	if wide && pools {
+		h = append(h, "TOLERATIONS")
+	}
+	return h
+}
+
+// tableRow is group i's row under tableHeader.
+func (g *Group) tableRow(i int, wide, pools bool) []string {
+	row := []string{strconv.Itoa(i), g.Key, strconv.Itoa(int(g.Base)), strconv.Itoa(int(g.Weight))}
+	if pools {
+		pool := g.NodePool
+		if g.Unavailable != "" {
+			pool = "(none: left out)"
+		}
+		row = append(row, pool)
+	}
+	row = append(row, formatShare(g.Ideal))
+	if wide {
+		row = append(row, strconv.FormatInt(g.Lower, 10), strconv.FormatInt(g.Upper, 10))
+	}
+	row = append(row, strconv.FormatInt(g.Count, 10))
+	if wide && pools {
+		row = append(row, formatTolerations(g.Tolerations))
+	}
+	return row
+}
+
+// formatTolerations writes tolerations as kubectl describe does:
+// key=value:effect, key:effect for Exists, "<none>" for none.
+func formatTolerations(ts []corev1.Toleration) string {
+	if len(ts) == 0 {
+		return "<none>"
+	}
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		s := t.Key
+		if t.Operator != corev1.TolerationOpExists && t.Value != "" {
+			s += "=" + t.Value
+		}
+		if t.Effect != "" {
+			s += ":" + string(t.Effect)
+		}
+		if s == "" {
+			s = "(all taints)"
+		}
+		parts[i] = s
+	}
+	return strings.Join(parts, ",")
 }
 
 func formatShare(f float64) string {

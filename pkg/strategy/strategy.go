@@ -15,6 +15,7 @@ package strategy
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -189,7 +190,11 @@ func parseGroup(num int, raw string) (Group, error) {
 		case KeyBase, KeyWeight:
 			n, err := parseCount(v)
 			if err != nil {
-				return g, fault(fmt.Sprintf("%s %s", k, err))
+				reason := fmt.Sprintf("%s %s", k, err)
+				if k == KeyWeight {
+					reason += ratioHint(v)
+				}
+				return g, fault(reason)
 			}
 			if k == KeyBase {
 				g.Base = n
@@ -228,6 +233,28 @@ func parseCount(v string) (int32, error) {
 		return 0, fmt.Errorf("must be at most %d, got %q", MaxValue, v)
 	}
 	return int32(n), nil
+}
+
+// ratioHint explains a weight written as a percentage ("25%") or as a
+// fraction ("0.25"): weights are ratios, and the hint shows the item to
+// write instead. "" when v is neither.
+func ratioHint(v string) string {
+	const hint = ": weights are ratios, not %s; write %s=%s"
+	if pct, ok := strings.CutSuffix(v, "%"); ok {
+		if _, err := parseCount(strings.TrimSpace(pct)); err == nil {
+			return fmt.Sprintf(hint, "percentages", KeyWeight, strings.TrimSpace(pct))
+		}
+		return ""
+	}
+	// A fraction below 1 reads as a share of 100: 0.25 -> 25.
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !strings.Contains(v, ".") || f <= 0 || f >= 1 {
+		return ""
+	}
+	if pct := f * 100; pct == math.Trunc(pct) {
+		return fmt.Sprintf(hint, "fractions", KeyWeight, strconv.Itoa(int(pct)))
+	}
+	return ""
 }
 
 // labelSetID is order-insensitive: "a=1,b=2" and "b=2,a=1" are the same nodes.

@@ -109,6 +109,28 @@ func TestErrorMessageNamesGroupItemAndReason(t *testing.T) {
 	}
 }
 
+// TestWeightAsPercentageHint: a weight written as a percentage or a
+// fraction is rejected with the item to write instead; other bad weights,
+// and bases, get no hint.
+func TestWeightAsPercentageHint(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a=b,weight=25%:c=d,weight=75%", `group 1, item 2 "weight=25%": weight must be a non-negative integer, got "25%": weights are ratios, not percentages; write weight=25`},
+		{"a=b,weight=1:c=d, weight = 75 % ", `group 2, item 2 "weight = 75 %": weight must be a non-negative integer, got "75 %": weights are ratios, not percentages; write weight=75`},
+		{"a=b,weight=0.25:c=d,weight=0.75", `group 1, item 2 "weight=0.25": weight must be a non-negative integer, got "0.25": weights are ratios, not fractions; write weight=25`},
+		{"a=b,weight=.5", `weights are ratios, not fractions; write weight=50`},
+	} {
+		_, err := Parse(tc.in)
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want it to end with %s", tc.in, err, tc.want)
+		}
+	}
+	for _, in := range []string{"a=b,weight=1.5", "a=b,weight=0.333", "a=b,weight=x%", "a=b,weight=-5%", "a=b,weight=1,base=25%", "a=b,weight=0.0"} {
+		if _, err := Parse(in); err == nil || strings.Contains(err.Error(), "ratios") {
+			t.Errorf("Parse(%q) = %v, want an error without the ratio hint", in, err)
+		}
+	}
+}
+
 func TestFind(t *testing.T) {
 	const s = "a=b,weight=1"
 	for _, tc := range []struct {

@@ -16,10 +16,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var printTable = flag.Bool("print-table", false, "print the README values table generated from values.yaml and values.schema.json")
+var printTable = flag.Bool("print-table", false, "print the values table of chart/README.md generated from values.yaml and values.schema.json")
 
-// readmeSection is the README section that holds the values table.
-const readmeSection = "## Install on EKS with Karpenter"
+// The chart's own page holds the values table, in this section.
+const (
+	valuesDoc     = "chart/README.md"
+	valuesSection = "## Values"
+)
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -110,7 +113,7 @@ func valueKeys(values map[string]any, schema *schemaNode) []valueKey {
 }
 
 // documentedKeys is valueKeys plus the deprecated keys the schema still
-// accepts but values.yaml no longer has: the README lists them too, so that
+// accepts but values.yaml no longer has: the values table lists them too, so that
 // whoever has one in an old values file finds what replaced it.
 func documentedKeys(values map[string]any, schema *schemaNode) []valueKey {
 	out := valueKeys(values, schema)
@@ -143,21 +146,21 @@ func schemaKeys(s *schemaNode) map[string]*schemaNode {
 	return out
 }
 
-// tableRow is one row of the README's values table.
+// tableRow is one row of the values table.
 type tableRow struct {
 	key, def, desc string
 	line           int
 }
 
-// readmeTable parses the values table of readmeSection: a markdown table
-// whose header's first cell is "key" and whose rows start with the dotted
-// key in backticks.
-func readmeTable(t *testing.T) []tableRow {
+// valuesTable parses the values table of valuesSection in valuesDoc: a
+// markdown table whose header's first cell is "key" and whose rows start
+// with the dotted key in backticks.
+func valuesTable(t *testing.T) []tableRow {
 	t.Helper()
-	lines := strings.Split(string(read(t, "README.md")), "\n")
-	start := slices.Index(lines, readmeSection)
+	lines := strings.Split(string(read(t, valuesDoc)), "\n")
+	start := slices.Index(lines, valuesSection)
 	if start < 0 {
-		t.Fatalf("README.md has no %q section", readmeSection)
+		t.Fatalf("%s has no %q section", valuesDoc, valuesSection)
 	}
 	var rows []tableRow
 	inTable := false
@@ -181,18 +184,18 @@ func readmeTable(t *testing.T) []tableRow {
 			continue
 		}
 		if len(cells) < 3 {
-			t.Errorf("README.md:%d: a values table row needs 3 cells: %s", i+1, line)
+			t.Errorf("%s:%d: a values table row needs 3 cells: %s", valuesDoc, i+1, line)
 			continue
 		}
 		key := cells[0]
 		if len(key) < 2 || key[0] != '`' || key[len(key)-1] != '`' {
-			t.Errorf("README.md:%d: the first cell must be the dotted key in backticks, got %s", i+1, key)
+			t.Errorf("%s:%d: the first cell must be the dotted key in backticks, got %s", valuesDoc, i+1, key)
 			continue
 		}
 		rows = append(rows, tableRow{key: strings.Trim(key, "`"), def: cells[1], desc: cells[2], line: i + 1})
 	}
 	if len(rows) == 0 {
-		t.Fatalf("README.md: no values table (| key | default | description |) in %q", readmeSection)
+		t.Fatalf("%s: no values table (| key | default | description |) in %q", valuesDoc, valuesSection)
 	}
 	return rows
 }
@@ -248,11 +251,11 @@ func TestValuesTable(t *testing.T) {
 		fmt.Print(b.String())
 	}
 
-	rows := readmeTable(t)
+	rows := valuesTable(t)
 	inTable := map[string]tableRow{}
 	for _, r := range rows {
 		if prev, dup := inTable[r.key]; dup {
-			t.Errorf("README.md:%d: `%s` is already in the table at line %d", r.line, r.key, prev.line)
+			t.Errorf("%s:%d: `%s` is already in the table at line %d", valuesDoc, r.line, r.key, prev.line)
 		}
 		inTable[r.key] = r
 	}
@@ -261,19 +264,19 @@ func TestValuesTable(t *testing.T) {
 		inValues[k.path] = true
 		r, ok := inTable[k.path]
 		if !ok {
-			t.Errorf("chart/values.yaml key `%s` is missing from the README values table", k.path)
+			t.Errorf("chart/values.yaml key `%s` is missing from the values table of %s", k.path, valuesDoc)
 			continue
 		}
 		if want := defaultCell(k); r.def != want {
-			t.Errorf("README.md:%d: `%s` default is %s, values.yaml says %s", r.line, k.path, r.def, want)
+			t.Errorf("%s:%d: `%s` default is %s, values.yaml says %s", valuesDoc, r.line, k.path, r.def, want)
 		}
 		if r.desc == "" {
-			t.Errorf("README.md:%d: `%s` has no description", r.line, k.path)
+			t.Errorf("%s:%d: `%s` has no description", valuesDoc, r.line, k.path)
 		}
 	}
 	for _, r := range rows {
 		if !inValues[r.key] {
-			t.Errorf("README.md:%d: `%s` is in the values table but no longer in chart/values.yaml (nor deprecated in chart/values.schema.json)", r.line, r.key)
+			t.Errorf("%s:%d: `%s` is in the values table but no longer in chart/values.yaml (nor deprecated in chart/values.schema.json)", valuesDoc, r.line, r.key)
 		}
 	}
 }

@@ -58,6 +58,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -82,6 +83,7 @@ type Controller struct {
 	resolve    []workload.Option
 	strategies *compiled.Cache
 	debounce   time.Duration
+	recorder   *apevents.Recorder
 
 	mu sync.Mutex
 	// verified remembers, per revision and pod, at which resourceVersion
@@ -110,6 +112,13 @@ func NewController(kubeClient client.Client, signer *decision.Signer) *Controlle
 // controllers, instead of a cache of its own.
 func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
 	c.strategies = cache
+	return c
+}
+
+// WithRecorder publishes the Warning Event of a second deletion-cost writer
+// (see warnSecondWriter) through r.
+func (c *Controller) WithRecorder(r *apevents.Recorder) *Controller {
+	c.recorder = r
 	return c
 }
 
@@ -176,6 +185,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		want := strconv.Itoa(costs[p.UID])
 		if p.Annotations[Annotation] == want {
 			continue
+		}
+		if who := decision.CostWriter(p); who != "" {
+			c.warnSecondWriter(ctx, info.Workload.ObjectReference(), p, who)
 		}
 		if err := c.patch(ctx, p, want); err != nil {
 			return reconcile.Result{}, err

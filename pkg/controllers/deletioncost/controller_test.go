@@ -186,7 +186,7 @@ func TestForgedDecisionsAreStrays(t *testing.T) {
 
 // ownedPodsClient is a fake client holding objs, with the pods indexed by
 // their owner as the operator's cache indexes them.
-func ownedPodsClient(objs ...client.Object) client.Client {
+func ownedPodsClient(objs ...client.Object) client.WithWatch {
 	return fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
 			if k := workload.OwnerKey(o.(*corev1.Pod)); k != "" {

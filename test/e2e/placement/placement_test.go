@@ -14,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/test/framework"
 )
@@ -404,4 +406,34 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 		return nil
 	})
 	t.Logf("scaling down by %d removed the %d stray pod(s) first", strays, strays)
+}
+
+// TestSecondDeletionCostWriter: a pod's deletion cost written by another
+// field manager (as Karpenter's PodDeletionCostManagement feature does,
+// with its own client) is put back to apportion's order, and the workload
+// gets a DeletionCostConflict Warning naming the writer; apportion's own
+// writes carry the field manager "apportion".
+func TestSecondDeletionCostWriter(t *testing.T) {
+	startReplicas(t, 1)
+	ns := newNamespace(t, nil)
+	create(t, deployment(ns, "costs", 4, map[string]string{annotations.Strategy: seed004}))
+	waitDecided(t, ns, "costs", 4, 3*time.Minute)
+	waitDeletionCosts(t, ns, "costs", seed004)
+	pod := livePods(t, ns, "costs")[0]
+	var ours bool
+	for _, e := range pod.ManagedFields {
+		ours = ours || e.Manager == decision.FieldManager && e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), deletioncost.Annotation)
+	}
+	if !ours {
+		t.Errorf("the deletion cost of pod %s is not managed by %q: %+v", pod.Name, decision.FieldManager, pod.ManagedFields)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + deletioncost.Annotation + `":"12345"}}}`)
+	if err := env.kube.Patch(t.Context(), &pod, client.RawPatch(types.MergePatchType, patch), client.FieldOwner("karpenter")); err != nil {
+		t.Fatal(err)
+	}
+	msgs := eventsFor(t, ns, "costs", deletioncost.ReasonSecondWriter, time.Minute)
+	if len(msgs) == 0 || !strings.Contains(msgs[0], "karpenter") || !strings.Contains(msgs[0], "PodDeletionCostManagement") {
+		t.Errorf("DeletionCostConflict Events %q; want one naming karpenter and the feature gate", msgs)
+	}
+	waitDeletionCosts(t, ns, "costs", seed004)
 }
