@@ -62,10 +62,24 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 test: ## Run the unit tests with the race detector
 	$(GO) test -race -count=1 ./...
 
+# The CRDs go twice into the charts: chart/crds/, which helm installs with
+# the apportion chart when they are missing and never upgrades, and
+# chart-crd/templates/, the apportion-crd chart, whose helm upgrade updates
+# them. The copies in chart-crd/templates/ are controller-gen's files with the
+# annotations of chart-crd/templates/_helpers.tpl included under
+# metadata.annotations (helm.sh/resource-policy: keep); every other .yaml
+# there is removed, so a CRD dropped from pkg/apis leaves both charts.
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds from pkg/apis
+generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds and chart-crd/templates from pkg/apis
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=chart/crds
+	rm -f chart-crd/templates/*.yaml
+	for crd in chart/crds/*.yaml; do \
+	  out="chart-crd/templates/$${crd##*/}"; \
+	  { echo "{{- /* Written by make generate from $$crd (controller-gen, from pkg/apis): do not edit. */ -}}"; \
+	    awk '{ print } /^  annotations:$$/ && !done { print "    {{- include \"apportion-crd.annotations\" . | nindent 4 }}"; done = 1 } END { exit !done }' "$$crd"; \
+	  } >"$$out" || { echo "$$crd: no metadata.annotations to add chart-crd's to" >&2; rm -f "$$out"; exit 1; }; \
+	done
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
@@ -74,8 +88,8 @@ $(CONTROLLER_GEN):
 
 .PHONY: verify
 verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current; fails if anything would change
-	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds); \
-	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds | head -50; exit 1; fi
+	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds chart-crd/templates); \
+	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds chart-crd/templates | head -50; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -137,10 +151,14 @@ plan-examples: build ## Preview both example workloads (from the AWS sample webh
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
 .PHONY: helm-lint
-helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certificate mode and with the optional parts on, check its docs
+helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them (chart/ in every certificate mode and with the optional parts on), check the docs
 	@helm="$$(test/tools/build.sh --quiet)/helm"; \
 	  "$$helm" lint chart/; \
 	  "$$helm" lint chart/ --strict; \
+	  "$$helm" lint chart-crd/ --strict; \
+	  echo "helm template: apportion-crd"; \
+	  "$$helm" template apportion-crd chart-crd/ -n apportion-system --kube-version 1.29.0 | grep -q 'helm.sh/resource-policy: keep' \
+	    || { echo "helm template: the CRDs of chart-crd/ lack helm.sh/resource-policy: keep (run make generate)" >&2; exit 1; }; \
 	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
 	  for kube in 1.29.0 1.36.0; do \
 	    for mode in self-managed cert-manager provided; do \
@@ -149,9 +167,10 @@ helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certifi
 	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
 	    done; \
 	  done; \
-	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance"; \
+	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance, a global value"; \
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
 	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
+	    --set global.imageRegistry=registry.example.com \
 	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep -q 'pods/eviction' \
 	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }
 	$(GO) test -count=1 ./test/chartdocs/

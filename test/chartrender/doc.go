@@ -1,5 +1,5 @@
-// Package chartrender renders chart/ with the helm CLI (`helm template`, no
-// cluster) and checks the objects the templates make: `go test
+// Package chartrender renders chart/ and chart-crd/ with the helm CLI (`helm
+// template`, no cluster) and checks the objects the templates make: `go test
 // ./test/chartrender/`.
 //
 // The helm binary is $HELM if set, else the one test/tools/build.sh built

@@ -57,6 +57,7 @@ func TestChart(t *testing.T) {
 		{"UpgradeAndCertificateRotation", testRotation},
 		{"SIGTERMLeaderDuringBurst", testSIGTERM},
 		{"ForceDeletedLeaderDuringBurst", testForceDeletedLeader},
+		{"CRDUpgrade", testCRDUpgrade},
 		{"Uninstall", testUninstall},
 	}
 	for _, s := range steps {
