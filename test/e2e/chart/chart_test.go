@@ -58,6 +58,7 @@ func TestChart(t *testing.T) {
 		{"SIGTERMLeaderDuringBurst", testSIGTERM},
 		{"ForceDeletedLeaderDuringBurst", testForceDeletedLeader},
 		{"Uninstall", testUninstall},
+		{"InstallFromOCIRegistry", testInstallFromOCIRegistry},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
