@@ -87,6 +87,9 @@ type PodProcess struct {
 	// for an image pulled from the registry given to PullFrom, else the
 	// pod's image reference (the test's own binary runs).
 	ImageID string
+	// Binary is the apportion binary the process runs (Cmd may start it
+	// through nsenter).
+	Binary string
 	// Started is when the process was started; Exited closes when it ends.
 	Started time.Time
 	Exited  chan struct{}
@@ -358,7 +361,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	cmd.Env = env
 	cmd.Dir = podDir
 	p := newPodProcess(pod, ctr, ip, cmd, logName)
-	p.ImageID = imageID
+	p.ImageID, p.Binary = imageID, bin
 	if err := startLogged(k.c, logName, cmd); err != nil {
 		return err
 	}

@@ -226,13 +226,13 @@ func checkPulledProcess(ctx context.Context, t *testing.T, p *framework.PodProce
 	if p.ImageID != wantID {
 		t.Errorf("pod %s: the kubelet pulled %s, want %s", p.Name, p.ImageID, wantID)
 	}
-	if p.Cmd.Path == env.bin {
+	if p.Binary == env.bin {
 		t.Fatalf("pod %s runs the test's own binary, not the image's", p.Name)
 	}
-	if got, want := sha256File(t, p.Cmd.Path), sha256File(t, released); got != want {
-		t.Errorf("pod %s runs %s (sha256 %s), want the released binary %s (sha256 %s)", p.Name, p.Cmd.Path, got, released, want)
+	if got, want := sha256File(t, p.Binary), sha256File(t, released); got != want {
+		t.Errorf("pod %s runs %s (sha256 %s), want the released binary %s (sha256 %s)", p.Name, p.Binary, got, released, want)
 	}
-	out, err := exec.CommandContext(ctx, p.Cmd.Path, "version").CombinedOutput()
+	out, err := exec.CommandContext(ctx, p.Binary, "version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "apportion "+e2eRelease+" ") || !strings.Contains(string(out), "linux/"+runtime.GOARCH) {
 		t.Errorf("pod %s: `apportion version` of its binary: %v: %s", p.Name, err, out)
 	}
