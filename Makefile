@@ -13,7 +13,12 @@ BIN     := $(CURDIR)/bin
 MODULE  := github.com/apportion-dev/apportion
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -s -w -X $(MODULE)/pkg/version.Version=$(VERSION) -X $(MODULE)/pkg/version.Commit=$(COMMIT)
+# The commit time: the image's time and the binaries' build date, so a
+# commit builds the same bytes every time.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE := $(shell date -u -d '@$(SOURCE_DATE_EPOCH)' +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u -r '$(SOURCE_DATE_EPOCH)' +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS := -s -w -X $(MODULE)/pkg/version.Version=$(VERSION) -X $(MODULE)/pkg/version.Commit=$(COMMIT) \
+  -X $(MODULE)/pkg/version.BuildDate=$(BUILD_DATE)
 
 # The newest golangci-lint v2. It is built by the Go that go.mod names, so it
 # reads this code's Go version; its staticcheck runs staticcheck's default
@@ -48,7 +53,6 @@ IMAGE_DIR         ?= $(BIN)/image
 IMAGE_TARBALL     ?=
 IMAGE_CA_BUNDLE   ?=
 IMAGE_REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo $(COMMIT))
-SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: image
 image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker needed)
@@ -57,6 +61,59 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 	$(GO) run ./hack/apportion-image --amd64 $(BIN)/linux-amd64/apportion --arm64 $(BIN)/linux-arm64/apportion \
 	  --version '$(VERSION)' --revision '$(IMAGE_REVISION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out '$(IMAGE_DIR)' \
 	  $(if $(IMAGE_TARBALL),--tarball '$(IMAGE_TARBALL)') $(if $(IMAGE_CA_BUNDLE),--ca-bundle '$(IMAGE_CA_BUNDLE)')
+
+# A release: `make release VERSION=vX.Y.Z` writes RELEASE_DIR (default
+# bin/release, replaced whole): a static binary and its CycloneDX SBOM per
+# platform of RELEASE_PLATFORMS, the multi-arch image (OCI layout image/ and
+# the same as an OCI archive), the Helm chart(s) with version and appVersion
+# X.Y.Z (the image tag the chart defaults to) and SHA256SUMS over the files.
+# Everything carries the commit's time, so a commit releases the same bytes.
+# `make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix]` pushes the
+# image as REGISTRY/apportion:X.Y.Z and the charts to oci://REGISTRY/charts
+# and prints their digests; INSECURE=1 for a registry on plain HTTP.
+# hack/release does the steps besides compiling and packaging.
+RELEASE_DIR       ?= $(BIN)/release
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+REGISTRY          ?=
+INSECURE          ?=
+HELM              ?=
+RELEASE_TOOL      := $(GO) run ./hack/release
+HELM_BIN           = $(if $(HELM),$(HELM),$$(test/tools/build.sh --quiet)/helm)
+
+.PHONY: release
+release: ## make release VERSION=vX.Y.Z: binaries, SBOMs, multi-arch image, charts, SHA256SUMS in bin/release
+	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release needs VERSION=vX.Y.Z" >&2; exit 2;; esac
+	@tag=$$($(RELEASE_TOOL) check-version '$(VERSION)'); \
+	dir='$(RELEASE_DIR)'; \
+	if [ -e "$$dir" ] && [ -n "$$(ls -A "$$dir")" ] && [ ! -e "$$dir/SHA256SUMS" ]; then \
+	  echo "$$dir is not empty and holds no earlier release (no SHA256SUMS): not replacing it" >&2; exit 1; fi; \
+	rm -rf "$$dir"; mkdir -p "$$dir"; \
+	helm="$(HELM_BIN)"; \
+	bins=(); \
+	for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%%/*}; arch=$${p#*/}; out="$$dir/apportion_$${tag}_$${os}_$${arch}"; \
+	  echo "build $$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o "$$out" ./cmd/apportion; \
+	  $(RELEASE_TOOL) sbom --version '$(VERSION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out "$$out.cdx.json" "$$out"; \
+	  case "$$p" in linux/arm64) p=linux/arm64/v8;; esac; \
+	  bins+=(--binary "$$p=$$out"); \
+	done; \
+	$(GO) run ./hack/apportion-image "$${bins[@]}" --version '$(VERSION)' --revision '$(IMAGE_REVISION)' \
+	  --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out "$$dir/image" --tarball "$$dir/apportion_$${tag}_image.oci.tar" \
+	  $(if $(IMAGE_CA_BUNDLE),--ca-bundle '$(IMAGE_CA_BUNDLE)'); \
+	for c in chart chart-crd; do \
+	  if [ -d "$$c" ]; then "$$helm" package "$$c" --version "$$tag" --app-version "$$tag" -d "$$dir"; fi; \
+	done; \
+	$(RELEASE_TOOL) normalize-chart --source-date-epoch '$(SOURCE_DATE_EPOCH)' "$$dir"/*.tgz; \
+	$(RELEASE_TOOL) sums "$$dir"; \
+	echo "$$dir/SHA256SUMS:"; cat "$$dir/SHA256SUMS"
+
+.PHONY: release-push
+release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] [INSECURE=1]: push what make release wrote
+	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release-push needs VERSION=vX.Y.Z" >&2; exit 2;; esac
+	@test -n '$(REGISTRY)' || { echo "make release-push needs REGISTRY=host[:port][/prefix]" >&2; exit 2; }
+	@$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
+	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)"
 
 .PHONY: test
 test: ## Run the unit tests with the race detector

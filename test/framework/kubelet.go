@@ -47,7 +47,9 @@ const podIPPrefix = "10.254.0."
 //   - gives the pod an IP of its own, added to the cluster namespace's
 //     loopback, and binds the process's ports there (what ":port" means
 //     inside a pod's network namespace);
-//   - starts the binary with the container's command, args and environment
+//   - starts the binary (the test's own; with PullFrom, the one inside the
+//     pod's image when the image lives in that registry) with the
+//     container's command, args and environment
 //     (the image's entrypoint is `apportion webhook`), each volume mount
 //     mapped to a folder of its own, Secret volumes filled from the Secret,
 //     and as its only credentials a kubeconfig holding a token requested for
@@ -65,11 +67,13 @@ type Kubelet struct {
 	bin  string
 	dir  string
 
-	mu      sync.Mutex
-	procs   map[types.UID]*PodProcess
-	nextIP  int
-	stopped bool
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	registry *Registry              // PullFrom
+	pulled   map[string]pulledImage // by image ID
+	procs    map[types.UID]*PodProcess
+	nextIP   int
+	stopped  bool
+	wg       sync.WaitGroup
 }
 
 // PodProcess is the process of one pod.
@@ -79,6 +83,13 @@ type PodProcess struct {
 	IP              string
 	Cmd             *exec.Cmd
 	LogName         string
+	// ImageID is what the pod's status reports: repository@sha256:digest
+	// for an image pulled from the registry given to PullFrom, else the
+	// pod's image reference (the test's own binary runs).
+	ImageID string
+	// Binary is the apportion binary the process runs (Cmd may start it
+	// through nsenter).
+	Binary string
 	// Started is when the process was started; Exited closes when it ends.
 	Started time.Time
 	Exited  chan struct{}
@@ -313,6 +324,10 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("want one container, got %d", len(pod.Spec.Containers))
 	}
 	ctr := pod.Spec.Containers[0]
+	bin, imageID, err := k.binaryFor(ctx, ctr.Image)
+	if err != nil {
+		return err
+	}
 	ip, err := k.allocateIP()
 	if err != nil {
 		return err
@@ -342,10 +357,11 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	logName := "pod-" + pod.Name
-	cmd := k.c.Command(k.bin, args...)
+	cmd := k.c.Command(bin, args...)
 	cmd.Env = env
 	cmd.Dir = podDir
 	p := newPodProcess(pod, ctr, ip, cmd, logName)
+	p.ImageID, p.Binary = imageID, bin
 	if err := startLogged(k.c, logName, cmd); err != nil {
 		return err
 	}
@@ -611,7 +627,7 @@ func (k *Kubelet) markReady(pod *corev1.Pod, p *PodProcess) {
 		st.Phase = corev1.PodRunning
 		st.StartTime = ptr.To(metav1.NewTime(p.Started))
 		st.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image, Ready: true, Started: ptr.To(true),
+			Name: ctr.Name, Image: ctr.Image, ImageID: p.ImageID, Ready: true, Started: ptr.To(true),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.Started)}},
 		}}
 		setConditions(st, corev1.ConditionTrue)
@@ -643,7 +659,7 @@ func (k *Kubelet) exited(pod *corev1.Pod, p *PodProcess) {
 			reason = "Error"
 		}
 		st.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image, ImageID: pod.Spec.Containers[0].Image,
+			Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image, ImageID: p.ImageID,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: int32(code), Reason: reason, StartedAt: metav1.NewTime(p.Started), FinishedAt: metav1.Now(),
 			}},

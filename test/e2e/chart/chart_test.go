@@ -59,6 +59,7 @@ func TestChart(t *testing.T) {
 		{"ForceDeletedLeaderDuringBurst", testForceDeletedLeader},
 		{"CRDUpgrade", testCRDUpgrade},
 		{"Uninstall", testUninstall},
+		{"InstallFromOCIRegistry", testInstallFromOCIRegistry},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
