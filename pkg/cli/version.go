@@ -2,51 +2,18 @@ package cli
 
 import (
 	"fmt"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
 	"github.com/apportion-dev/apportion/pkg/version"
 )
 
-// versionInfo is the output of `apportion version -o json|yaml`.
-type versionInfo struct {
-	Version          string `json:"version"`
-	Commit           string `json:"commit"`
-	BuildDate        string `json:"buildDate"`
-	GoVersion        string `json:"goVersion"`
-	KarpenterVersion string `json:"karpenterVersion"`
-	Platform         string `json:"platform"`
-}
-
-// buildInfo gathers versionInfo from pkg/version and the binary's build
-// information. The build date is not recorded yet: "unknown".
-func buildInfo() versionInfo {
-	info := versionInfo{
-		Version: version.Version, Commit: version.Commit, BuildDate: "unknown",
-		GoVersion: runtime.Version(), KarpenterVersion: "unknown",
-		Platform: runtime.GOOS + "/" + runtime.GOARCH,
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, m := range bi.Deps {
-			if m.Path == "sigs.k8s.io/karpenter" {
-				info.KarpenterVersion = m.Version
-				if m.Replace != nil {
-					info.KarpenterVersion = m.Replace.Version
-				}
-			}
-		}
-	}
-	return info
-}
-
 func newVersion() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version of apportion",
-		Long:  "Prints the release, the git commit and the Go version apportion was built with.",
+		Long:  "Prints the release, the git commit, the build date, and the Go and Karpenter module versions apportion was built with.",
 		Example: `  apportion version
   apportion version -o json`,
 		Args: noArgs,
@@ -56,7 +23,7 @@ func newVersion() *cobra.Command {
 				_, err := fmt.Fprintln(w, version.String())
 				return failedIf(err)
 			}
-			return failedIf(writeStructured(w, output, buildInfo()))
+			return failedIf(writeStructured(w, output, version.Get()))
 		},
 	}
 	addOutputFlag(cmd.Flags(), &output, "", outputJSON, outputYAML)
