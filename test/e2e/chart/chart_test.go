@@ -41,8 +41,11 @@ const (
 // (least privilege: no Secret read outside the release), an upgrade that
 // forces short certificate lifetimes and the rotations that follow, a
 // SIGTERM of the leader in a burst, the leader lost in a burst (SIGKILL and
-// a force-deleted pod), and uninstall. The steps share the release, so they run in order
-// and a failed step stops the rest.
+// a force-deleted pod), the CRD handed to an apportion-crd release and
+// upgraded by it, uninstall, and then a release built with make release,
+// pushed to a registry in the cluster and installed from it with
+// `helm install oci://...`. The steps share the release, so they run in
+// order and a failed step stops the rest.
 func TestChart(t *testing.T) {
 	steps := []struct {
 		name string
