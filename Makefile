@@ -142,7 +142,7 @@ helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certifi
 	  "$$helm" lint chart/; \
 	  "$$helm" lint chart/ --strict; \
 	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
-	  for kube in 1.29.0 1.36.0; do \
+	  for kube in 1.32.0 1.36.0; do \
 	    for mode in self-managed cert-manager provided; do \
 	      echo "helm template: Kubernetes $$kube, certificates.mode=$$mode"; \
 	      "$$helm" template apportion chart/ -n apportion-system --kube-version "$$kube" \
