@@ -30,7 +30,7 @@ BENCHTIME ?= 1s
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build bin/apportion
@@ -96,6 +96,28 @@ tools: ## Build the local control-plane programs once into ~/.cache/apportion/to
 .PHONY: e2e
 e2e: tools ## Run the end-to-end suites on local clusters (kube-apiserver, Karpenter kwok provider, kwok; needs root)
 	$(GO) test -tags e2e -count=1 -v -timeout 60m ./test/...
+
+# The compatibility matrix (CONTRIBUTING.md, "Compatibility matrix"): the
+# default tools set (test/tools/go.mod) is the newest Kubernetes/Karpenter
+# pair and runs every suite (make e2e); each other set,
+# test/tools/matrix/NAME/go.mod, runs the smoke suite. MATRIX_SETS picks some.
+MATRIX_SETS ?= $(shell test/tools/build.sh --list-sets)
+
+.PHONY: tools-matrix
+tools-matrix: ## Build the tools sets of the compatibility matrix (each ~10 min the first time, cached after)
+	@for set in $(MATRIX_SETS); do test/tools/build.sh --quiet --set "$$set" >/dev/null; done
+
+.PHONY: e2e-matrix
+e2e-matrix: tools-matrix ## Run the smoke suite on every other Kubernetes/Karpenter pair of the compatibility matrix (needs root)
+	@status=0; summary=""; \
+	  for set in $(MATRIX_SETS); do \
+	    echo "== e2e-matrix: tools set $$set"; \
+	    start=$$SECONDS; result=ok; \
+	    APPORTION_TOOLS_SET="$$set" $(GO) test -tags e2e -count=1 -v -timeout 15m ./test/e2e/smoke/ || { result=FAIL; status=1; }; \
+	    summary+="$$(printf '%-28s smoke  %-4s %4ss' "$$set" "$$result" "$$((SECONDS - start))")"$$'\n'; \
+	  done; \
+	  echo "== e2e-matrix (tools set, suite, result, duration):"; printf '%s' "$$summary"; \
+	  exit $$status
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
