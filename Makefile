@@ -171,6 +171,10 @@ helm-lint: ## Lint chart/ (helm lint, then --strict), render it in every certifi
 	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
 	    done; \
 	  done; \
+	  echo "helm template: Kubernetes 1.31.14 refused (below the compatibility matrix's floor)"; \
+	  if "$$helm" template apportion chart/ -n apportion-system --kube-version 1.31.14 >/dev/null 2>&1; then \
+	    echo "helm template: the chart renders for Kubernetes 1.31, below its kubeVersion floor 1.32" >&2; exit 1; \
+	  fi; \
 	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance"; \
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
 	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
