@@ -36,8 +36,9 @@
 #
 # Tools sets: the default set is ./go.mod. A set NAME is ./matrix/NAME/go.mod,
 # a module that pins another Kubernetes (k8s.io/kubernetes with its own
-# replace block for the staging modules) and another Karpenter
-# (sigs.k8s.io/karpenter, whose kwok provider and CRDs are used). etcd, kwok
+# replace block for the staging modules) and, if it requires one, another
+# Karpenter (sigs.k8s.io/karpenter, whose kwok provider and CRDs are used;
+# without it the set has the default set's Karpenter). etcd, kwok
 # and helm are the default set's in every set (they only talk to the API
 # server), built from ./go.mod and ./helm/go.mod into the set's own folder.
 # A set's folder has the same layout under its own key, e.g.
@@ -119,9 +120,22 @@ modver() {
 	printf '%s\n' "$v"
 }
 
+# Whether a go.mod requires a module path.
+requires() {
+	awk -v m="$1" '($1 == m || ($1 == "require" && $2 == m)) { found = 1 } END { exit !found }' "$2"
+}
+
+# The module Karpenter comes from: the set's when it requires
+# sigs.k8s.io/karpenter, else ./go.mod (a set that pairs another Kubernetes
+# with the default set's Karpenter).
+kpmod="$kmod"
+if ! requires sigs.k8s.io/karpenter "$kmod/go.mod"; then
+	kpmod="$here"
+fi
+
 K8S_VERSION="$(modver k8s.io/kubernetes "$kmod/go.mod")"
 ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3 "$here/go.mod")"
-KARPENTER_VERSION="$(modver sigs.k8s.io/karpenter "$kmod/go.mod")"
+KARPENTER_VERSION="$(modver sigs.k8s.io/karpenter "$kpmod/go.mod")"
 KWOK_VERSION="$(modver sigs.k8s.io/kwok "$here/go.mod")"
 HELM_VERSION="$(modver helm.sh/helm/v3 "$here/helm/go.mod")"
 GO_VERSION="go$(awk '$1 == "go" { print $2; exit }' "$here/go.mod")"
@@ -164,6 +178,7 @@ export CGO_ENABLED=0
 sum_of() { cat "$@" | sha256sum | cut -c1-16; }
 tools_sum="$(sum_of "$here/go.mod" "$here/go.sum")"
 kmod_sum="$(sum_of "$kmod/go.mod" "$kmod/go.sum")"
+kpmod_sum="$(sum_of "$kpmod/go.mod" "$kpmod/go.sum")"
 helm_sum="$(sum_of "$here/helm/go.mod" "$here/helm/go.sum")"
 
 # Kubernetes' own release flags (hack/lib/golang.sh): static, stripped,
@@ -190,7 +205,7 @@ targets=(
 	"kubectl|$kmod|k8s.io/kubernetes/cmd/kubectl|$K8S_VERSION|$k8s_ldflags|$kmod_sum"
 	"etcd|$here|go.etcd.io/etcd/server/v3|$ETCD_VERSION||$tools_sum"
 	"kwok|$here|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION||$tools_sum"
-	"karpenter-kwok|$kmod|sigs.k8s.io/karpenter/kwok|$KARPENTER_VERSION| -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION|$kmod_sum"
+	"karpenter-kwok|$kpmod|sigs.k8s.io/karpenter/kwok|$KARPENTER_VERSION| -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION|$kpmod_sum"
 	"helm|$here/helm|helm.sh/helm/v3/cmd/helm|$HELM_VERSION| -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION|$helm_sum"
 )
 
@@ -202,7 +217,7 @@ stamp_of() { # name pkg version ldflags sum
 # data: Karpenter's CRDs and kwok's stages
 data_stamp="karpenter=$KARPENTER_VERSION kwok=$KWOK_VERSION mod=$tools_sum layout=1"
 if [[ "$set_name" != default ]]; then
-	data_stamp+=" set=$set_name kmod=$kmod_sum"
+	data_stamp+=" set=$set_name kmod=$kpmod_sum"
 fi
 stages=(
 	node/fast/node-initialize.yaml
@@ -316,12 +331,12 @@ done
 if ! $data_ok; then
 	log "copying Karpenter CRDs and kwok stages into $dir"
 	# Karpenter's CRDs come from the Karpenter of the set in use.
-	karpenter_dir="$(cd "$kmod" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
+	karpenter_dir="$(cd "$kpmod" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
 	kwok_dir="$(cd "$here" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 	if [[ -z "$karpenter_dir" || -z "$kwok_dir" ]]; then
-		(cd "$kmod" && go mod download sigs.k8s.io/karpenter)
+		(cd "$kpmod" && go mod download sigs.k8s.io/karpenter)
 		(cd "$here" && go mod download sigs.k8s.io/kwok)
-		karpenter_dir="$(cd "$kmod" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
+		karpenter_dir="$(cd "$kpmod" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
 		kwok_dir="$(cd "$here" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 	fi
 	rm -rf "$dir/crds" "$dir/stages"
