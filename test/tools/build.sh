@@ -43,6 +43,8 @@
 # server), built from ./go.mod and ./helm/go.mod into the set's own folder.
 # A set's folder has the same layout under its own key, e.g.
 #   k8s1.32.13-etcd3.6.8-karpenter1.2.0-kwok0.8.0-helm3.22.0
+# so each set must differ from every other in its Kubernetes or Karpenter
+# version.
 # The empty name and "default" mean the default set.
 #
 # A binary is rebuilt when it is missing or when its stamp differs: the stamp
