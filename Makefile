@@ -35,7 +35,7 @@ BENCHTIME ?= 1s
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build bin/apportion
@@ -168,6 +168,28 @@ tools: ## Build the local control-plane programs once into ~/.cache/apportion/to
 e2e: tools ## Run the end-to-end suites on local clusters (kube-apiserver, Karpenter kwok provider, kwok; needs root)
 	$(GO) test -tags e2e -count=1 -v -timeout 60m ./test/...
 
+# The compatibility matrix (CONTRIBUTING.md, "Compatibility matrix"): the
+# default tools set (test/tools/go.mod) is the newest Kubernetes/Karpenter
+# pair and runs every suite (make e2e); each other set,
+# test/tools/matrix/NAME/go.mod, runs the smoke suite. MATRIX_SETS picks some.
+MATRIX_SETS ?= $(shell test/tools/build.sh --list-sets)
+
+.PHONY: tools-matrix
+tools-matrix: ## Build the tools sets of the compatibility matrix (each ~10 min the first time, cached after)
+	@for set in $(MATRIX_SETS); do test/tools/build.sh --quiet --set "$$set" >/dev/null; done
+
+.PHONY: e2e-matrix
+e2e-matrix: tools-matrix ## Run the smoke suite on every other Kubernetes/Karpenter pair of the compatibility matrix (needs root)
+	@status=0; summary=""; \
+	  for set in $(MATRIX_SETS); do \
+	    echo "== e2e-matrix: tools set $$set"; \
+	    start=$$SECONDS; result=ok; \
+	    APPORTION_TOOLS_SET="$$set" $(GO) test -tags e2e -count=1 -v -timeout 15m ./test/e2e/smoke/ || { result=FAIL; status=1; }; \
+	    summary+="$$(printf '%-28s smoke  %-4s %4ss' "$$set" "$$result" "$$((SECONDS - start))")"$$'\n'; \
+	  done; \
+	  echo "== e2e-matrix (tools set, suite, result, duration):"; printf '%s' "$$summary"; \
+	  exit $$status
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 	@for pkg in $$($(GO) list ./...); do \
@@ -217,13 +239,17 @@ helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them
 	  "$$helm" template apportion-crd chart-crd/ -n apportion-system --kube-version 1.29.0 | grep -q 'helm.sh/resource-policy: keep' \
 	    || { echo "helm template: the CRDs of chart-crd/ lack helm.sh/resource-policy: keep (run make generate)" >&2; exit 1; }; \
 	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
-	  for kube in 1.29.0 1.36.0; do \
+	  for kube in 1.32.0 1.36.0; do \
 	    for mode in self-managed cert-manager provided; do \
 	      echo "helm template: Kubernetes $$kube, certificates.mode=$$mode"; \
 	      "$$helm" template apportion chart/ -n apportion-system --kube-version "$$kube" \
 	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
 	    done; \
 	  done; \
+	  echo "helm template: Kubernetes 1.31.14 refused (below the compatibility matrix's floor)"; \
+	  if "$$helm" template apportion chart/ -n apportion-system --kube-version 1.31.14 >/dev/null 2>&1; then \
+	    echo "helm template: the chart renders for Kubernetes 1.31, below its kubeVersion floor 1.32" >&2; exit 1; \
+	  fi; \
 	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance, a global value"; \
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
 	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \

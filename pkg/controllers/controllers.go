@@ -11,7 +11,9 @@ import (
 	"slices"
 
 	"github.com/awslabs/operatorpkg/controller"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -89,7 +91,10 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	// NodePools (or node groups) out of capacity: shared by the detector
 	// that marks them and the controllers that pass them over.
 	tracker := capacity.NewTracker(d.Clock, o.CapacityTTL, o.CapacityMaxTTL)
-	groupCapacity, watchCapacity := newCapacity(ctx, kube, tracker, o, nodePools)
+	if !nodePools {
+		logNodeLabelMode(log.FromContext(ctx), mgr.GetRESTMapper())
+	}
+	groupCapacity, watchCapacity := newCapacity(kube, tracker, o, nodePools)
 	policySource := d.Policies.OrNil()
 	// One cache of compiled strategies for every controller that reads them.
 	strategies := compiled.NewCache(compiled.DefaultSize)
@@ -140,9 +145,8 @@ func janitor(d Dependencies, kube client.Client, o *options.Options) *gatejanito
 // newCapacity picks how groups are matched to capacity: Karpenter's
 // NodePools when their API is served, the nodes' labels otherwise. The
 // second value keeps the choice's cache current from the informers.
-func newCapacity(ctx context.Context, kube client.Reader, tracker *capacity.Tracker, o *options.Options, nodePools bool) (capacity.Capacity, controller.Controller) {
+func newCapacity(kube client.Reader, tracker *capacity.Tracker, o *options.Options, nodePools bool) (capacity.Capacity, controller.Controller) {
 	if !nodePools {
-		log.FromContext(ctx).Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
 		nodes := &capacity.NodeLabelCapacity{Reader: kube, Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
 		return nodes, registerFunc(func(ctx context.Context, m manager.Manager) error {
 			_, err := handle(ctx, m, nodeMetadata(), capacity.OnLabelChange(nodes.Invalidate))
@@ -157,6 +161,45 @@ func newCapacity(ctx context.Context, kube client.Reader, tracker *capacity.Trac
 		})
 		return err
 	})
+}
+
+// preV1Karpenter are the NodePool APIs of Karpenter before v1.0, newest
+// first, with the releases that served them. apportion reads only
+// karpenter.sh/v1 (Karpenter v1.0 and newer, whose NodePool CRD also served
+// v1beta1 until v1.1).
+var preV1Karpenter = []struct {
+	gvk      schema.GroupVersionKind
+	releases string
+}{
+	{schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1beta1", Kind: "NodePool"}, "v0.32 to v0.37"},
+	{schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1alpha5", Kind: "Provisioner"}, "v0.31 or older"},
+}
+
+// karpenterUpgradeGuide is Karpenter's guide to its v1 APIs.
+const karpenterUpgradeGuide = "https://karpenter.sh/docs/upgrading/v1-migration/"
+
+// logNodeLabelMode says at start why apportion places on node labels alone:
+// no Karpenter (info), or a Karpenter older than v1.0 (error: it runs, but
+// apportion cannot read its NodePools). mapper answers from discovery; a
+// discovery error counts as no Karpenter, as this is only a message.
+func logNodeLabelMode(l logr.Logger, mapper meta.RESTMapper) {
+	for _, old := range preV1Karpenter {
+		if _, err := mapper.RESTMapping(old.gvk.GroupKind(), old.gvk.Version); err != nil {
+			continue
+		}
+		found := old.gvk.GroupVersion().String() + " " + old.gvk.Kind
+		l.Error(fmt.Errorf("%s is served (Karpenter %s), karpenter.sh/v1 NodePool is not", found, old.releases),
+			"Karpenter older than v1.0 found: apportion supports only Karpenter v1.0 or newer (karpenter.sh/v1 NodePools) "+
+				"and places on node labels alone until Karpenter is upgraded; upgrade Karpenter to v1 ("+karpenterUpgradeGuide+
+				"), and apportion restarts by itself once karpenter.sh/v1 NodePools are served",
+			"found", found,
+			"karpenterReleases", old.releases,
+			"supported", "karpenter.sh/v1 NodePool (Karpenter v1.0 or newer)",
+			"instead", "a group counts as available only while some node carries its labels (always, with --scale-from-zero); "+
+				"NodePool limits, weights and Karpenter's launch failures are not read")
+		return
+	}
+	l.Info("karpenter.sh/v1 NodePool CRD not found: placing on node labels alone")
 }
 
 // newImages is the image inspector for architecture placement. Without

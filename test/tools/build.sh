@@ -30,6 +30,22 @@
 #                                    line, the bin dir:  bin="$(test/tools/build.sh)"
 #   test/tools/build.sh --print-dir  print the bin dir without building anything
 #   test/tools/build.sh --quiet      as the default, without the "up to date" line
+#   test/tools/build.sh --set NAME   build the tools set NAME of the compatibility
+#                                    matrix instead (also: APPORTION_TOOLS_SET=NAME);
+#                                    --list-sets prints the names
+#
+# Tools sets: the default set is ./go.mod. A set NAME is ./matrix/NAME/go.mod,
+# a module that pins another Kubernetes (k8s.io/kubernetes with its own
+# replace block for the staging modules) and, if it requires one, another
+# Karpenter (sigs.k8s.io/karpenter, whose kwok provider and CRDs are used;
+# without it the set has the default set's Karpenter). etcd, kwok
+# and helm are the default set's in every set (they only talk to the API
+# server), built from ./go.mod and ./helm/go.mod into the set's own folder.
+# A set's folder has the same layout under its own key, e.g.
+#   k8s1.32.13-etcd3.6.8-karpenter1.2.0-kwok0.8.0-helm3.22.0
+# so each set must differ from every other in its Kubernetes or Karpenter
+# version.
+# The empty name and "default" mean the default set.
 #
 # A binary is rebuilt when it is missing or when its stamp differs: the stamp
 # holds the tool version, the Go version, the build flags and a hash of the
@@ -49,10 +65,25 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 print_dir=false
 quiet=false
+set_name="${APPORTION_TOOLS_SET:-}"
+want_set=false
 for arg in "$@"; do
+	if $want_set; then
+		set_name="$arg"
+		want_set=false
+		continue
+	fi
 	case "$arg" in
 	--print-dir) print_dir=true ;;
 	-q | --quiet) quiet=true ;;
+	--set) want_set=true ;;
+	--set=*) set_name="${arg#--set=}" ;;
+	--list-sets)
+		for d in "$here"/matrix/*/go.mod; do
+			[[ -e "$d" ]] && basename "$(dirname "$d")"
+		done
+		exit 0
+		;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
 		exit 0
@@ -63,6 +94,22 @@ for arg in "$@"; do
 		;;
 	esac
 done
+if $want_set; then
+	echo "build.sh: --set needs a name (try --list-sets)" >&2
+	exit 2
+fi
+
+# The module Kubernetes and Karpenter come from: ./go.mod, or a set's.
+if [[ -z "$set_name" || "$set_name" == default ]]; then
+	set_name=default
+	kmod="$here"
+else
+	if [[ ! "$set_name" =~ ^[A-Za-z0-9._-]+$ || ! -f "$here/matrix/$set_name/go.mod" ]]; then
+		echo "build.sh: no tools set \"$set_name\" (no $here/matrix/$set_name/go.mod); sets: $(cd "$here/matrix" 2>/dev/null && ls -d -- */ 2>/dev/null | tr -d / | tr '\n' ' ')" >&2
+		exit 2
+	fi
+	kmod="$here/matrix/$set_name"
+fi
 
 # The version a go.mod requires for a module path (first "path vX" line).
 modver() {
@@ -75,12 +122,29 @@ modver() {
 	printf '%s\n' "$v"
 }
 
-K8S_VERSION="$(modver k8s.io/kubernetes "$here/go.mod")"
+# Whether a go.mod requires a module path.
+requires() {
+	awk -v m="$1" '($1 == m || ($1 == "require" && $2 == m)) { found = 1 } END { exit !found }' "$2"
+}
+
+# The module Karpenter comes from: the set's when it requires
+# sigs.k8s.io/karpenter, else ./go.mod (a set that pairs another Kubernetes
+# with the default set's Karpenter).
+kpmod="$kmod"
+if ! requires sigs.k8s.io/karpenter "$kmod/go.mod"; then
+	kpmod="$here"
+fi
+
+K8S_VERSION="$(modver k8s.io/kubernetes "$kmod/go.mod")"
 ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3 "$here/go.mod")"
-KARPENTER_VERSION="$(modver sigs.k8s.io/karpenter "$here/go.mod")"
+KARPENTER_VERSION="$(modver sigs.k8s.io/karpenter "$kpmod/go.mod")"
 KWOK_VERSION="$(modver sigs.k8s.io/kwok "$here/go.mod")"
 HELM_VERSION="$(modver helm.sh/helm/v3 "$here/helm/go.mod")"
 GO_VERSION="go$(awk '$1 == "go" { print $2; exit }' "$here/go.mod")"
+if [[ "go$(awk '$1 == "go" { print $2; exit }' "$kmod/go.mod")" != "$GO_VERSION" ]]; then
+	echo "build.sh: $kmod/go.mod must name the Go of $here/go.mod ($GO_VERSION)" >&2
+	exit 1
+fi
 
 key="k8s${K8S_VERSION#v}-etcd${ETCD_VERSION#v}-karpenter${KARPENTER_VERSION#v}-kwok${KWOK_VERSION#v}-helm${HELM_VERSION#v}"
 root="${APPORTION_TOOLS_DIR:-${HOME:?set HOME or APPORTION_TOOLS_DIR}/.cache/apportion/tools}"
@@ -115,6 +179,8 @@ export CGO_ENABLED=0
 
 sum_of() { cat "$@" | sha256sum | cut -c1-16; }
 tools_sum="$(sum_of "$here/go.mod" "$here/go.sum")"
+kmod_sum="$(sum_of "$kmod/go.mod" "$kmod/go.sum")"
+kpmod_sum="$(sum_of "$kpmod/go.mod" "$kpmod/go.sum")"
 helm_sum="$(sum_of "$here/helm/go.mod" "$here/helm/go.sum")"
 
 # Kubernetes' own release flags (hack/lib/golang.sh): static, stripped,
@@ -135,13 +201,13 @@ done
 
 # name | module dir | package | version | extra -ldflags | module sum
 targets=(
-	"kube-apiserver|$here|k8s.io/kubernetes/cmd/kube-apiserver|$K8S_VERSION|$k8s_ldflags|$tools_sum"
-	"kube-controller-manager|$here|k8s.io/kubernetes/cmd/kube-controller-manager|$K8S_VERSION|$k8s_ldflags|$tools_sum"
-	"kube-scheduler|$here|k8s.io/kubernetes/cmd/kube-scheduler|$K8S_VERSION|$k8s_ldflags|$tools_sum"
-	"kubectl|$here|k8s.io/kubernetes/cmd/kubectl|$K8S_VERSION|$k8s_ldflags|$tools_sum"
+	"kube-apiserver|$kmod|k8s.io/kubernetes/cmd/kube-apiserver|$K8S_VERSION|$k8s_ldflags|$kmod_sum"
+	"kube-controller-manager|$kmod|k8s.io/kubernetes/cmd/kube-controller-manager|$K8S_VERSION|$k8s_ldflags|$kmod_sum"
+	"kube-scheduler|$kmod|k8s.io/kubernetes/cmd/kube-scheduler|$K8S_VERSION|$k8s_ldflags|$kmod_sum"
+	"kubectl|$kmod|k8s.io/kubernetes/cmd/kubectl|$K8S_VERSION|$k8s_ldflags|$kmod_sum"
 	"etcd|$here|go.etcd.io/etcd/server/v3|$ETCD_VERSION||$tools_sum"
 	"kwok|$here|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION||$tools_sum"
-	"karpenter-kwok|$here|sigs.k8s.io/karpenter/kwok|$KARPENTER_VERSION| -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION|$tools_sum"
+	"karpenter-kwok|$kpmod|sigs.k8s.io/karpenter/kwok|$KARPENTER_VERSION| -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION|$kpmod_sum"
 	"helm|$here/helm|helm.sh/helm/v3/cmd/helm|$HELM_VERSION| -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION|$helm_sum"
 )
 
@@ -152,6 +218,9 @@ stamp_of() { # name pkg version ldflags sum
 
 # data: Karpenter's CRDs and kwok's stages
 data_stamp="karpenter=$KARPENTER_VERSION kwok=$KWOK_VERSION mod=$tools_sum layout=1"
+if [[ "$set_name" != default ]]; then
+	data_stamp+=" set=$set_name kmod=$kpmod_sum"
+fi
 stages=(
 	node/fast/node-initialize.yaml
 	node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
@@ -218,7 +287,7 @@ if [[ ${#todo[@]} -gt 0 ]]; then
 	names=()
 	for t in "${todo[@]}"; do names+=("${t%%|*}"); done
 	log "building ${#todo[@]} tool(s) into $bin: ${names[*]}"
-	log "  k8s $K8S_VERSION, etcd $ETCD_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, $GO_VERSION"
+	log "  set $set_name: k8s $K8S_VERSION, etcd $ETCD_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, $GO_VERSION"
 	if [[ ${#todo[@]} -ge 4 ]]; then
 		log "  the first (cold) build compiles all of them from source: ~10+ minutes on 2 cores, ~4 GB of GOCACHE;"
 		log "  later runs reuse $dir and take well under a second"
@@ -263,16 +332,20 @@ done
 
 if ! $data_ok; then
 	log "copying Karpenter CRDs and kwok stages into $dir"
-	karpenter_dir="$(cd "$here" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
+	# Karpenter's CRDs come from the Karpenter of the set in use.
+	karpenter_dir="$(cd "$kpmod" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
 	kwok_dir="$(cd "$here" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 	if [[ -z "$karpenter_dir" || -z "$kwok_dir" ]]; then
-		(cd "$here" && go mod download sigs.k8s.io/karpenter sigs.k8s.io/kwok)
-		karpenter_dir="$(cd "$here" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
+		(cd "$kpmod" && go mod download sigs.k8s.io/karpenter)
+		(cd "$here" && go mod download sigs.k8s.io/kwok)
+		karpenter_dir="$(cd "$kpmod" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
 		kwok_dir="$(cd "$here" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 	fi
 	rm -rf "$dir/crds" "$dir/stages"
 	mkdir -p "$dir/crds" "$dir/stages"
 	# Module cache files are read-only: install gives the copies mode 0644.
+	# (v1.15 ships NodePool, NodeClaim, NodeOverlay and CapacityBuffer; older
+	# releases fewer.)
 	for f in "$karpenter_dir"/kwok/charts/crds/*.yaml "$karpenter_dir"/kwok/apis/crds/*.yaml; do
 		install -m 0644 "$f" "$dir/crds/"
 	done
@@ -292,6 +365,7 @@ if ! $data_ok; then
 fi
 
 cat >"$dir/versions.env.tmp" <<EOF
+TOOLS_SET=$set_name
 K8S_VERSION=$K8S_VERSION
 ETCD_VERSION=$ETCD_VERSION
 KARPENTER_VERSION=$KARPENTER_VERSION
