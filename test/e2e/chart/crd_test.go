@@ -94,7 +94,7 @@ func testCRDUpgrade(t *testing.T) {
 		}
 		return nil
 	})
-	expectRelease(t, ctx, 1, "0.0.1")
+	expectRelease(ctx, t, 1, "0.0.1")
 
 	if out, err := helm(ctx, "upgrade", crdRelease, crdChartDir(), "-n", namespace); err != nil {
 		t.Fatalf("helm upgrade %s: %v\n%s", crdRelease, err, out)
@@ -105,7 +105,7 @@ func testCRDUpgrade(t *testing.T) {
 	waitFor(t, time.Minute, "the new schema served: a policy in the distribution form accepted", func() error {
 		return env.kube.Create(ctx, distribution.DeepCopy(), strict...)
 	})
-	expectRelease(t, ctx, 2, chartVersion(t, crdChartDir()))
+	expectRelease(ctx, t, 2, chartVersion(t, crdChartDir()))
 
 	crd = getCRD(t)
 	if got := crd.Annotations["helm.sh/resource-policy"]; got != "keep" {
@@ -177,7 +177,7 @@ func placementPolicy(ns, name string, spec map[string]any) *unstructured.Unstruc
 
 // expectRelease checks helm's record of the apportion-crd release: its
 // revision and the chart version it runs.
-func expectRelease(t *testing.T, ctx context.Context, revision int, version string) {
+func expectRelease(ctx context.Context, t *testing.T, revision int, version string) {
 	t.Helper()
 	out, err := helm(ctx, "list", "-n", namespace, "--filter", "^"+crdRelease+"$", "-o", "json")
 	if err != nil {

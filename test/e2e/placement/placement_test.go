@@ -414,11 +414,12 @@ func TestTwoReplicasLeaderKilledMidBurst(t *testing.T) {
 // gets a DeletionCostConflict Warning naming the writer; apportion's own
 // writes carry the field manager "apportion".
 func TestSecondDeletionCostWriter(t *testing.T) {
+	const halves = onDemand + ",weight=1:" + spot + ",weight=1"
 	startReplicas(t, 1)
 	ns := newNamespace(t, nil)
-	create(t, deployment(ns, "costs", 4, map[string]string{annotations.Strategy: seed004}))
+	create(t, deployment(ns, "costs", 4, map[string]string{annotations.Strategy: halves}))
 	waitDecided(t, ns, "costs", 4, 3*time.Minute)
-	waitDeletionCosts(t, ns, "costs", seed004)
+	waitDeletionCosts(t, ns, "costs", halves)
 	pod := livePods(t, ns, "costs")[0]
 	var ours bool
 	for _, e := range pod.ManagedFields {
@@ -435,5 +436,5 @@ func TestSecondDeletionCostWriter(t *testing.T) {
 	if len(msgs) == 0 || !strings.Contains(msgs[0], "karpenter") || !strings.Contains(msgs[0], "PodDeletionCostManagement") {
 		t.Errorf("DeletionCostConflict Events %q; want one naming karpenter and the feature gate", msgs)
 	}
-	waitDeletionCosts(t, ns, "costs", seed004)
+	waitDeletionCosts(t, ns, "costs", halves)
 }
