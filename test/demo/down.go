@@ -9,8 +9,8 @@ import (
 	"github.com/apportion-dev/apportion/test/cluster"
 )
 
-// down stops the demo cluster (apportion included: it was started through
-// the cluster, so its state file lists it) and removes the state folder.
+// down stops the demo agent (and with it apportion's pods' processes) and
+// the demo cluster, and removes the state folder.
 func down(l layout) error {
 	_, err := cluster.KubeconfigDetached(l.state)
 	running := err == nil
@@ -25,9 +25,14 @@ func down(l layout) error {
 	return nil
 }
 
-// teardown stops a detached cluster in the state folder, if any, removes the
-// demo's own files and, when nothing else is left in it, the folder.
+// teardown stops the demo agent and a detached cluster in the state
+// folder, if any, removes the demo's own files and, when nothing else is
+// left in it, the folder. The agent goes first: it stops the pods'
+// processes, which the cluster's state does not list.
 func teardown(l layout) error {
+	if err := stopAgent(l); err != nil {
+		return fmt.Errorf("stopping the demo agent: %w", err)
+	}
 	if err := cluster.StopDetached(l.state); err != nil {
 		return fmt.Errorf("stopping the demo cluster: %w", err)
 	}
