@@ -204,7 +204,9 @@ func startAgent(ctx context.Context, l layout, binDir string, timeout time.Durat
 	defer func() { _ = logf.Close() }()
 	cmd := exec.Command(bin, "agent", binDir)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = l.own
+	// The cluster builds its forwarder from the module, found from the
+	// working directory.
+	cmd.Dir = framework.RepoRoot()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return agentInfo{}, fmt.Errorf("starting the demo agent: %w", err)
@@ -235,7 +237,7 @@ func startAgent(ctx context.Context, l layout, binDir string, timeout time.Durat
 		}
 		select {
 		case err := <-exited:
-			return agentInfo{}, fmt.Errorf("the demo agent exited (%v) before it was ready", err)
+			return agentInfo{}, fmt.Errorf("the demo agent exited before it was ready: %w", err)
 		case <-waitCtx.Done():
 			return agentInfo{}, fmt.Errorf("the demo agent is not ready after %s", timeout)
 		case <-time.After(200 * time.Millisecond):
@@ -336,4 +338,44 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// stopLeftPods stops the pods' processes that an agent which did not exit
+// cleanly (killed, crashed) left behind: the processes whose program is a
+// binary the demo's kubelet pulled into its pods folder, and no other.
+func stopLeftPods(l layout) error {
+	prefix := l.podsDir() + string(filepath.Separator)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	var left []agentPID
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || !strings.HasPrefix(exe, prefix) {
+			continue
+		}
+		if st, err := startTime(pid); err == nil {
+			left = append(left, agentPID{PID: pid, StartTime: st})
+		}
+	}
+	var errs []error
+	for _, p := range left {
+		say(fmt.Sprintf("stopping pid %d, a pod's process the demo agent left", p.PID))
+		_ = syscall.Kill(p.PID, syscall.SIGTERM)
+	}
+	for _, p := range left {
+		if waitExit(p, 30*time.Second) {
+			continue
+		}
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		if !waitExit(p, 10*time.Second) {
+			errs = append(errs, fmt.Errorf("pid %d, a pod's process, still runs after SIGKILL", p.PID))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -36,6 +36,9 @@ func teardown(l layout) error {
 	if err := cluster.StopDetached(l.state); err != nil {
 		return fmt.Errorf("stopping the demo cluster: %w", err)
 	}
+	if err := stopLeftPods(l); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(l.own); err != nil {
 		return fmt.Errorf("removing the demo's files: %w", err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -360,18 +359,6 @@ func step(what string, fn func() error) error {
 }
 
 func say(msg string) { fmt.Fprintln(os.Stderr, "demo: "+msg) }
-
-// withOutput prints the captured output of a step that failed, above its
-// error; a step that went well stays quiet.
-func withOutput(err error, out *bytes.Buffer) error {
-	if err == nil {
-		return nil
-	}
-	if s := strings.TrimSpace(out.String()); s != "" {
-		fmt.Fprintln(os.Stderr, s)
-	}
-	return err
-}
 
 // poll calls ok every 200 ms until it is true or ctx ends.
 func poll(ctx context.Context, ok func() bool) error {
