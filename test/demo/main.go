@@ -1,6 +1,8 @@
-// Command demo is `make demo` and `make demo-down`: it runs apportion on a
-// local cluster with Karpenter (test/cluster, detached so that it outlives
-// this process), deploys the examples and prints how their pods were split.
+// Command demo is `make demo` and `make demo-down`: it starts a local
+// cluster with Karpenter (test/cluster, detached so that it outlives this
+// process), installs apportion into it as the README tells users to (make
+// release, make release-push to an OCI registry, helm install from there),
+// deploys the examples and prints how their pods were split.
 //
 //	go run ./test/demo up       start (or restart) the demo and print the table
 //	go run ./test/demo status   print the table again (after kubectl scale, say)
