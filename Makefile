@@ -214,7 +214,7 @@ bench-scale: tools ## Burst 100 workloads × 100 replicas on a local cluster wit
 	$(GO) run ./test/benchscale $(ARGS)
 
 .PHONY: demo
-demo: tools ## The main job: a local cluster with Karpenter (kwok) and apportion, the AWS sample webhooks' examples deployed, their split printed; stays running
+demo: tools ## The main job: a local cluster with Karpenter (kwok), apportion released and helm-installed from a local OCI registry, the AWS sample webhooks' examples deployed, their split printed; stays running
 	$(GO) run ./test/demo up
 
 .PHONY: demo-status
@@ -222,7 +222,7 @@ demo-status: ## Print the split of the running demo again (e.g. after kubectl sc
 	$(GO) run ./test/demo status
 
 .PHONY: demo-down
-demo-down: ## Stop the demo cluster and remove everything it left
+demo-down: ## Stop the demo (cluster, registry, apportion) and remove everything it left
 	$(GO) run ./test/demo down
 
 .PHONY: plan-examples

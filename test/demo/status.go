@@ -3,11 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/test/cluster"
 	"github.com/apportion-dev/apportion/test/framework"
@@ -22,15 +17,9 @@ func status(l layout) error {
 	if err != nil {
 		return errors.New("no demo cluster is running (start one with make demo)")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	kube, err := hostClient(kubeconfig)
 	if err != nil {
-		return fmt.Errorf("loading %s: %w", kubeconfig, err)
-	}
-	// Importing Karpenter's API package registers its kinds in client-go's
-	// scheme, which is all the table reads.
-	kube, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return fmt.Errorf("connecting to the demo cluster: %w", err)
+		return err
 	}
 	workloads, err := readExamples(framework.RepoRoot())
 	if err != nil {

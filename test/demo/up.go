@@ -1,19 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/plan"
@@ -22,9 +25,16 @@ import (
 )
 
 const (
-	// gateTimeout is how long apportion may hold a pod before releasing it
-	// undecided (the webhook's default).
-	gateTimeout = 30 * time.Second
+	// demoVersion is the release the demo builds and installs.
+	demoVersion = "v0.0.0-demo"
+	// chartNamespace and the release names are the README's.
+	chartNamespace = "apportion-system"
+	crdRelease     = "apportion-crd"
+	release        = "apportion"
+	// leaseName is the chart's placement Lease: the release's full name.
+	leaseName = "apportion"
+	// agentTimeout bounds the cluster's start by the agent.
+	agentTimeout = 6 * time.Minute
 	// podsTimeout bounds the wait for the examples' pods. They run within
 	// about 10 s on 2 cores; the rest is room for a busy machine.
 	podsTimeout = 4 * time.Minute
@@ -33,8 +43,13 @@ const (
 // examples are the manifests the demo deploys, relative to the repository.
 var examples = []string{"examples/aws-sample-nginx.yaml", "examples/eks-blog-alpine.yaml"}
 
-// up starts a fresh demo: tools, cluster, NodePools, apportion, examples,
-// then waits for the pods and prints the table.
+// valuesFile holds the chart values that fit the local cluster, relative to
+// the repository.
+const valuesFile = "test/demo/values.yaml"
+
+// up starts a fresh demo: tools, release, cluster with registry and
+// kubelet (the agent), NodePools, push, helm install, examples, then waits
+// for the pods and prints the table.
 func up(l layout) error {
 	ctx := context.Background()
 	root := framework.RepoRoot()
@@ -44,52 +59,57 @@ func up(l layout) error {
 		return err
 	}
 	if _, err := cluster.KubeconfigDetached(l.state); err == nil {
-		say("stopping the previous demo cluster")
+		say("stopping the previous demo")
 	}
 	if err := teardown(l); err != nil {
 		return err
 	}
-
-	var apportion string
-	err = step("built apportion", func() error {
-		var out bytes.Buffer
-		apportion, err = framework.BuildApportion(ctx, l.bin(), &out)
-		return withOutput(err, &out)
-	})
-	if err != nil {
-		return errors.Join(err, teardown(l))
-	}
-
-	var c *cluster.Cluster
-	err = step("started the cluster (etcd, API server, controller-manager, scheduler, Karpenter, kwok)", func() error {
-		var progress bytes.Buffer
-		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
-		c, err = cluster.Start(startCtx, cluster.Options{
-			BinDir: bin, Karpenter: true, Detached: true, StateDir: l.state, Progress: &progress,
-		})
-		return withOutput(err, &progress)
-	})
-	if err != nil {
-		// Start has stopped what it started; the demo's files go too.
-		return errors.Join(err, teardown(l))
-	}
-	// The cluster now outlives this process: a failure from here on leaves
-	// it up for a look, and says how to get rid of it.
-	if err := deploy(ctx, c, l, root, apportion); err != nil {
-		say(fmt.Sprintf("the cluster is left running for a look: export KUBECONFIG=%s; logs in %s; make demo-down stops it",
-			c.Kubeconfig(), c.LogDir()))
+	if err := os.MkdirAll(l.own, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("\nexport KUBECONFIG=%s\n", c.Kubeconfig())
-	fmt.Printf("kubectl is %s; make demo-down stops the demo and removes %s\n", filepath.Join(bin, "kubectl"), l.state)
+
+	r := &runner{root: root, bin: bin, helmHome: l.helm(), releaseDir: l.releaseDir()}
+	tag := strings.TrimPrefix(demoVersion, "v")
+	build := []string{"make", "release", "VERSION=" + demoVersion, "RELEASE_PLATFORMS=linux/" + runtime.GOARCH, "RELEASE_DIR=" + r.releaseDir}
+	if err := step("built the release "+demoVersion+" for linux/"+runtime.GOARCH+" (make release)", func() error { _, err := r.run(ctx, build...); return err }); err != nil {
+		return errors.Join(err, teardown(l))
+	}
+
+	var info agentInfo
+	err = step("started the cluster (etcd, API server, controller-manager, scheduler, Karpenter, kwok), a registry and a kubelet (demo agent)", func() error {
+		info, err = startAgent(ctx, l, bin, agentTimeout)
+		return err
+	})
+	if err != nil {
+		say("the demo agent's log ends with:\n" + tail(l.agentLog(), 40))
+		return errors.Join(err, teardown(l))
+	}
+	r.kubeconfig = info.Kubeconfig
+	// The cluster now outlives this process: a failure from here on leaves
+	// it up for a look, and says how to get rid of it.
+	if err := deploy(ctx, r, info, root, tag); err != nil {
+		say(fmt.Sprintf("the demo is left running for a look: export KUBECONFIG=%s; logs in %s; make demo-down stops it",
+			info.Kubeconfig, info.LogDir))
+		return err
+	}
+	fmt.Printf("\nThe demo ran these commands; from this shell (repository root) they reach the demo cluster and its registry:\n\n")
+	fmt.Printf("  export KUBECONFIG=%s\n", info.Kubeconfig)
+	fmt.Printf("  export PATH=%s:$PATH   # the cluster's kubectl and helm\n", bin)
+	for _, cmd := range r.ran {
+		fmt.Printf("  %s\n", cmd)
+	}
+	fmt.Printf("\nRun them again after `helm uninstall %s -n %s`. Logs: %s. make demo-down stops the demo and removes %s\n",
+		release, chartNamespace, info.LogDir, l.state)
 	return nil
 }
 
 // deploy does everything after the cluster start, up to the table.
-func deploy(ctx context.Context, c *cluster.Cluster, l layout, root, apportion string) error {
-	kube := c.Client()
-	err := step("applied the NodePools (test/testdata/karpenter, test/demo/nodepools.yaml)", func() error {
+func deploy(ctx context.Context, r *runner, info agentInfo, root, tag string) error {
+	kube, err := hostClient(info.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	err = step("applied the NodePools (test/testdata/karpenter, test/demo/nodepools.yaml)", func() error {
 		for _, path := range []string{filepath.Join(root, "test", "testdata", "karpenter"), filepath.Join(root, "test", "demo", "nodepools.yaml")} {
 			if err := framework.Apply(ctx, kube, path); err != nil {
 				return fmt.Errorf("applying %s: %w", path, err)
@@ -102,7 +122,7 @@ func deploy(ctx context.Context, c *cluster.Cluster, l layout, root, apportion s
 	if err != nil {
 		return err
 	}
-	if err := startApportion(ctx, c, l, apportion); err != nil {
+	if err := install(ctx, r, kube, info, tag); err != nil {
 		return err
 	}
 
@@ -131,6 +151,127 @@ func deploy(ctx context.Context, c *cluster.Cluster, l layout, root, apportion s
 	return errors.Join(waitErr, printTable(ctx, kube, workloads))
 }
 
+// install pushes the release to the agent's registry and installs the
+// charts from there, as the README's "Install on EKS from an OCI registry"
+// does, then waits for a placement leader.
+func install(ctx context.Context, r *runner, kube client.Client, info agentInfo, tag string) error {
+	reg := info.Registry
+	push := []string{"make", "release-push", "VERSION=" + demoVersion, "RELEASE_DIR=" + r.releaseDir, "REGISTRY=" + reg, "INSECURE=1"}
+	err := step("pushed the release to the registry "+reg+" (make release-push)", func() error {
+		out, err := r.run(ctx, push...)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if strings.HasPrefix(line, "image ") || strings.HasPrefix(line, "chart ") {
+				say("  " + line)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	crd := []string{"helm", "install", crdRelease, "oci://" + reg + "/charts/apportion-crd", "--version", tag, "--plain-http",
+		"-n", chartNamespace, "--create-namespace"}
+	app := []string{"helm", "install", release, "oci://" + reg + "/charts/apportion", "--version", tag, "--plain-http",
+		"-n", chartNamespace, "-f", valuesFile, "--set", "controller.image.repository=" + reg + "/apportion",
+		"--wait", "--timeout", "4m"}
+	err = step("installed the charts apportion-crd and apportion from oci://"+reg+"/charts (helm install)", func() error {
+		if _, err := r.run(ctx, crd...); err != nil {
+			return err
+		}
+		if _, err := r.run(ctx, app...); err != nil {
+			return fmt.Errorf("%w\nkubelet log:\n%s", err, tail(filepath.Join(info.LogDir, "kubelet.log"), 20))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// The webhook gates pods only while a placement leader is alive:
+	// deploying before the Lease is fresh would let the examples' first
+	// pods through undecided.
+	return step("apportion elected a placement leader (Lease "+chartNamespace+"/"+leaseName+")", func() error {
+		leadCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := poll(leadCtx, func() bool { return leaderAlive(leadCtx, kube) }); err != nil {
+			return fmt.Errorf("waiting for a fresh Lease %s/%s: %w", chartNamespace, leaseName, err)
+		}
+		return nil
+	})
+}
+
+// leaderAlive reports whether the chart's placement Lease is held and fresh.
+func leaderAlive(ctx context.Context, kube client.Client) bool {
+	var lease coordinationv1.Lease
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: chartNamespace, Name: leaseName}, &lease); err != nil {
+		return false
+	}
+	s := lease.Spec
+	return s.HolderIdentity != nil && *s.HolderIdentity != "" && s.RenewTime != nil && s.LeaseDurationSeconds != nil &&
+		time.Since(s.RenewTime.Time) < time.Duration(*s.LeaseDurationSeconds)*time.Second
+}
+
+// runner runs the commands a user would type, from the repository root on
+// the host, and remembers them for the summary.
+type runner struct {
+	root, bin, helmHome, releaseDir, kubeconfig string
+	ran                                         []string
+}
+
+// run runs args (make or the cluster's helm) and returns the combined
+// output; a failure carries the output.
+func (r *runner) run(ctx context.Context, args ...string) (string, error) {
+	name := args[0]
+	if name == "helm" {
+		name = filepath.Join(r.bin, "helm")
+	}
+	cmd := exec.CommandContext(ctx, name, args[1:]...)
+	cmd.Dir = r.root
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=auto", "PATH="+r.bin+":"+os.Getenv("PATH"),
+		// Helm's cache and settings stay in the demo's folder.
+		"HELM_CACHE_HOME="+filepath.Join(r.helmHome, "cache"), "HELM_CONFIG_HOME="+filepath.Join(r.helmHome, "config"),
+		"HELM_DATA_HOME="+filepath.Join(r.helmHome, "data"))
+	if r.kubeconfig != "" {
+		cmd.Env = append(cmd.Env, "KUBECONFIG="+r.kubeconfig)
+	}
+	line := strings.Join(args, " ")
+	say("$ " + line)
+	r.ran = append(r.ran, line)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w\n%s", line, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// hostClient connects to the demo cluster from the host, through the
+// kubeconfig `up` prints.
+func hostClient(kubeconfig string) (client.Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	// Importing Karpenter's API package (through test/framework) registers
+	// its kinds in client-go's scheme, which is all the demo reads.
+	kube, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the demo cluster: %w", err)
+	}
+	return kube, nil
+}
+
+// tail returns the last n lines of a file, or why it cannot.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // printTable prints the table for the workloads and fails when one of them
 // is off its split.
 func printTable(ctx context.Context, kube client.Client, workloads []*plan.Workload) error {
@@ -147,41 +288,6 @@ func printTable(ctx context.Context, kube client.Client, workloads []*plan.Workl
 		return fmt.Errorf("%d of %d Deployments are not split as their strategy asks (see the ✗ lines)", off, len(sections))
 	}
 	return nil
-}
-
-// startApportion runs one `apportion webhook` replica inside the cluster,
-// waits until it serves and leads, and registers its webhooks by URL.
-func startApportion(ctx context.Context, c *cluster.Cluster, l layout, bin string) error {
-	return step("started apportion webhook and registered it", func() error {
-		kube := c.Client()
-		if err := ensureNamespace(ctx, kube, framework.SystemNamespace); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(l.certDir(), 0o700); err != nil {
-			return fmt.Errorf("creating the certificate folder: %w", err)
-		}
-		if _, _, err := c.IssueServingCert(l.certDir()); err != nil {
-			return fmt.Errorf("issuing the webhook certificate: %w", err)
-		}
-		// Started through the cluster, so the state file lists it and
-		// make demo-down stops it with the rest.
-		r, err := framework.StartReplica(c, bin, l.certDir(), "apportion", gateTimeout)
-		if err != nil {
-			return fmt.Errorf("starting apportion webhook: %w", err)
-		}
-		readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := r.WaitReady(readyCtx); err != nil {
-			return fmt.Errorf("%w (log: %s)", err, filepath.Join(c.LogDir(), r.Name+".log"))
-		}
-		// The webhook gates pods only while a placement leader is alive:
-		// registering before the Lease is fresh would let the examples'
-		// first pods through undecided.
-		if err := poll(readyCtx, func() bool { return framework.LeaderAlive(readyCtx, kube) }); err != nil {
-			return fmt.Errorf("waiting for a fresh Lease %s/%s: %w", framework.SystemNamespace, framework.LeaseName, err)
-		}
-		return framework.Register(ctx, kube, c.CABundle(), r.Port)
-	})
 }
 
 // tools builds the cluster's programs if they are missing and returns their
@@ -253,18 +359,6 @@ func step(what string, fn func() error) error {
 }
 
 func say(msg string) { fmt.Fprintln(os.Stderr, "demo: "+msg) }
-
-// withOutput prints the captured output of a step that failed, above its
-// error; a step that went well stays quiet.
-func withOutput(err error, out *bytes.Buffer) error {
-	if err == nil {
-		return nil
-	}
-	if s := strings.TrimSpace(out.String()); s != "" {
-		fmt.Fprintln(os.Stderr, s)
-	}
-	return err
-}
 
 // poll calls ok every 200 ms until it is true or ctx ends.
 func poll(ctx context.Context, ok func() bool) error {
