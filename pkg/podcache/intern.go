@@ -46,9 +46,3 @@ func (t *table[V]) drop(key string) {
 		delete(t.m, key)
 	}
 }
-
-func (t *table[V]) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.m)
-}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"weak"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -114,23 +115,38 @@ func TestCacheReaderReadsFullPods(t *testing.T) {
 // TestSharedPartsGoWithTheirPods: once no cached pod uses a shape, the
 // table lets go of it (the pods of old ReplicaSets do not pile up).
 func TestSharedPartsGoWithTheirPods(t *testing.T) {
-	before := shapes.len()
+	// The table's entries for this test's shapes, counted by their weak
+	// pointers (equal for one object): other tests' shapes may come and go
+	// meanwhile, so the table's size proves nothing.
+	ours := map[weak.Pointer[shape]]bool{}
+	interned := func() int {
+		shapes.mu.Lock()
+		defer shapes.mu.Unlock()
+		n := 0
+		for _, wp := range shapes.m {
+			if ours[wp] {
+				n++
+			}
+		}
+		return n
+	}
 	func() {
 		pods := make([]*Pod, 100)
 		for i := range pods {
 			pods[i] = Compact(replica(fmt.Sprintf("gone-%d", i), "spot", i))
+			ours[weak.Make(pods[i].shape)] = true
 		}
-		if got := shapes.len(); got < before+100 {
-			t.Fatalf("%d shapes interned for 100 ReplicaSets", got-before)
+		if len(ours) != 100 || interned() != 100 {
+			t.Fatalf("%d shapes, %d interned, for 100 ReplicaSets", len(ours), interned())
 		}
 	}()
 	// Cleanups run after a collection, on their own goroutine.
-	for i := 0; i < 100 && shapes.len() >= before+100; i++ {
+	for i := 0; i < 100 && interned() > 0; i++ {
 		runtime.GC()
 		runtime.Gosched()
 	}
-	if got := shapes.len(); got >= before+100 {
-		t.Errorf("%d shapes still interned after their pods went", got-before)
+	if got := interned(); got > 0 {
+		t.Errorf("%d shapes still interned after their pods went", got)
 	}
 }
 
