@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,16 @@ func testInstallFromOCIRegistry(t *testing.T) {
 	chartRef := "oci://" + reg.Host + "/" + releasekit.ChartRepository + "/apportion"
 	chartDigest := printedDigest(t, out, `(?m)^chart `+regexp.QuoteMeta(chartRef+":"+tag)+`@(sha256:[0-9a-f]{64})$`)
 	t.Logf("image digest %s, chart digest %s", imageDigest, chartDigest)
+
+	// The CRD chart first, as the README installs it: here an upgrade of
+	// the apportion-crd release the CRDUpgrade step made.
+	phase = time.Now()
+	crdRef := "oci://" + reg.Host + "/" + releasekit.ChartRepository + "/apportion-crd"
+	if hout, err := helm(ctx, "upgrade", "--install", crdRelease, crdRef, "--version", tag, "--plain-http",
+		"-n", namespace, "--create-namespace", "--wait", "--timeout", "2m"); err != nil {
+		t.Fatalf("helm upgrade --install %s from %s: %v\n%s", crdRelease, crdRef, err, hout)
+	}
+	t.Logf("helm upgrade --install %s --version %s took %s", crdRef, tag, time.Since(phase).Round(time.Millisecond))
 
 	// The chart's default image is REPOSITORY:appVersion; only the
 	// repository points at the test registry.
@@ -202,8 +213,17 @@ func checkHelmRelease(ctx context.Context, t *testing.T, tag string) {
 	if err := json.Unmarshal([]byte(out), &rels); err != nil {
 		t.Fatalf("helm list: %v\n%s", err, out)
 	}
-	if len(rels) != 1 || rels[0].Chart != "apportion-"+tag || rels[0].AppVersion != tag {
-		t.Errorf("helm list: %+v, want chart apportion-%s, app version %s", rels, tag, tag)
+	// The release and the CRD release, both from the registry's charts.
+	want := map[string]string{release: "apportion-" + tag, crdRelease: "apportion-crd-" + tag}
+	got := map[string]string{}
+	for _, r := range rels {
+		if r.AppVersion != tag {
+			t.Errorf("helm list: release %s has app version %s, want %s", r.Name, r.AppVersion, tag)
+		}
+		got[r.Name] = r.Chart
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("helm list: %+v, want charts %v", rels, want)
 	}
 }
 
