@@ -7,7 +7,8 @@
 //
 // Parse reads the profiles of --runtime-class-profiles; Patch is the
 // rewrite, which records what it removed (Record, ParseRecord) when a
-// profile keeps the requests.
+// profile keeps the requests, and writes Kata's VM sizing annotations
+// (VMSize) when a profile sizes the VM.
 package profiles
 
 import (
@@ -15,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -37,6 +40,10 @@ type Profile struct {
 	// KeepRequests records the removed requests and limits in the
 	// annotation annotations.OriginalResources.
 	KeepRequests bool
+	// VMSizing writes Kata's VM sizing annotations (VMSize) from the
+	// resources the rewrite removes, and removes nvidia.com/gpu as well: the
+	// GPUs are the VM's, not the node's.
+	VMSizing bool
 }
 
 // entry is one profile as the chart passes it (JSON).
@@ -45,12 +52,13 @@ type entry struct {
 	Resource         string          `json:"resource"`
 	Quantity         json.RawMessage `json:"quantity"`
 	KeepRequests     *bool           `json:"keepRequests"`
+	VMSizing         bool            `json:"vmSizing"`
 }
 
 // Parse reads the profiles from their JSON list, e.g.
-// [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}].
+// [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true,"vmSizing":false}].
 // An empty string (or null, or []) is no profile. keepRequests defaults to
-// true. Every fault is reported, each naming its entry.
+// true, vmSizing to false. Every fault is reported, each naming its entry.
 func Parse(raw string) ([]Profile, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" || raw == "null" {
@@ -60,7 +68,7 @@ func Parse(raw string) ([]Profile, error) {
 	dec.DisallowUnknownFields()
 	var entries []entry
 	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("want a JSON list of {runtimeClassName, resource, quantity, keepRequests}: %w", err)
+		return nil, fmt.Errorf("want a JSON list of {runtimeClassName, resource, quantity, keepRequests, vmSizing}: %w", err)
 	}
 	if dec.More() {
 		return nil, errors.New("want one JSON list, found more after it")
@@ -94,7 +102,7 @@ func Parse(raw string) ([]Profile, error) {
 
 func (e entry) profile() (Profile, []error) {
 	var errs []error
-	p := Profile{RuntimeClassName: e.RuntimeClassName, Resource: corev1.ResourceName(e.Resource), KeepRequests: e.KeepRequests == nil || *e.KeepRequests}
+	p := Profile{RuntimeClassName: e.RuntimeClassName, Resource: corev1.ResourceName(e.Resource), KeepRequests: e.KeepRequests == nil || *e.KeepRequests, VMSizing: e.VMSizing}
 	if e.RuntimeClassName == "" {
 		errs = append(errs, errors.New("runtimeClassName is required"))
 	} else if problems := validation.IsDNS1123Subdomain(e.RuntimeClassName); len(problems) > 0 {
@@ -102,6 +110,8 @@ func (e entry) profile() (Profile, []error) {
 	}
 	if err := CheckExtendedResource(p.Resource); err != nil {
 		errs = append(errs, err)
+	} else if p.VMSizing && p.Resource == GPU {
+		errs = append(errs, fmt.Errorf("resource %q cannot count the VMs with vmSizing, which moves the GPUs into the annotation %s", GPU, KataGPUs))
 	}
 	q, err := parseQuantity(e.Quantity)
 	if err != nil {
@@ -231,10 +241,11 @@ func (p Profile) Matches(pod *corev1.Pod) bool {
 // (sidecars included) and the pod's spec.resources; the first container
 // requests and limits p.Resource at p.Quantity, and no other container has
 // p.Resource; with KeepRequests what was removed is recorded in
-// annotations.OriginalResources (merged into an existing record). Other
-// resources, claims and spec.overhead (the RuntimeClass's) are left alone.
-// A pod of another runtime class, or one already rewritten, gets no
-// operation.
+// annotations.OriginalResources (merged into an existing record); with
+// VMSizing nvidia.com/gpu goes too and Kata's sizing annotations (VMSize)
+// the pod does not carry already are added. Other resources, claims and
+// spec.overhead (the RuntimeClass's) are left alone. A pod of another
+// runtime class, or one already rewritten, gets no operation.
 func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 	if !p.Matches(pod) || len(pod.Spec.Containers) == 0 {
 		return nil, nil
@@ -245,7 +256,7 @@ func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 	if pod.Spec.Resources != nil {
 		// Pod-level resources hold cpu and memory (and hugepages) only;
 		// the extended resource stays on the first container.
-		res, removed := strip(*pod.Spec.Resources, p.Resource)
+		res, removed := p.strip(*pod.Spec.Resources)
 		if !removed.empty() {
 			rec.Pod = &removed
 			if len(res.Requests) == 0 && len(res.Limits) == 0 && len(res.Claims) == 0 {
@@ -255,14 +266,26 @@ func Patch(pod *corev1.Pod, p Profile) ([]jsonpatch.JsonPatchOperation, error) {
 			}
 		}
 	}
-	if len(ops) == 0 || !p.KeepRequests || (rec.Pod == nil && rec.Containers == nil && rec.InitContainers == nil) {
-		return ops, nil
+	if len(ops) == 0 {
+		return nil, nil
 	}
-	op, err := recordOp(pod, rec)
-	if err != nil {
-		return nil, err
+	add := map[string]string{}
+	if p.VMSizing {
+		for k, v := range VMSize(pod) {
+			if _, set := pod.Annotations[k]; !set {
+				// The user's value stands, whatever the containers ask.
+				add[k] = v
+			}
+		}
 	}
-	return append(ops, op), nil
+	if p.KeepRequests && (rec.Pod != nil || rec.Containers != nil || rec.InitContainers != nil) {
+		value, err := recordValue(pod, rec)
+		if err != nil {
+			return nil, err
+		}
+		add[annotations.OriginalResources] = value
+	}
+	return append(ops, annotationOps(pod, add)...), nil
 }
 
 // containerOps rewrites the resources of each of containers (at path in the
@@ -285,8 +308,9 @@ func (p Profile) containerOps(containers []corev1.Container, path string, first 
 	return ops
 }
 
-// recordOp writes rec into annotations.OriginalResources.
-func recordOp(pod *corev1.Pod, rec Record) (jsonpatch.JsonPatchOperation, error) {
+// recordValue is rec as the value of annotations.OriginalResources, merged
+// into the record the pod carries already.
+func recordValue(pod *corev1.Pod, rec Record) (string, error) {
 	if old, ok := pod.Annotations[annotations.OriginalResources]; ok {
 		// A record from an earlier rewrite (reinvocation after another
 		// webhook added resources): keep what it says. One that does not
@@ -298,18 +322,32 @@ func recordOp(pod *corev1.Pod, rec Record) (jsonpatch.JsonPatchOperation, error)
 	}
 	value, err := json.Marshal(rec)
 	if err != nil {
-		return jsonpatch.JsonPatchOperation{}, fmt.Errorf("recording the original resources: %w", err)
+		return "", fmt.Errorf("recording the original resources: %w", err)
+	}
+	return string(value), nil
+}
+
+// annotationOps sets the annotations of add on pod, in key order: one
+// operation for the whole map when the pod has no annotations, else one per
+// key.
+func annotationOps(pod *corev1.Pod, add map[string]string) []jsonpatch.JsonPatchOperation {
+	if len(add) == 0 {
+		return nil
 	}
 	if pod.Annotations == nil {
-		return jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations", Value: map[string]string{annotations.OriginalResources: string(value)}}, nil
+		return []jsonpatch.JsonPatchOperation{{Operation: "add", Path: "/metadata/annotations", Value: add}}
 	}
-	return jsonpatch.JsonPatchOperation{Operation: "add", Path: annotations.PatchPath(annotations.OriginalResources), Value: string(value)}, nil
+	ops := make([]jsonpatch.JsonPatchOperation, 0, len(add))
+	for _, k := range slices.Sorted(maps.Keys(add)) {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: annotations.PatchPath(k), Value: add[k]})
+	}
+	return ops
 }
 
 // rewrite returns a container's resources after the profile, what was
 // removed, and whether anything changed.
 func (p Profile) rewrite(in corev1.ResourceRequirements, first bool) (corev1.ResourceRequirements, Removed, bool) {
-	out, removed := strip(in, p.Resource)
+	out, removed := p.strip(in)
 	if !first {
 		// strip also removed p.Resource: it belongs on the first
 		// container only.
@@ -340,18 +378,24 @@ func (p Profile) rewrite(in corev1.ResourceRequirements, first bool) (corev1.Res
 	return out, removed, changed || !removed.empty()
 }
 
-// strip removes cpu, memory and ext from requests and limits.
-func strip(in corev1.ResourceRequirements, ext corev1.ResourceName) (corev1.ResourceRequirements, Removed) {
+// removes reports whether the rewrite takes name out of containers: cpu,
+// memory, the profile's resource, and with VMSizing the GPUs.
+func (p Profile) removes(name corev1.ResourceName) bool {
+	return name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == p.Resource || (p.VMSizing && name == GPU)
+}
+
+// strip removes what the profile removes from requests and limits.
+func (p Profile) strip(in corev1.ResourceRequirements) (corev1.ResourceRequirements, Removed) {
 	var removed Removed
 	out := corev1.ResourceRequirements{Claims: in.Claims}
-	out.Requests, removed.Requests = split(in.Requests, ext)
-	out.Limits, removed.Limits = split(in.Limits, ext)
+	out.Requests, removed.Requests = p.split(in.Requests)
+	out.Limits, removed.Limits = p.split(in.Limits)
 	return out, removed
 }
 
-func split(list corev1.ResourceList, ext corev1.ResourceName) (kept, removed corev1.ResourceList) {
+func (p Profile) split(list corev1.ResourceList) (kept, removed corev1.ResourceList) {
 	for name, q := range list {
-		if name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == ext {
+		if p.removes(name) {
 			if removed == nil {
 				removed = corev1.ResourceList{}
 			}
