@@ -37,6 +37,13 @@ func TestParse(t *testing.T) {
 			{RuntimeClassName: "kata-remote", Resource: vm, Quantity: resource.MustParse("2")},
 			{RuntimeClassName: "kata-qemu-remote", Resource: "example.com/vm", Quantity: resource.MustParse("1"), KeepRequests: true},
 		}},
+		{raw: `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":true}]`, want: []Profile{
+			{RuntimeClassName: "kata-remote", Resource: vm, Quantity: resource.MustParse("1"), KeepRequests: true, VMSizing: true},
+		}},
+		{raw: `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":false}]`, want: []Profile{kata}},
+		{raw: `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":"yes"}]`, err: "vmSizing"},
+		{raw: `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":1}]`, err: "vmSizing"},
+		{raw: `[{"runtimeClassName":"a","resource":"nvidia.com/gpu","vmSizing":true}]`, err: `entry 1 (runtimeClassName "a"): resource "nvidia.com/gpu" cannot count the VMs with vmSizing`},
 		{raw: `{"runtimeClassName":"kata-remote"}`, err: "want a JSON list"},
 		{raw: `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","keepRequest":true}]`, err: `unknown field "keepRequest"`},
 		{raw: `[] []`, err: "found more after it"},
@@ -81,7 +88,7 @@ func TestParse(t *testing.T) {
 		}
 		for i := range got {
 			g, w := got[i], tc.want[i]
-			if g.RuntimeClassName != w.RuntimeClassName || g.Resource != w.Resource || g.Quantity.Cmp(w.Quantity) != 0 || g.KeepRequests != w.KeepRequests {
+			if g.RuntimeClassName != w.RuntimeClassName || g.Resource != w.Resource || g.Quantity.Cmp(w.Quantity) != 0 || g.KeepRequests != w.KeepRequests || g.VMSizing != w.VMSizing {
 				t.Errorf("Parse(%s)[%d] = %+v, want %+v", tc.raw, i, g, w)
 			}
 		}
