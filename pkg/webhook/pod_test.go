@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 
@@ -405,6 +406,52 @@ func TestPodMutatorProfiles(t *testing.T) {
 						t.Errorf("%s = %s", op.Path, b)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestPodMutatorProfileVMSizing: a profile with vmSizing adds Kata's sizing
+// annotations to the admission patch (peerPod: 3 containers each limited to
+// cpu 1, memory 2Gi), keeping one the user set on the pod.
+func TestPodMutatorProfileVMSizing(t *testing.T) {
+	list, err := profiles.Parse(`[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":true}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		userAnn map[string]string
+		want    map[string]string
+	}{
+		{name: "no annotations", want: map[string]string{profiles.KataVCPUs: "3", profiles.KataMemory: "6144"}},
+		{name: "vCPUs set by the user", userAnn: map[string]string{profiles.KataVCPUs: "16"}, want: map[string]string{profiles.KataVCPUs: "16", profiles.KataMemory: "6144"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMutator(t, true, nil)
+			m.Profiles = map[string]profiles.Profile{"kata-remote": list[0]}
+			pod := rsPod(peerPod("kata-remote"), func(p *corev1.Pod) { p.Annotations = tc.userAnn })
+			resp := m.Handle(context.Background(), request(t, "web", pod))
+			if !resp.Allowed {
+				t.Fatalf("pod denied: %+v", resp.Result)
+			}
+			got := maps.Clone(tc.userAnn)
+			if got == nil {
+				got = map[string]string{}
+			}
+			for _, op := range resp.Patches {
+				switch {
+				case op.Path == "/metadata/annotations":
+					for k, v := range op.Value.(map[string]string) {
+						got[k] = v
+					}
+				case strings.HasPrefix(op.Path, "/metadata/annotations/"):
+					got[strings.ReplaceAll(strings.TrimPrefix(op.Path, "/metadata/annotations/"), "~1", "/")] = op.Value.(string)
+				}
+			}
+			delete(got, annotations.OriginalResources)
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("annotations after the patch = %v, want %v", got, tc.want)
 			}
 		})
 	}
