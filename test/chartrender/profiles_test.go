@@ -14,6 +14,7 @@ import (
 const (
 	kataRemote = `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]`
 	kataQemu   = `[{"runtimeClassName":"kata-qemu","resource":"kata.peerpods.io/vm"}]`
+	kataSized  = `[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":true}]`
 	// notesObject is the ConfigMap withNotes adds; its data.notes is the
 	// rendered NOTES.txt.
 	notesObject = "notes-under-test"
@@ -97,6 +98,7 @@ func TestRuntimeClassProfiles(t *testing.T) {
 	}{
 		{name: "default", want: "[]"},
 		{name: "settings.runtimeClassProfiles", values: []string{"settings.runtimeClassProfiles=" + kataRemote}, want: kataRemote},
+		{name: "vmSizing passed through", values: []string{"settings.runtimeClassProfiles=" + kataSized}, want: kataSized},
 		{name: "deprecated top-level key", values: []string{"runtimeClassProfiles=" + kataRemote}, want: kataRemote, notice: true},
 		{name: "both, the same list", values: []string{"settings.runtimeClassProfiles=" + kataRemote, "runtimeClassProfiles=" + kataRemote},
 			want: kataRemote, notice: true},
@@ -135,6 +137,8 @@ func TestRuntimeClassProfilesRefused(t *testing.T) {
 			want: "at '/runtimeClassProfiles/0/resource'"},
 		{name: "deprecated key, unknown field", values: []string{`runtimeClassProfiles=[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","count":2}]`},
 			want: "additional properties 'count' not allowed"},
+		{name: "vmSizing not a boolean", values: []string{`settings.runtimeClassProfiles=[{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","vmSizing":"yes"}]`},
+			want: "at '/settings/runtimeClassProfiles/0/vmSizing'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, chartDir, setJSON(tc.values)...)
