@@ -2,6 +2,7 @@ package profiles
 
 import (
 	"maps"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -141,4 +142,60 @@ func TestPatchVMSizingRecordsGPUs(t *testing.T) {
 	got, _ := patched(t, pod, kataSized)
 	checkRemoved(t, "train", record(t, got).Containers["train"], true,
 		Removed{Requests: rl("cpu=1", "nvidia.com/gpu=1"), Limits: rl("nvidia.com/gpu=1")})
+}
+
+// FuzzVMSize: on pods of whole-unit resources (fuzzPod: cpu in cores,
+// memory in bytes, under 1 MiB), the sizing annotations Patch adds are the
+// sums counted here in plain integers, and the user's annotations stay.
+func FuzzVMSize(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 0, 0, 1, 3, 0, 0})
+	f.Add([]byte{4, 1, 0, 1, 0, 0, 0, 1, 1, 2, 2, 0, 3, 0, 0, 0, 0})
+	f.Add([]byte{200, 0, 0, 1, 5, 0, 0, 1, 5, 9, 9, 9, 9})
+	f.Add([]byte{131, 5, 6, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 3, 0})
+	f.Fuzz(func(t *testing.T, spec []byte) {
+		pod := fuzzPod(spec)
+		pod.Annotations = map[string]string{"team": "web"}
+		want := map[string]string{}
+		sum := func(name corev1.ResourceName) int64 {
+			var n int64
+			each := func(r corev1.ResourceRequirements) {
+				if q, ok := r.Limits[name]; ok {
+					n += q.Value()
+				} else if q, ok := r.Requests[name]; ok {
+					n += q.Value()
+				}
+			}
+			for _, c := range append(append([]corev1.Container{}, pod.Spec.Containers...), pod.Spec.InitContainers...) {
+				each(c.Resources)
+			}
+			if r := pod.Spec.Resources; r != nil {
+				_, l := r.Limits[name]
+				_, q := r.Requests[name]
+				if l || q {
+					n = 0
+					each(*r)
+				}
+			}
+			return n
+		}
+		if n := sum(corev1.ResourceCPU); n > 0 {
+			want[KataVCPUs] = strconv.FormatInt(n, 10)
+		}
+		if sum(corev1.ResourceMemory) > 0 {
+			want[KataMemory] = "1" // under 1 MiB, rounded up
+		}
+		got, _ := patched(t, pod, kataSized)
+		kataAnn := map[string]string{}
+		for _, k := range []string{KataVCPUs, KataMemory, KataGPUs} {
+			if v, ok := got.Annotations[k]; ok {
+				kataAnn[k] = v
+			}
+		}
+		if !maps.Equal(kataAnn, want) {
+			t.Fatalf("Kata annotations = %v, want %v", kataAnn, want)
+		}
+		if got.Annotations["team"] != "web" {
+			t.Fatalf("annotations %v: the user's is gone", got.Annotations)
+		}
+	})
 }
