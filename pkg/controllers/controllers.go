@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
@@ -93,6 +94,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	tracker := capacity.NewTracker(d.Clock, o.CapacityTTL, o.CapacityMaxTTL)
 	if !nodePools {
 		logNodeLabelMode(log.FromContext(ctx), mgr.GetRESTMapper())
+	} else if len(o.ArchRules()) > 0 {
+		log.FromContext(ctx).Info("--architecture-rules is ignored with Karpenter: a NodePool's annotation " +
+			annotations.Tolerate + `: "true" lets apportion add the tolerations its taints need`)
 	}
 	groupCapacity, watchCapacity := newCapacity(kube, tracker, o, nodePools)
 	policySource := d.Policies.OrNil()
@@ -103,6 +107,11 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		WithNodes(kube).WithPolicies(policySource).WithSigner(d.Signer).WithStrategies(strategies).WithAPIReader(mgr.GetAPIReader())
 	if o.Architectures != options.ArchitecturesOff {
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
+		if !nodePools {
+			placer.WithArchitectureRules(o.ArchRules())
+		}
+	} else if len(o.ArchRules()) > 0 {
+		log.FromContext(ctx).Info("--architecture-rules is ignored with --architectures=off: no image is inspected")
 	}
 	cs := []controller.Controller{
 		watchCapacity,
