@@ -147,8 +147,8 @@ func TestApplyArchitectureRules(t *testing.T) {
 			tolerations: []corev1.Toleration{armToleration, legacyToleration},
 		},
 		{
-			name: "preferred mode keeps them required",
-			d:    Decision{Group: spot, Preferred: true, Architectures: []string{"arm64"}, NodeLabels: map[string]string{"node-group": "graviton"}},
+			name:  "preferred mode keeps them required",
+			d:     Decision{Group: spot, Preferred: true, Architectures: []string{"arm64"}, NodeLabels: map[string]string{"node-group": "graviton"}},
 			terms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{arch, graviton}}},
 		},
 		{

@@ -1,7 +1,9 @@
 // Package decision writes a placement decision into a pod: the node affinity
 // for the group's labels, the NodePool and the architectures, ANDed into every
 // required term the user wrote (or as a preferred term in preferred mode),
-// the tolerations an opted-in NodePool needs, the decision annotations (and
+// the tolerations an opted-in NodePool needs (in node-label mode, the
+// tolerations and required node labels of the pod's architectures,
+// archrules.go), the decision annotations (and
 // the pod's deletion cost when the placement controller knows it), and the
 // removal of the placement gate. Apply, Strip and RemoveGate are pure:
 // they edit a pod object, and the caller sends the change. Every edit is one
