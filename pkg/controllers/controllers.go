@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
@@ -104,6 +105,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	if o.Architectures != options.ArchitecturesOff {
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}
+	placer.WithArchitectureRules(architectureRules(log.FromContext(ctx), o, nodePools))
 	cs := []controller.Controller{
 		watchCapacity,
 		countPods(tally),
@@ -177,6 +179,25 @@ var preV1Karpenter = []struct {
 
 // karpenterUpgradeGuide is Karpenter's guide to its v1 APIs.
 const karpenterUpgradeGuide = "https://karpenter.sh/docs/upgrading/v1-migration/"
+
+// architectureRules are the rules of --architecture-rules the placement
+// controller applies: in node-label mode only, with images inspected. When
+// they are set but not used, it says why once, at start.
+func architectureRules(l logr.Logger, o *options.Options, nodePools bool) decision.ArchitectureRules {
+	rules := o.ArchRules()
+	switch {
+	case len(rules) == 0:
+		return nil
+	case nodePools:
+		l.Info("--architecture-rules is ignored with Karpenter: a NodePool opts in with the annotation " +
+			annotations.Tolerate + `: "true", and pods gain the tolerations its taints need`)
+		return nil
+	case o.Architectures == options.ArchitecturesOff:
+		l.Info("--architecture-rules is ignored with --architectures=off: no image is inspected")
+		return nil
+	}
+	return rules
+}
 
 // logNodeLabelMode says at start why apportion places on node labels alone:
 // no Karpenter (info), or a Karpenter older than v1.0 (error: it runs, but

@@ -1,7 +1,9 @@
 // Package decision writes a placement decision into a pod: the node affinity
 // for the group's labels, the NodePool and the architectures, ANDed into every
 // required term the user wrote (or as a preferred term in preferred mode),
-// the tolerations an opted-in NodePool needs, the decision annotations (and
+// the tolerations an opted-in NodePool needs (in node-label mode, the
+// tolerations and required node labels of the pod's architectures,
+// archrules.go), the decision annotations (and
 // the pod's deletion cost when the placement controller knows it), and the
 // removal of the placement gate. Apply, Strip and RemoveGate are pure:
 // they edit a pod object, and the caller sends the change. Every edit is one
@@ -20,6 +22,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,8 +54,14 @@ type Decision struct {
 	NodePool string
 	// Architectures the pod's images can run on; empty when unknown.
 	Architectures []string
-	// Tolerations the pod must gain for NodePool.
+	// Tolerations the pod must gain for NodePool, or, in node-label mode,
+	// for its architectures (ArchitectureRules).
 	Tolerations []corev1.Toleration
+	// NodeLabels the pod must require, in node-label mode, for its
+	// architectures (ArchitectureRules): ANDed into every required term
+	// that does not already hold them, like the architectures, also in
+	// preferred mode.
+	NodeLabels map[string]string
 	// Preferred writes the group and the NodePool as a preferred term
 	// instead of required ones; the architectures stay required.
 	Preferred bool
@@ -152,7 +161,8 @@ func Apply(pod *corev1.Pod, d Decision) {
 	} else {
 		required = d.Requirements()
 	}
-	if len(required) > 0 {
+	labels := d.missingLabels(pod)
+	if len(required) > 0 || len(labels) > 0 {
 		na := nodeAffinity(pod)
 		if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
 			na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
@@ -162,10 +172,15 @@ func Apply(pod *corev1.Pod, d Decision) {
 		terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		for i := range terms {
 			terms[i].MatchExpressions = append(terms[i].MatchExpressions, slices.Clone(required)...)
+			for _, l := range labels {
+				if !slices.ContainsFunc(terms[i].MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return sameRequirement(r, l) }) {
+					terms[i].MatchExpressions = append(terms[i].MatchExpressions, l)
+				}
+			}
 		}
 	}
 	for _, t := range d.Tolerations {
-		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return sameOperator(have).MatchToleration(sameOperator(t)) }) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 		}
 	}
@@ -208,6 +223,37 @@ func Strip(pod *corev1.Pod) {
 	for _, k := range annotations.DecisionKeys {
 		delete(pod.Annotations, k)
 	}
+}
+
+// missingLabels are d's NodeLabels as requirements (key In [value]), in key
+// order, but for those the pod's nodeSelector already holds.
+func (d Decision) missingLabels(pod *corev1.Pod) []corev1.NodeSelectorRequirement {
+	var out []corev1.NodeSelectorRequirement
+	for _, k := range slices.Sorted(maps.Keys(d.NodeLabels)) {
+		if v, ok := pod.Spec.NodeSelector[k]; ok && v == d.NodeLabels[k] {
+			continue
+		}
+		out = append(out, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{d.NodeLabels[k]}})
+	}
+	return out
+}
+
+// sameRequirement: have already requires what want does (the same key,
+// operator and values, in any order).
+func sameRequirement(have, want corev1.NodeSelectorRequirement) bool {
+	if have.Key != want.Key || have.Operator != want.Operator || len(have.Values) != len(want.Values) {
+		return false
+	}
+	return slices.Equal(slices.Sorted(slices.Values(have.Values)), slices.Sorted(slices.Values(want.Values)))
+}
+
+// sameOperator is t with the default operator spelt out (Equal), so that
+// a toleration written without one matches the same one written with it.
+func sameOperator(t corev1.Toleration) *corev1.Toleration {
+	if t.Operator == "" {
+		t.Operator = corev1.TolerationOpEqual
+	}
+	return &t
 }
 
 func nodeAffinity(pod *corev1.Pod) *corev1.NodeAffinity {

@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/profiles"
 	"github.com/apportion-dev/apportion/pkg/registries"
 )
@@ -80,6 +81,12 @@ type Options struct {
 	// Validate parses it (see Registries).
 	ImageRegistries string
 	registries      *registries.Policy
+	// ArchitectureRules is --architecture-rules, the JSON of the
+	// tolerations and required node labels a pod gains, in node-label mode,
+	// for each architecture its images run on; Validate parses it (see
+	// ArchRules).
+	ArchitectureRules string
+	archRules         decision.ArchitectureRules
 
 	// Capacity fallback: how long a decided pod may stay unschedulable with
 	// no NodeClaim on its way before its NodePool (or node group) counts
@@ -171,6 +178,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RuntimeClassProfiles, "runtime-class-profiles", env("RUNTIME_CLASS_PROFILES", ""), `runtime-class profiles (peer pods), a JSON list: [{"runtimeClassName":"kata-remote","resource":"kata.peerpods.io/vm","quantity":"1","keepRequests":true}]; pods of such a class get their cpu and memory requests and limits replaced by the extended resource on the first container, the removed values recorded in the annotation apportion.dev/original-resources unless keepRequests is false (empty: none)`)
 	fs.BoolVar(&o.ReadPullSecrets, "read-pull-secrets", o.envBool("READ_PULL_SECRETS", false), "read the image pull secrets of each pod and of its ServiceAccount (get by name, in the pod's namespace) to inspect private images, as the kubelet pulls them; needs get on secrets and serviceaccounts in every namespace. Off: only apportion's own identity (ECR through IRSA or EKS Pod Identity), then anonymous access")
 	fs.StringVar(&o.ImageRegistries, "image-registries", env("IMAGE_REGISTRIES", ""), `registry hosts image look-ups may connect to, as JSON: {"allow":["registry.tools.svc.cluster.local:5000"],"deny":["*.corp.example","10.0.0.0/8"]}; entries are host, host:port, *.domain, an IP address (optionally with a port), a CIDR range, or * (every name). An allow entry wins, then a deny entry, then the built-in denials (loopback, link-local such as the instance metadata service 169.254.169.254, in-cluster names: *.svc, *.cluster.local and names without a dot); anything else is allowed, private ranges included (ECR through a VPC endpoint resolves to private addresses). Names are checked again once resolved, redirects included (empty: the built-in denials alone)`)
+	fs.StringVar(&o.ArchitectureRules, "architecture-rules", env("ARCHITECTURE_RULES", ""), `node-label mode (no Karpenter): tolerations and required node labels by architecture, as JSON: {"arm64":{"taintsToTolerate":[{"key":"arch","value":"arm64","effect":"NoSchedule"}],"requireNodeLabels":{"node-group":"graviton"}}}; a pod whose placement allows an architecture its images run on gains that architecture's tolerations, and its required node labels in every required node selector term (none it already has). Ignored with Karpenter, where a NodePool opts in with the annotation apportion.dev/tolerate (empty: none)`)
 	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 
@@ -184,6 +192,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--image-registries: %w", err))
 	} else {
 		o.registries = p
+	}
+	if rules, err := decision.ParseArchitectureRules(o.ArchitectureRules); err != nil {
+		errs = append(errs, fmt.Errorf("--architecture-rules: %w", err))
+	} else {
+		o.archRules = rules
 	}
 	if list, err := profiles.Parse(o.RuntimeClassProfiles); err != nil {
 		errs = append(errs, fmt.Errorf("--runtime-class-profiles: %w", err))
@@ -362,6 +375,10 @@ func (o *Options) Excluded() []string {
 
 // Registries is the policy of --image-registries; valid after Validate.
 func (o *Options) Registries() *registries.Policy { return o.registries }
+
+// ArchRules is --architecture-rules by architecture (nil when none); valid
+// after Validate.
+func (o *Options) ArchRules() decision.ArchitectureRules { return o.archRules }
 
 // Profiles returns the runtime-class profiles by runtimeClassName (nil when
 // none); valid after Validate.

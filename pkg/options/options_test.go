@@ -269,3 +269,35 @@ func TestImageRegistries(t *testing.T) {
 		t.Errorf("a URL entry: error %v", err)
 	}
 }
+
+func TestArchitectureRules(t *testing.T) {
+	o := parse(t)
+	if err := o.Validate(); err != nil || len(o.ArchRules()) != 0 {
+		t.Errorf("default: rules %v, error %v; want none", o.ArchRules(), err)
+	}
+	// The chart's way: the environment, as toJson writes it ({} by default).
+	t.Setenv("ARCHITECTURE_RULES", "{}")
+	if o = parse(t); o.Validate() != nil || len(o.ArchRules()) != 0 {
+		t.Errorf("ARCHITECTURE_RULES={}: rules %v", o.ArchRules())
+	}
+	t.Setenv("ARCHITECTURE_RULES", `{"arm64":{"requireNodeLabels":{"node-group":"graviton"},"taintsToTolerate":[{"effect":"NoSchedule","key":"arch","value":"arm64"}]}}`)
+	o = parse(t)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if arm := o.ArchRules()["arm64"]; len(o.ArchRules()) != 1 || arm.RequireNodeLabels["node-group"] != "graviton" ||
+		len(arm.TaintsToTolerate) != 1 || arm.TaintsToTolerate[0].Key != "arch" {
+		t.Errorf("ARCHITECTURE_RULES: rules %+v", o.ArchRules())
+	}
+	o = parse(t, `--architecture-rules={"amd64":{"requireNodeLabels":[{"node-group":"x86"}]}}`)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := o.ArchRules()["arm64"]; ok || o.ArchRules()["amd64"].RequireNodeLabels["node-group"] != "x86" {
+		t.Errorf("the flag did not win over the environment: %+v", o.ArchRules())
+	}
+	err := parse(t, `--architecture-rules={"arm64":{"taintsToTolerate":[{"key":"arch","effect":"Never"}]}}`).Validate()
+	if err == nil || !strings.Contains(err.Error(), "--architecture-rules: arm64: taintsToTolerate[0]: effect must be") {
+		t.Errorf("a bad effect: error %v", err)
+	}
+}

@@ -100,7 +100,8 @@ type Controller struct {
 	apiReader  client.Reader // reads a pod again after a conflict; nil: decided again later
 	images     Images        // nil: no image is inspected
 	imageWait  time.Duration
-	archForAll bool // place every pod without a strategy by architecture, not only those opted in
+	archForAll bool                       // place every pod without a strategy by architecture, not only those opted in
+	archRules  decision.ArchitectureRules // node-label mode: tolerations and node labels by architecture
 	signer     *decision.Signer
 	resolve    []workload.Option // PlacementPolicies, when their CRD is installed
 
@@ -286,6 +287,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	if len(capacityOut) > 0 {
 		d.Fallback, d.Record.Reason, d.Record.Out = capacityOut, RecordFallback, why
 	}
+	c.addArchitectureRules(&d)
 	res, written, err := c.write(ctx, pod, d)
 	if !written {
 		c.tally.Unrecord(pod.UID)

@@ -39,6 +39,27 @@ func (c *Controller) ArchitecturesForAll(all bool) *Controller {
 	return c
 }
 
+// WithArchitectureRules adds, to every decision, the tolerations and the
+// required node labels of the rules of the architectures it allows
+// (--architecture-rules). The operator sets them in node-label mode only:
+// with Karpenter, a NodePool's own opt-in (apportion.dev/tolerate) decides
+// which taints a pod gains.
+func (c *Controller) WithArchitectureRules(rules decision.ArchitectureRules) *Controller {
+	c.archRules = rules
+	return c
+}
+
+// addArchitectureRules adds the rules of d's architectures to d; none when
+// the architectures are unknown.
+func (c *Controller) addArchitectureRules(d *decision.Decision) {
+	if len(c.archRules) == 0 || len(d.Architectures) == 0 {
+		return
+	}
+	tolerations, labels := c.archRules.For(d.Architectures)
+	d.Tolerations = append(d.Tolerations, tolerations...)
+	d.NodeLabels = labels
+}
+
 // byArchitecture reports whether a gated pod without a strategy is placed
 // by architecture. The gate alone does not say so: the webhook gates the
 // pods of a ReplicaSet its cache has not seen yet before it knows whether
@@ -84,6 +105,7 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 		Tolerations:      choices[0].Tolerations,
 		Record:           decision.Record{Reason: RecordArchitecture},
 	}
+	c.addArchitectureRules(&d)
 	result, written, err := c.write(ctx, pod, d)
 	if written {
 		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures)
