@@ -140,8 +140,8 @@ func metricNames(expr string) ([]string, error) {
 }
 
 // checkExprs fails the test for every expression that does not parse or
-// uses a metric apportion does not export; it returns how many metric
-// names it checked.
+// uses a metric apportion does not export; it returns the metric names
+// used.
 func checkExprs(t *testing.T, where string, exprs []string) map[string]bool {
 	t.Helper()
 	used := map[string]bool{}
