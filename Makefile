@@ -118,6 +118,7 @@ release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] 
 .PHONY: test
 test: ## Run the unit tests with the race detector
 	$(GO) test -race -count=1 ./...
+	cd test/monitoring && $(GO) test -count=1 ./...
 
 # The CRDs go twice into the charts: chart/crds/, which helm installs with
 # the apportion chart when they are missing and never upgrades, and
@@ -250,9 +251,9 @@ helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them
 	  if "$$helm" template apportion chart/ -n apportion-system --kube-version 1.31.14 >/dev/null 2>&1; then \
 	    echo "helm template: the chart renders for Kubernetes 1.31, below its kubeVersion floor 1.32" >&2; exit 1; \
 	  fi; \
-	  echo "helm template: hostNetwork, serviceMonitor, image digest, 1 replica, no hook, rebalance, a global value"; \
+	  echo "helm template: hostNetwork, serviceMonitor, Grafana dashboard, PrometheusRule, image digest, 1 replica, no hook, rebalance, a global value"; \
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
-	    --set hostNetwork=true,serviceMonitor.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
+	    --set hostNetwork=true,serviceMonitor.enabled=true,grafanaDashboard.enabled=true,prometheusRule.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
 	    --set global.imageRegistry=registry.example.com \
 	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep -q 'pods/eviction' \
 	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }
