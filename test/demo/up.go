@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,7 +80,7 @@ func up(l layout) error {
 		return err
 	})
 	if err != nil {
-		say("the demo agent's log ends with:\n" + tail(l.agentLog(), 40))
+		say("the demo agent's log ends with:\n" + framework.TailFile(l.agentLog(), 40))
 		return errors.Join(err, teardown(l))
 	}
 	r.kubeconfig = info.Kubeconfig
@@ -179,7 +178,7 @@ func install(ctx context.Context, r *runner, kube client.Client, info agentInfo,
 			return err
 		}
 		if _, err := r.run(ctx, app...); err != nil {
-			return fmt.Errorf("%w\nkubelet log:\n%s", err, tail(filepath.Join(info.LogDir, "kubelet.log"), 20))
+			return fmt.Errorf("%w\nkubelet log:\n%s", err, framework.TailFile(filepath.Join(info.LogDir, "kubelet.log"), 20))
 		}
 		return nil
 	})
@@ -192,22 +191,13 @@ func install(ctx context.Context, r *runner, kube client.Client, info agentInfo,
 	return step("apportion elected a placement leader (Lease "+chartNamespace+"/"+leaseName+")", func() error {
 		leadCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		if err := poll(leadCtx, func() bool { return leaderAlive(leadCtx, kube) }); err != nil {
+		if err := poll(leadCtx, func() bool {
+			return framework.LeaseAlive(leadCtx, kube, client.ObjectKey{Namespace: chartNamespace, Name: leaseName})
+		}); err != nil {
 			return fmt.Errorf("waiting for a fresh Lease %s/%s: %w", chartNamespace, leaseName, err)
 		}
 		return nil
 	})
-}
-
-// leaderAlive reports whether the chart's placement Lease is held and fresh.
-func leaderAlive(ctx context.Context, kube client.Client) bool {
-	var lease coordinationv1.Lease
-	if err := kube.Get(ctx, client.ObjectKey{Namespace: chartNamespace, Name: leaseName}, &lease); err != nil {
-		return false
-	}
-	s := lease.Spec
-	return s.HolderIdentity != nil && *s.HolderIdentity != "" && s.RenewTime != nil && s.LeaseDurationSeconds != nil &&
-		time.Since(s.RenewTime.Time) < time.Duration(*s.LeaseDurationSeconds)*time.Second
 }
 
 // runner runs the commands a user would type, from the repository root on
@@ -257,19 +247,6 @@ func hostClient(kubeconfig string) (client.Client, error) {
 		return nil, fmt.Errorf("connecting to the demo cluster: %w", err)
 	}
 	return kube, nil
-}
-
-// tail returns the last n lines of a file, or why it cannot.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // printTable prints the table for the workloads and fails when one of them

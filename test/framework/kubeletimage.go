@@ -53,7 +53,9 @@ func (k *Kubelet) binaryFor(ctx context.Context, image string) (bin, imageID str
 	if err != nil || ref.Context().RegistryStr() != r.Host {
 		return k.bin, image, nil //nolint:nilerr // not an image of the registry: the test's binary, as before
 	}
-	desc, err := remote.Get(ref, r.remoteOptions(ctx)...)
+	// For an index, desc.Image resolves the entry of this platform.
+	platform := remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
+	desc, err := remote.Get(ref, append(r.remoteOptions(ctx), platform)...)
 	if err != nil {
 		return "", "", fmt.Errorf("pulling %s: %w", image, err)
 	}
@@ -64,7 +66,7 @@ func (k *Kubelet) binaryFor(ctx context.Context, image string) (bin, imageID str
 	if ok {
 		return p.bin, p.imageID, nil
 	}
-	img, err := platformImage(desc)
+	img, err := desc.Image()
 	if err != nil {
 		return "", "", fmt.Errorf("pulling %s: %w", image, err)
 	}
@@ -80,28 +82,6 @@ func (k *Kubelet) binaryFor(ctx context.Context, image string) (bin, imageID str
 	k.mu.Unlock()
 	k.logf("pulled %s: %s, binary %s", image, imageID, bin)
 	return bin, imageID, nil
-}
-
-// platformImage is the linux/runtime.GOARCH image of desc: desc itself, or
-// the index entry for that platform.
-func platformImage(desc *remote.Descriptor) (v1.Image, error) {
-	if !desc.MediaType.IsIndex() {
-		return desc.Image()
-	}
-	idx, err := desc.ImageIndex()
-	if err != nil {
-		return nil, err
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range m.Manifests {
-		if d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == runtime.GOARCH {
-			return idx.Image(d.Digest)
-		}
-	}
-	return nil, fmt.Errorf("no linux/%s image in the index", runtime.GOARCH)
 }
 
 // extractFile writes the file name of img's flattened file system to out

@@ -2,9 +2,11 @@ package framework
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -180,7 +182,12 @@ func (s *Suite) TailLog(name string, lines int) string { return TailLog(s.C, nam
 // TailLog returns the last lines of a component's or replica's log in
 // cluster c.
 func TailLog(c *cluster.Cluster, name string, lines int) string {
-	f, err := os.Open(filepath.Join(c.LogDir(), name+".log"))
+	return TailFile(filepath.Join(c.LogDir(), name+".log"), lines)
+}
+
+// TailFile returns the last lines of a file, or why it cannot.
+func TailFile(path string, lines int) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return err.Error()
 	}
@@ -195,6 +202,36 @@ func TailLog(c *cluster.Cluster, name string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
+}
+
+// Run runs cmd and returns its combined output; when ctx ends first, cmd is
+// killed and the output so far comes back with ctx's error.
+func Run(ctx context.Context, cmd *exec.Cmd) (string, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		return out.String(), err
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-errc //nolint:errcheck // killed: its error is the kill's
+		return out.String(), ctx.Err()
+	}
+}
+
+// Helm runs cluster c's helm with the admin kubeconfig, inside the cluster's
+// network namespace, with its cache, config and data in the cluster's
+// folder, and returns its combined output.
+func Helm(ctx context.Context, c *cluster.Cluster, args ...string) (string, error) {
+	cmd := c.Command("helm", args...)
+	cmd.Env = append(cmd.Env, "HELM_CACHE_HOME="+filepath.Join(c.Dir(), "helm-cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(c.Dir(), "helm-config"), "HELM_DATA_HOME="+filepath.Join(c.Dir(), "helm-data"))
+	return Run(ctx, cmd)
 }
 
 // WaitFor polls check every 250ms until it returns nil, or fails the test

@@ -156,8 +156,13 @@ func (r *Replica) Metrics() (string, error) {
 
 // LeaderAlive reports whether the placement Lease is held and fresh.
 func LeaderAlive(ctx context.Context, kube client.Client) bool {
+	return LeaseAlive(ctx, kube, client.ObjectKey{Namespace: SystemNamespace, Name: LeaseName})
+}
+
+// LeaseAlive reports whether the Lease key is held and fresh.
+func LeaseAlive(ctx context.Context, kube client.Client, key client.ObjectKey) bool {
 	var lease coordinationv1.Lease
-	if err := kube.Get(ctx, client.ObjectKey{Namespace: SystemNamespace, Name: LeaseName}, &lease); err != nil {
+	if err := kube.Get(ctx, key, &lease); err != nil {
 		return false
 	}
 	s := lease.Spec

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,27 +176,39 @@ func placementPolicy(ns, name string, spec map[string]any) *unstructured.Unstruc
 	return u
 }
 
-// expectRelease checks helm's record of the apportion-crd release: its
-// revision and the chart version it runs.
-func expectRelease(ctx context.Context, t *testing.T, revision int, version string) {
+// helmRelease is one release as `helm list -o json` shows it.
+type helmRelease struct {
+	Name       string `json:"name"`
+	Revision   string `json:"revision"`
+	Chart      string `json:"chart"`
+	AppVersion string `json:"app_version"`
+	Status     string `json:"status"`
+}
+
+// helmList returns the releases of the suite's namespace.
+func helmList(ctx context.Context, t *testing.T) []helmRelease {
 	t.Helper()
-	out, err := helm(ctx, "list", "-n", namespace, "--filter", "^"+crdRelease+"$", "-o", "json")
+	out, err := helm(ctx, "list", "-n", namespace, "-o", "json")
 	if err != nil {
 		t.Fatalf("helm list: %v\n%s", err, out)
 	}
-	var list []struct {
-		Revision string `json:"revision"`
-		Chart    string `json:"chart"`
-		Status   string `json:"status"`
-	}
+	var list []helmRelease
 	// helm's warnings, if any, come before the one line of JSON.
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &list); err != nil {
 		t.Fatalf("helm list: %v\n%s", err, out)
 	}
+	return list
+}
+
+// expectRelease checks helm's record of the apportion-crd release: its
+// revision and the chart version it runs.
+func expectRelease(ctx context.Context, t *testing.T, revision int, version string) {
+	t.Helper()
+	list := slices.DeleteFunc(helmList(ctx, t), func(r helmRelease) bool { return r.Name != crdRelease })
 	want := fmt.Sprintf("revision %d, chart %s-%s, deployed", revision, crdRelease, version)
 	if len(list) != 1 || fmt.Sprintf("revision %s, chart %s, %s", list[0].Revision, list[0].Chart, list[0].Status) != want {
-		t.Fatalf("helm list says %s, want %s", out, want)
+		t.Fatalf("helm list says %+v, want %s", list, want)
 	}
 }
 

@@ -3,7 +3,6 @@
 package chart_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -125,25 +124,12 @@ func testInstallFromOCIRegistry(t *testing.T) {
 
 // runMake runs a make command in the repository and returns its output.
 func runMake(ctx context.Context, cmd *exec.Cmd) (string, error) {
-	var out bytes.Buffer
-	cmd.Dir, cmd.Stdout, cmd.Stderr = framework.RepoRoot(), &out, &out
+	cmd.Dir = framework.RepoRoot()
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env, "GOTOOLCHAIN=auto")
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- cmd.Wait() }()
-	select {
-	case err := <-errc:
-		return out.String(), err
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-errc //nolint:errcheck // killed: its error is the kill's
-		return out.String(), ctx.Err()
-	}
+	return framework.Run(ctx, cmd)
 }
 
 func printedDigest(t *testing.T, out, pattern string) string {
@@ -201,18 +187,7 @@ func checkReleaseDir(t *testing.T, dir, tag string) {
 // version and appVersion without the v.
 func checkHelmRelease(ctx context.Context, t *testing.T, tag string) {
 	t.Helper()
-	out, err := helm(ctx, "list", "-n", namespace, "-o", "json")
-	if err != nil {
-		t.Fatalf("helm list: %v\n%s", err, out)
-	}
-	var rels []struct {
-		Name       string `json:"name"`
-		Chart      string `json:"chart"`
-		AppVersion string `json:"app_version"`
-	}
-	if err := json.Unmarshal([]byte(out), &rels); err != nil {
-		t.Fatalf("helm list: %v\n%s", err, out)
-	}
+	rels := helmList(ctx, t)
 	// The release and the CRD release, both from the registry's charts.
 	want := map[string]string{release: "apportion-" + tag, crdRelease: "apportion-crd-" + tag}
 	got := map[string]string{}

@@ -11,12 +11,10 @@
 package smoke_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,38 +75,10 @@ func run(m *testing.M) (int, error) {
 	return code, nil
 }
 
-// helm runs the cluster's helm with the admin kubeconfig, inside the
-// cluster's network namespace, and returns its combined output.
+// helm runs the cluster's helm (framework.Helm).
 func helm(ctx context.Context, args ...string) (string, error) {
-	cmd := env.c.Command("helm", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Env = append(cmd.Env, "HELM_CACHE_HOME="+filepath.Join(env.c.Dir(), "helm-cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(env.c.Dir(), "helm-config"), "HELM_DATA_HOME="+filepath.Join(env.c.Dir(), "helm-data"))
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- cmd.Wait() }()
-	select {
-	case err := <-errc:
-		return out.String(), err
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-errc //nolint:errcheck // killed: its error is the kill's
-		return out.String(), ctx.Err()
-	}
+	return framework.Helm(ctx, env.c, args...)
 }
 
 // logTail returns the last lines of a log of the cluster's log folder.
-func logTail(name string, lines int) string {
-	b, err := os.ReadFile(filepath.Join(env.c.LogDir(), name+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
+func logTail(name string, lines int) string { return framework.TailLog(env.c, name, lines) }
