@@ -1,0 +1,194 @@
+// Package split tells how a workload's Running pods are spread over its
+// strategy's groups now, next to the split the quota method gives at its
+// replica count: the numbers `apportion explain` and `apportion status`
+// print and the drift controller watches. It is pure: callers gather the
+// workload's replica count, which groups a NodePool serves, and the labels
+// of the nodes its Running pods are on.
+//
+// A Running pod counts in the first group, in strategy order, whose labels
+// its node carries (as PlacementPolicy status counts it); a pod on a node of
+// no group counts as unmatched.
+package split
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/compiled"
+)
+
+// Input is what is known of one workload.
+type Input struct {
+	Strategy *compiled.Strategy
+	// Replicas is the workload's spec.replicas.
+	Replicas int64
+	// LeftOut says, per group (indexed like the strategy's groups), why
+	// the group is left out of the split now ("" or a short index: served).
+	LeftOut []string
+	// NodeLabels holds, for each Running pod, the labels of its node.
+	NodeLabels []map[string]string
+}
+
+// Group is one group of the split.
+type Group struct {
+	// Key is the group's key (its labels as key=value joined by ",").
+	Key string `json:"key"`
+	// LeftOut says why no pod is sent to the group now; "" when served.
+	LeftOut string `json:"leftOut,omitempty"`
+	// Desired is the quota method's count at Replicas over the served
+	// groups.
+	Desired int64 `json:"desired"`
+	// Actual counts the Running pods on the group's nodes.
+	Actual int64 `json:"actual"`
+	// Min and Max bound Actual within quota at the Running count: the
+	// floor and ceiling of the group's ideal share over the served groups
+	// (both 0 for a group left out).
+	Min int64 `json:"min"`
+	Max int64 `json:"max"`
+}
+
+// Within reports whether the group's Running count is within quota.
+func (g Group) Within() bool { return g.Actual >= g.Min && g.Actual <= g.Max }
+
+// Split is a workload's split now.
+type Split struct {
+	Groups []Group `json:"groups"`
+	// Replicas is the workload's spec.replicas; Running its Running pods.
+	Replicas int64 `json:"replicas"`
+	Running  int64 `json:"running"`
+	// Unmatched counts the Running pods on nodes of no group.
+	Unmatched int64 `json:"unmatched,omitempty"`
+	// WithinQuota holds when every served group's Running count is within
+	// quota at the Running count, no pod runs in a group left out or
+	// outside every group, and some group is served.
+	WithinQuota bool `json:"withinQuota"`
+	// LeftOut is true when some group is left out of the split.
+	LeftOut bool `json:"leftOut"`
+}
+
+// Drifting reports whether the workload is off its strategy: outside quota,
+// or with a group left out.
+func (s Split) Drifting() bool { return !s.WithinQuota || s.LeftOut }
+
+// Available is the set of the groups served: those leftOut gives no
+// reason for.
+func Available(leftOut []string, groups int) apportion.Set {
+	avail := apportion.All
+	for i := 0; i < groups && i < len(leftOut); i++ {
+		if leftOut[i] != "" {
+			avail = avail.Without(i)
+		}
+	}
+	return avail
+}
+
+// Compute computes the split of in.
+func Compute(in Input) Split {
+	s := in.Strategy
+	n := len(s.Strategy.Groups)
+	avail := Available(in.LeftOut, n)
+	out := Split{Groups: make([]Group, n), Replicas: in.Replicas}
+	actual, unmatched := Count(s, in.NodeLabels)
+	out.Unmatched = unmatched
+	anyServed := false
+	for i := range n {
+		out.Groups[i] = Group{Key: s.Strategy.Groups[i].Key(), Actual: actual[i]}
+		if i < len(in.LeftOut) && in.LeftOut[i] != "" {
+			out.Groups[i].LeftOut = in.LeftOut[i]
+			out.LeftOut = true
+			continue
+		}
+		anyServed = true
+	}
+	var running int64
+	for _, c := range actual {
+		running += c
+	}
+	out.Running = running + unmatched
+	if !anyServed {
+		return out
+	}
+	desired := s.Method.CountsAt(max(in.Replicas, 0), avail)
+	// Bounds at the Running count in served groups: pods elsewhere are
+	// drift of their own, not part of the count the quota is taken at.
+	var served int64
+	for i := range n {
+		if avail.Has(i) {
+			served += actual[i]
+		}
+	}
+	shares := s.Method.Shares(served, avail)
+	out.WithinQuota = unmatched == 0
+	for i := range n {
+		g := &out.Groups[i]
+		g.Desired = desired[i]
+		if avail.Has(i) {
+			g.Min, g.Max = shares[i].Lower, shares[i].Upper()
+		}
+		out.WithinQuota = out.WithinQuota && g.Within()
+	}
+	return out
+}
+
+// Count counts Running pods per group by their nodes' labels: in the first
+// group whose labels the node carries; unmatched counts those in none.
+func Count(s *compiled.Strategy, nodeLabels []map[string]string) (actual []int64, unmatched int64) {
+	selectors := make([]labels.Selector, len(s.Strategy.Groups))
+	for i, g := range s.Strategy.Groups {
+		selectors[i] = labels.SelectorFromSet(g.Selector())
+	}
+	actual = make([]int64, len(selectors))
+	for _, nl := range nodeLabels {
+		gi := slices.IndexFunc(selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(nl)) })
+		if gi < 0 {
+			unmatched++
+			continue
+		}
+		actual[gi]++
+	}
+	return actual, unmatched
+}
+
+// Next lists the groups (indexes) the next k pods would get after counts,
+// over avail; it stops early when no group is available.
+func Next(s *compiled.Strategy, counts []int64, avail apportion.Set, k int) []int {
+	c := slices.Clone(counts)
+	out := make([]int, 0, k)
+	for range k {
+		g := s.Method.Next(c, avail)
+		if g < 0 {
+			break
+		}
+		out = append(out, g)
+		c[g]++
+	}
+	return out
+}
+
+// Describe is the split in one line for Events and logs:
+// "on-demand 10 running (quota 4-4, want 4 at 10 replicas), spot 0 ...".
+func (s Split) Describe() string {
+	parts := make([]string, 0, len(s.Groups)+1)
+	for i, g := range s.Groups {
+		if g.LeftOut != "" {
+			parts = append(parts, fmt.Sprintf("group %d (%s) %d running, left out: %s", i+1, g.Key, g.Actual, g.LeftOut))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("group %d (%s) %d running, quota %s, %d wanted at %d replicas", i+1, g.Key, g.Actual, bounds(g.Min, g.Max), g.Desired, s.Replicas))
+	}
+	if s.Unmatched > 0 {
+		parts = append(parts, fmt.Sprintf("%d running on nodes of no group", s.Unmatched))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func bounds(lo, hi int64) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
