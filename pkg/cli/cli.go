@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -36,9 +37,28 @@ const (
 	ExitUsage   = 2
 )
 
+// PluginName is the file name under which kubectl runs the binary as a
+// plugin (kubectl apportion ...): a symlink or copy of apportion on $PATH.
+const PluginName = "kubectl-apportion"
+
+// Program is the command name help and errors show: "apportion", or
+// "kubectl apportion" when run as the kubectl plugin (ProgramFor).
+var Program = "apportion"
+
+// ProgramFor is the command name for the binary's file name (argv[0]).
+func ProgramFor(argv0 string) string {
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == PluginName {
+		return "kubectl apportion"
+	}
+	return "apportion"
+}
+
 // Main runs one command line; args excludes the program name.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdin, stdout, stderr)
+	if Program != root.Name() {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: Program}
+	}
 	if len(args) == 0 {
 		root.InitDefaultHelpCmd()
 		root.SetOut(stderr)
@@ -57,7 +77,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return se.code
 	}
 	if !cmd.HasParent() && strings.HasPrefix(err.Error(), "unknown command") {
-		err = fmt.Errorf("%w (see apportion --help)", err)
+		err = fmt.Errorf("%w (see %s --help)", err, Program)
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
 	if fe := (*failure)(nil); errors.As(err, &fe) {
@@ -86,7 +106,7 @@ Karpenter (https://karpenter.sh).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(flagError)
-	root.AddCommand(newPlan(stdin), newInspect(), newWebhook(), newReleaseGates(), newVersion())
+	root.AddCommand(newPlan(stdin), newInspect(), newExplain(), newStatus(), newWebhook(), newReleaseGates(), newVersion())
 	return root
 }
 

@@ -16,7 +16,7 @@ import (
 // TestHelpOfEveryCommand: -h, --help and `apportion help CMD` print the
 // same kubectl-style help on stdout, with exit status 0.
 func TestHelpOfEveryCommand(t *testing.T) {
-	for _, cmd := range []string{"plan", "inspect", "webhook", "release-gates", "version"} {
+	for _, cmd := range []string{"plan", "inspect", "explain", "status", "webhook", "release-gates", "version"} {
 		var first string
 		for _, args := range [][]string{{cmd, "-h"}, {cmd, "--help"}, {"help", cmd}} {
 			code, out, errOut := run(t, "", args...)
@@ -77,6 +77,15 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"webhook", "--nope"}, ExitUsage},
 		{[]string{"webhook", "extra"}, ExitUsage},
 		{[]string{"release-gates", "--nope"}, ExitUsage},
+		{[]string{"explain"}, ExitUsage},
+		{[]string{"explain", "job/x"}, ExitUsage},
+		{[]string{"explain", "web"}, ExitUsage},
+		{[]string{"explain", "deploy/web", "-o", "wide"}, ExitUsage},
+		{[]string{"status", "extra"}, ExitUsage},
+		{[]string{"status", "-A", "-n", "shop"}, ExitUsage},
+		// No cluster to read.
+		{[]string{"explain", "deploy/web", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
+		{[]string{"status", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
 		// At run time: the registry has no such image; a group is left out.
 		{[]string{"inspect", host + "/public/absent:1"}, ExitFailure},
 		{[]string{"plan", "--strict", "--nodepools", pools, "--replicas", "2", "--strategy", "karpenter.sh/capacity-type=spot,weight=1:zone=x,weight=1"}, ExitFailure},

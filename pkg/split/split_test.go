@@ -9,9 +9,9 @@ import (
 
 const odSpot = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 
-func mustParse(t *testing.T, raw string) *compiled.Strategy {
+func mustParse(t *testing.T) *compiled.Strategy {
 	t.Helper()
-	s, err := compiled.Parse(raw)
+	s, err := compiled.Parse(odSpot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func nodes(ct string, n int) []map[string]string {
 }
 
 func TestComputeWithinQuota(t *testing.T) {
-	s := mustParse(t, odSpot)
+	s := mustParse(t)
 	got := Compute(Input{Strategy: s, Replicas: 10, NodeLabels: append(nodes("on-demand", 4), nodes("spot", 6)...)})
 	if !got.WithinQuota || got.Drifting() {
 		t.Fatalf("4/6 at 10 should be within quota: %+v", got)
@@ -41,7 +41,7 @@ func TestComputeWithinQuota(t *testing.T) {
 }
 
 func TestComputeOutsideQuota(t *testing.T) {
-	s := mustParse(t, odSpot)
+	s := mustParse(t)
 	got := Compute(Input{Strategy: s, Replicas: 10, NodeLabels: nodes("on-demand", 10)})
 	if got.WithinQuota || !got.Drifting() {
 		t.Fatalf("10/0 at 10 is outside quota: %+v", got)
@@ -52,7 +52,7 @@ func TestComputeOutsideQuota(t *testing.T) {
 }
 
 func TestComputeLeftOut(t *testing.T) {
-	s := mustParse(t, odSpot)
+	s := mustParse(t)
 	got := Compute(Input{Strategy: s, Replicas: 10, LeftOut: []string{"", "NodePool spot has taints the pods do not tolerate"}, NodeLabels: nodes("on-demand", 10)})
 	// Over the served groups alone 10 on-demand is the quota, but a
 	// group is left out: drifting all the same.
@@ -72,7 +72,7 @@ func TestComputeLeftOut(t *testing.T) {
 }
 
 func TestComputeUnmatched(t *testing.T) {
-	s := mustParse(t, odSpot)
+	s := mustParse(t)
 	in := append(nodes("on-demand", 4), nodes("spot", 6)...)
 	in = append(in, map[string]string{"kubernetes.io/arch": "amd64"})
 	got := Compute(Input{Strategy: s, Replicas: 11, NodeLabels: in})
@@ -84,7 +84,7 @@ func TestComputeUnmatched(t *testing.T) {
 // TestNextMatchesSequence: the next pods from empty counts are the engine's
 // own sequence.
 func TestNextMatchesSequence(t *testing.T) {
-	s := mustParse(t, odSpot)
+	s := mustParse(t)
 	got := Next(s, make([]int64, 2), Available(nil, 2), 10)
 	want := s.Method.Sequence(10)
 	if len(got) != len(want) {

@@ -1,0 +1,355 @@
+package explain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/test"
+)
+
+const (
+	odSpot   = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	odKey    = "karpenter.sh/capacity-type=on-demand"
+	spotKey  = "karpenter.sh/capacity-type=spot"
+	ns       = "shop"
+	capLabel = "karpenter.sh/capacity-type"
+)
+
+// fixture is a Deployment shop/web (10 replicas) with its current
+// ReplicaSet web-new (hash "new") and an older one web-old, two NodePools
+// and two nodes.
+type fixture struct {
+	objs   []client.Object
+	deploy *appsv1.Deployment
+	cur    *appsv1.ReplicaSet
+	old    *appsv1.ReplicaSet
+	n      int
+}
+
+func newFixture(deployAnnotations map[string]string, spotTaint bool) *fixture {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", UID: "deploy-uid", Annotations: deployAnnotations},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(10)), Selector: sel,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}}}}}
+	rs := func(name, hash, rev string) *appsv1.ReplicaSet {
+		r := test.ReplicaSet(metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"),
+			Labels:      map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: hash},
+			Annotations: map[string]string{"deployment.kubernetes.io/revision": rev}}, d)
+		r.Spec.Selector = sel
+		return r
+	}
+	spot := test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: "spot"}, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(capLabel, "spot")}})
+	if spotTaint {
+		spot.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "spot", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	f := &fixture{deploy: d, cur: rs("web-new", "new", "2"), old: rs("web-old", "old", "1")}
+	f.objs = []client.Object{d, f.cur, f.old, spot,
+		test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: "od"}, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(capLabel, "on-demand")}}),
+		test.Node("od-1", map[string]string{capLabel: "on-demand"}),
+		test.Node("spot-1", map[string]string{capLabel: "spot"}),
+		test.Node("other-1", map[string]string{"team": "x"}),
+	}
+	return f
+}
+
+// pod adds a pod of rs; node "" leaves it Pending.
+func (f *fixture) pod(rs *appsv1.ReplicaSet, node, group string, extra map[string]string) *corev1.Pod {
+	f.n++
+	phase := corev1.PodRunning
+	if node == "" {
+		phase = corev1.PodPending
+	}
+	p := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", f.n), UID: types.UID(fmt.Sprintf("pod-%d", f.n)),
+		Labels:            map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]},
+		CreationTimestamp: metav1.Unix(int64(1000+f.n), 0)}, Owner: rs, NodeName: node, Phase: phase, Group: group})
+	for k, v := range extra {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[k] = v
+	}
+	f.objs = append(f.objs, p)
+	return p
+}
+
+func (f *fixture) cluster(t *testing.T) *Cluster {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(f.objs...).Build()
+	return &Cluster{Reader: c, Capacity: &capacity.NodePoolCapacity{Reader: c}, NodePools: true, Policies: true}
+}
+
+// TestWorkloadReport: a Deployment with decided pods, a stray, a waiting
+// pod and a pod of an older revision.
+func TestWorkloadReport(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+	for range 4 {
+		f.pod(f.cur, "od-1", odKey, nil)
+	}
+	for range 5 {
+		f.pod(f.cur, "spot-1", spotKey, nil)
+	}
+	f.pod(f.cur, "spot-1", "", nil)                                                                                // a stray
+	f.pod(f.cur, "", "", nil).Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}} // waiting
+	f.pod(f.old, "od-1", odKey, map[string]string{annotations.Fallback: spotKey})                                  // older revision, a fallback
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Problem != "" || r.Revision != "new" || r.Mode != annotations.ModeRequired || !strings.Contains(r.Source, "metadata.annotations[apportion.dev/strategy]") {
+		t.Fatalf("strategy, source, mode, revision: %+v", r)
+	}
+	if r.Replicas != 10 || r.Running != 11 {
+		t.Fatalf("replicas 10, running 11 (10 of this revision, 1 older): %+v", r)
+	}
+	want := []struct{ desired, actual, decided, strays int64 }{{4, 5, 4, 0}, {6, 6, 5, 1}}
+	for i, w := range want {
+		g := r.Groups[i]
+		if g.Desired != w.desired || g.Actual != w.actual || g.Decided != w.decided || g.Strays != w.strays || g.LeftOut != "" {
+			t.Errorf("group %d: got %+v, want %+v", i, g, w)
+		}
+	}
+	if r.Groups[0].NodePool != "od" || r.Groups[1].NodePool != "spot" {
+		t.Errorf("pools: %+v", r.Groups)
+	}
+	// At 11 running on-demand's share is 2 + 9/4: 4-5; 5 is within.
+	if !r.WithinQuota || len(r.Drift) != 0 {
+		t.Errorf("5/6 at 11 is within quota: %+v", r)
+	}
+	if p := r.Pods; p.Live != 12 || p.Decided != 10 || p.Strays != 1 || p.Waiting != 1 || p.Fallback != 1 || p.OtherRevisions != 1 {
+		t.Errorf("pod counts: %+v", p)
+	}
+	checkNext(t, r, []int64{4, 6})
+}
+
+// checkNext: the next pods, added one at a time to the revision's counts
+// (decided and strays), stay within quota at every size.
+func checkNext(t *testing.T, r *WorkloadReport, counts []int64) {
+	t.Helper()
+	s, err := compiled.Parse(r.Strategy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Next) != NextPods {
+		t.Fatalf("next: %v", r.Next)
+	}
+	for _, k := range r.Next {
+		i, ok := s.Index[k]
+		if !ok {
+			t.Fatalf("next names no group: %q", k)
+		}
+		counts[i]++
+		if !s.Method.WithinQuota(counts, apportion.All) {
+			t.Fatalf("next pods leave the quota at %v: %v", counts, r.Next)
+		}
+	}
+}
+
+// TestWorkloadLeftOut: a spot pool tainted without the opt-in leaves the
+// spot group out; every pod runs on on-demand: drift, with the reason.
+func TestWorkloadLeftOut(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot}, true)
+	for range 10 {
+		f.pod(f.cur, "od-1", odKey, nil)
+	}
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := r.Groups[1]
+	if g.LeftOut == "" || g.NodePool != "" || !strings.Contains(g.LeftOut, "spot") {
+		t.Fatalf("spot is left out, naming the pool: %+v", g)
+	}
+	if r.Groups[0].Desired != 10 || r.Groups[0].Actual != 10 {
+		t.Fatalf("over the served group alone, 10 on-demand: %+v", r.Groups[0])
+	}
+	if len(r.Drift) != 1 || !strings.Contains(r.Drift[0], "group 2 (karpenter.sh/capacity-type=spot) is left out") {
+		t.Fatalf("drift: %q", r.Drift)
+	}
+	for _, k := range r.Next {
+		if k != odKey {
+			t.Fatalf("with spot left out, the next pods go on-demand: %v", r.Next)
+		}
+	}
+}
+
+// TestWorkloadOutsideQuota: every pod on on-demand with both groups served.
+func TestWorkloadOutsideQuota(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+	for range 9 {
+		f.pod(f.cur, "od-1", "", nil) // strays: admitted without a decision
+	}
+	f.pod(f.cur, "other-1", "", nil)
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.WithinQuota || len(r.Drift) != 3 || r.Unmatched != 1 {
+		t.Fatalf("9 on on-demand and 1 elsewhere are off the strategy: %+v", r)
+	}
+	if !strings.Contains(r.Drift[0], "group 1 (karpenter.sh/capacity-type=on-demand) has 9 running, its quota at 9 running is 3-4") ||
+		!strings.Contains(r.Drift[1], "group 2 (karpenter.sh/capacity-type=spot) has 0 running, its quota at 9 running is 5-6") ||
+		!strings.Contains(r.Drift[2], "1 running on nodes of no group") {
+		t.Fatalf("drift: %q", r.Drift)
+	}
+	// The strays count: the next pods repair the split.
+	if r.Next[0] != spotKey {
+		t.Fatalf("next: %v", r.Next)
+	}
+}
+
+// TestWorkloadShadow: pods carrying shadow decisions, mode from the pods.
+func TestWorkloadShadow(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+	for i, g := range []string{odKey, odKey, spotKey, spotKey, spotKey} {
+		raw, _ := json.Marshal(shadowRecord{Group: g, NodePool: "x", Record: decision.Record{Counts: []int64{int64(min(i, 2)), int64(max(i-2, 0))}, Reason: "quota"}})
+		f.pod(f.cur, "od-1", "", map[string]string{shadowAnnotation: string(raw)})
+	}
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Mode != modeShadow || r.ModeSource != "" || len(r.Drift) != 0 {
+		t.Fatalf("mode shadow from the pods, no drift reported: %+v", r)
+	}
+	if r.Groups[0].Shadow != 2 || r.Groups[1].Shadow != 3 || r.Groups[0].Actual != 5 || r.Pods.Shadow != 5 || r.Pods.Strays != 0 {
+		t.Fatalf("shadow 2/3, running 5/0: %+v %+v", r.Groups, r.Pods)
+	}
+	checkNext(t, r, []int64{2, 3})
+}
+
+// TestWorkloadNoStrategy and a policy's strategy and mode.
+func TestWorkloadStrategySources(t *testing.T) {
+	f := newFixture(nil, false)
+	f.pod(f.cur, "od-1", "", nil)
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Problem, "no strategy") || r.Pods.Live != 1 {
+		t.Fatalf("no strategy: %+v", r)
+	}
+	pol := test.PlacementPolicy(metav1.ObjectMeta{Namespace: ns, Name: "half"}, policySpec(t, odSpot))
+	pol.Spec.Mode = "preferred"
+	f.objs = append(f.objs, pol)
+	r, err = f.cluster(t).Workload(context.Background(), Ref{Kind: "ReplicaSet", Namespace: ns, Name: "web-new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != "Deployment" || r.Source != "PlacementPolicy shop/half" || r.Mode != "preferred" || r.Problem != "" || r.Strategy == "" {
+		t.Fatalf("a ReplicaSet is read as its Deployment, placed by the policy: %+v", r)
+	}
+	f.deploy.Spec.Template.Annotations = map[string]string{annotations.Mode: "required"}
+	r, err = f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Mode != "required" || !strings.Contains(r.ModeSource, "spec.template") {
+		t.Fatalf("the template's mode wins: %+v", r)
+	}
+}
+
+// TestPodReport: a decided pod's record, node group and architectures.
+func TestPodReport(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+	s, _ := compiled.Parse(odSpot)
+	rec, _ := json.Marshal(decision.Record{Strategy: s.Hash, Revision: "new", Counts: []int64{2, 3}, Strays: []int64{0, 1}, Reason: "quota"})
+	p := f.pod(f.cur, "spot-1", spotKey, map[string]string{annotations.Decision: string(rec), annotations.NodePool: "spot", annotations.Architectures: "amd64,arm64"})
+	p.Spec.Containers = []corev1.Container{{Name: "web", Image: "nginx:1.27"}}
+	stray := f.pod(f.cur, "od-1", "", nil)
+	r, err := f.cluster(t).Pod(context.Background(), ns, p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decision
+	if r.State != StatePlaced || d == nil || d.Group != spotKey || d.NodePool != "spot" || d.Reason != "quota" || !d.Current || d.Revision != "new" {
+		t.Fatalf("decision: %+v %+v", r, d)
+	}
+	if len(d.Seen) != 2 || d.Seen[0] != (GroupCount{odKey, 2}) || d.Seen[1] != (GroupCount{spotKey, 3}) || d.Strays[1] != (GroupCount{spotKey, 1}) {
+		t.Fatalf("counts seen: %+v strays %+v", d.Seen, d.Strays)
+	}
+	if r.NodeGroup != spotKey || strings.Join(r.Architectures, ",") != "amd64,arm64" || r.Images[0] != "nginx:1.27" || r.Workload == nil || r.Workload.Name != "web" {
+		t.Fatalf("node group, architectures, images, workload: %+v", r)
+	}
+	r, err = f.cluster(t).Pod(context.Background(), ns, stray.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != StateNotPlaced || !strings.Contains(r.Why, "stray") || r.NodeGroup != odKey || len(r.Architectures) != 0 {
+		t.Fatalf("a stray: %+v", r)
+	}
+}
+
+// TestStatus lists the workloads with a strategy only.
+func TestStatus(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+	f.pod(f.cur, "od-1", odKey, nil)
+	other := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain", UID: "plain-uid"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "plain"}}}}
+	elsewhere := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "pg", UID: "pg-uid"},
+		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "pg"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotations.Strategy: "kubernetes.io/arch=arm64,weight=1:kubernetes.io/arch=amd64,weight=1"}}}}}
+	f.objs = append(f.objs, other, elsewhere)
+	cl := f.cluster(t)
+	all, err := cl.Status(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Namespace != "db" || all[0].Kind != "StatefulSet" || all[1].Name != "web" {
+		t.Fatalf("status -A: %+v", all)
+	}
+	one, err := cl.Status(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one) != 1 || one[0].Name != "web" || one[0].Groups[0].Decided != 1 {
+		t.Fatalf("status -n shop: %+v", one)
+	}
+}
+
+func TestParseRef(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want Ref
+	}{
+		{[]string{"deploy/web"}, Ref{"Deployment", "n", "web"}},
+		{[]string{"pod", "web-1"}, Ref{"Pod", "n", "web-1"}},
+		{[]string{"sts/db"}, Ref{"StatefulSet", "n", "db"}},
+		{[]string{"deployments.apps/web"}, Ref{"Deployment", "n", "web"}},
+		{[]string{"Rollout/canary"}, Ref{"Rollout", "n", "canary"}},
+	} {
+		got, err := ParseRef(tc.args, "n")
+		if err != nil || got != tc.want {
+			t.Errorf("%v: got %+v, %v", tc.args, got, err)
+		}
+	}
+	for _, bad := range [][]string{{"web"}, {"job/x"}, {"pod/"}, {"pod/a/b"}, {"a", "b", "c"}} {
+		if _, err := ParseRef(bad, "n"); !errors.Is(err, ErrUsage) {
+			t.Errorf("%v: want a usage error, got %v", bad, err)
+		}
+	}
+}
+
+// policySpec targets the Deployment web with raw in the string syntax.
+func policySpec(t *testing.T, raw string) v1alpha1.PlacementPolicySpec {
+	t.Helper()
+	return v1alpha1.PlacementPolicySpec{Target: v1alpha1.Target{Kind: "Deployment", Name: "web"}, Strategy: &v1alpha1.Strategy{Text: raw}}
+}

@@ -1,0 +1,108 @@
+package explain
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// Status reports on every workload of namespace ("" for all) that carries a
+// strategy or that a PlacementPolicy targets, sorted by namespace, kind and
+// name. Workloads without a strategy, and ReplicaSets a Deployment or
+// Rollout controls, are left out.
+func (c *Cluster) Status(ctx context.Context, namespace string) ([]*WorkloadReport, error) {
+	refs, err := c.candidates(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	var out []*WorkloadReport
+	for _, ref := range refs {
+		w, err := c.Workload(ctx, ref)
+		if client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("%s %s/%s: %w", ref.Kind, ref.Namespace, ref.Name, err)
+		}
+		if w == nil || (w.Strategy == "" && !strings.HasPrefix(w.Source, "PlacementPolicy")) {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// candidates lists the workloads that may be placed: those with a strategy
+// annotation (on the object or its pod template), and every workload of a
+// namespace that holds PlacementPolicies.
+func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, error) {
+	withPolicies := map[string]bool{}
+	if c.Policies {
+		var list metav1.PartialObjectMetadataList
+		list.SetGroupVersionKind(v1alpha1.PlacementPolicyGVK.GroupVersion().WithKind("PlacementPolicyList"))
+		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
+		}
+		for _, p := range list.Items {
+			withPolicies[p.Namespace] = true
+		}
+	}
+	keep := func(m *metav1.ObjectMeta, template map[string]string) bool {
+		_, _, found := strategy.Find(m.Annotations, template)
+		return found || withPolicies[m.Namespace]
+	}
+	var refs []Ref
+	add := func(kind string, m *metav1.ObjectMeta, template map[string]string) {
+		if keep(m, template) {
+			refs = append(refs, Ref{Kind: kind, Namespace: m.Namespace, Name: m.Name})
+		}
+	}
+	var deployments appsv1.DeploymentList
+	if err := c.Reader.List(ctx, &deployments, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing Deployments: %w", err)
+	}
+	for i := range deployments.Items {
+		d := &deployments.Items[i]
+		add("Deployment", &d.ObjectMeta, d.Spec.Template.Annotations)
+	}
+	var statefulSets appsv1.StatefulSetList
+	if err := c.Reader.List(ctx, &statefulSets, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing StatefulSets: %w", err)
+	}
+	for i := range statefulSets.Items {
+		s := &statefulSets.Items[i]
+		add("StatefulSet", &s.ObjectMeta, s.Spec.Template.Annotations)
+	}
+	var replicaSets appsv1.ReplicaSetList
+	if err := c.Reader.List(ctx, &replicaSets, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing ReplicaSets: %w", err)
+	}
+	for i := range replicaSets.Items {
+		rs := &replicaSets.Items[i]
+		if metav1.GetControllerOfNoCopy(rs) == nil {
+			add("ReplicaSet", &rs.ObjectMeta, rs.Spec.Template.Annotations)
+		}
+	}
+	if c.Rollouts {
+		var rollouts metav1.PartialObjectMetadataList
+		rollouts.SetGroupVersionKind(workload.RolloutGVK.GroupVersion().WithKind("RolloutList"))
+		if err := c.Reader.List(ctx, &rollouts, client.InNamespace(namespace)); err != nil {
+			return nil, fmt.Errorf("listing Rollouts: %w", err)
+		}
+		for i := range rollouts.Items {
+			// The template's annotations are not in the metadata:
+			// every Rollout is a candidate, Workload tells.
+			refs = append(refs, Ref{Kind: "Rollout", Namespace: rollouts.Items[i].Namespace, Name: rollouts.Items[i].Name})
+		}
+	}
+	slices.SortFunc(refs, func(a, b Ref) int {
+		return strings.Compare(a.Namespace+"/"+a.Kind+"/"+a.Name, b.Namespace+"/"+b.Kind+"/"+b.Name)
+	})
+	return refs, nil
+}

@@ -1,0 +1,595 @@
+package explain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/split"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// WorkloadReport is a workload's placement now.
+type WorkloadReport struct {
+	Namespace string `json:"namespace"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	// Strategy is the strategy as written; Source where (an annotation of
+	// the workload or its pod template, or a PlacementPolicy).
+	Strategy string `json:"strategy,omitempty"`
+	Source   string `json:"source,omitempty"`
+	// Mode is required, preferred or shadow; ModeSource where it is set
+	// ("" for the install's default).
+	Mode       string `json:"mode"`
+	ModeSource string `json:"modeSource,omitempty"`
+	// Problem says why apportion does not place the workload's pods (no
+	// strategy, an invalid one, an opt-out); "" when it does.
+	Problem string `json:"problem,omitempty"`
+	// Revision is the current revision (pod-template-hash or
+	// controller-revision-hash): what the counts and Next are about.
+	Revision string `json:"revision,omitempty"`
+	// Replicas, Running and Unmatched are the split's.
+	Replicas  int64 `json:"replicas"`
+	Running   int64 `json:"running"`
+	Unmatched int64 `json:"unmatched,omitempty"`
+	// Groups are the strategy's groups, in order.
+	Groups      []GroupReport `json:"groups,omitempty"`
+	WithinQuota bool          `json:"withinQuota"`
+	// Drift says, one line each, why the Running split is off the
+	// strategy; empty when it is not.
+	Drift []string `json:"drift,omitempty"`
+	// Pods counts the workload's live pods by what apportion did.
+	Pods PodCounts `json:"pods"`
+	// Next are the group keys the next pods of the current revision would
+	// get, in order.
+	Next []string `json:"next,omitempty"`
+}
+
+// GroupReport is one group of a workload's strategy.
+type GroupReport struct {
+	split.Group
+	// NodePool serves the group now ("" without Karpenter or when left
+	// out).
+	NodePool string `json:"nodePool,omitempty"`
+	// Decided counts the current revision's live pods apportion placed in
+	// the group; Shadow those it would have placed there (shadow mode);
+	// Strays its pods admitted without a decision that run on the group's
+	// nodes.
+	Decided int64 `json:"decided"`
+	Shadow  int64 `json:"shadow,omitempty"`
+	Strays  int64 `json:"strays,omitempty"`
+}
+
+// PodCounts counts a workload's live pods.
+type PodCounts struct {
+	Live int64 `json:"live"`
+	// Decided carry apportion's decision, Shadow a shadow decision;
+	// Waiting still hold the placement gate; Strays are bound without a
+	// decision; Fallback were placed while a group was out of capacity;
+	// OtherRevisions belong to older (or newer) revisions.
+	Decided        int64 `json:"decided"`
+	Shadow         int64 `json:"shadow,omitempty"`
+	Waiting        int64 `json:"waiting,omitempty"`
+	Strays         int64 `json:"strays,omitempty"`
+	Fallback       int64 `json:"fallback,omitempty"`
+	OtherRevisions int64 `json:"otherRevisions,omitempty"`
+}
+
+// object is what a report reads of the workload object.
+type object struct {
+	meta     *metav1.PartialObjectMetadata // with its GroupVersionKind
+	replicas int64
+	selector labels.Selector
+	template corev1.PodTemplateSpec
+	revision string
+	owners   map[types.UID]bool // the pods' controllers: the object, or its ReplicaSets
+}
+
+// Workload reports on the workload ref names.
+func (c *Cluster) Workload(ctx context.Context, ref Ref) (*WorkloadReport, error) {
+	obj, err := c.object(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := c.pods(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	return c.report(ctx, obj, pods)
+}
+
+// object reads the workload. A ReplicaSet that a Deployment or Rollout
+// controls is read as that workload: the strategy is written there.
+func (c *Cluster) object(ctx context.Context, ref Ref) (*object, error) {
+	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
+	switch ref.Kind {
+	case "Deployment":
+		d := &appsv1.Deployment{}
+		if err := c.Reader.Get(ctx, key, d); err != nil {
+			return nil, err
+		}
+		o := &object{meta: metaOf(&d.ObjectMeta, workload.DeploymentGVK), replicas: int64(ptr.Deref(d.Spec.Replicas, 1)), template: d.Spec.Template}
+		return o, c.replicaSets(ctx, o, d.Spec.Selector, "deployment.kubernetes.io/revision")
+	case "StatefulSet":
+		s := &appsv1.StatefulSet{}
+		if err := c.Reader.Get(ctx, key, s); err != nil {
+			return nil, err
+		}
+		o := &object{meta: metaOf(&s.ObjectMeta, workload.StatefulSetGVK), replicas: int64(ptr.Deref(s.Spec.Replicas, 1)), template: s.Spec.Template,
+			revision: s.Status.UpdateRevision, owners: map[types.UID]bool{s.UID: true}}
+		return o, o.setSelector(s.Spec.Selector)
+	case "ReplicaSet":
+		rs := &appsv1.ReplicaSet{}
+		if err := c.Reader.Get(ctx, key, rs); err != nil {
+			return nil, err
+		}
+		if up := metav1.GetControllerOfNoCopy(rs); up != nil && (workload.Is(up, workload.DeploymentGVK) || workload.Is(up, workload.RolloutGVK)) {
+			return c.object(ctx, Ref{Kind: up.Kind, Namespace: ref.Namespace, Name: up.Name})
+		}
+		o := &object{meta: metaOf(&rs.ObjectMeta, workload.ReplicaSetGVK), replicas: int64(ptr.Deref(rs.Spec.Replicas, 1)), template: rs.Spec.Template,
+			revision: rs.Labels[workload.PodTemplateHashLabel], owners: map[types.UID]bool{rs.UID: true}}
+		return o, o.setSelector(rs.Spec.Selector)
+	case "Rollout":
+		if !c.Rollouts {
+			return nil, fmt.Errorf("%w: the cluster serves no Argo Rollouts", ErrUsage)
+		}
+		return c.rollout(ctx, key)
+	}
+	return nil, fmt.Errorf("%w: %s is not a workload", ErrUsage, ref.Kind)
+}
+
+func metaOf(m *metav1.ObjectMeta, gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: *m}
+	obj.SetGroupVersionKind(gvk)
+	return obj
+}
+
+func (o *object) setSelector(sel *metav1.LabelSelector) error {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return fmt.Errorf("%s %s: spec.selector: %w", o.meta.Kind, o.meta.Name, err)
+	}
+	o.selector = s
+	return nil
+}
+
+// replicaSets finds the ReplicaSets o controls (its pods' controllers) and
+// takes the revision of the newest: the one whose revision annotation is
+// highest.
+func (c *Cluster) replicaSets(ctx context.Context, o *object, sel *metav1.LabelSelector, revisionAnnotation string) error {
+	if err := o.setSelector(sel); err != nil {
+		return err
+	}
+	var list appsv1.ReplicaSetList
+	if err := c.Reader.List(ctx, &list, client.InNamespace(o.meta.Namespace), client.MatchingLabelsSelector{Selector: o.selector}); err != nil {
+		return fmt.Errorf("listing the ReplicaSets of %s %s: %w", o.meta.Kind, o.meta.Name, err)
+	}
+	o.owners = map[types.UID]bool{}
+	newest := int64(-1)
+	for i := range list.Items {
+		rs := &list.Items[i]
+		if up := metav1.GetControllerOfNoCopy(rs); up == nil || up.UID != o.meta.UID {
+			continue
+		}
+		o.owners[rs.UID] = true
+		if n, err := strconv.ParseInt(rs.Annotations[revisionAnnotation], 10, 64); err == nil && n > newest {
+			newest, o.revision = n, rs.Labels[workload.PodTemplateHashLabel]
+		}
+	}
+	return nil
+}
+
+// rollout reads an Argo Rollout, which has no Go type here.
+func (c *Cluster) rollout(ctx context.Context, key client.ObjectKey) (*object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(workload.RolloutGVK)
+	if err := c.Reader.Get(ctx, key, u); err != nil {
+		return nil, err
+	}
+	var spec struct {
+		Replicas *int32                 `json:"replicas"`
+		Selector *metav1.LabelSelector  `json:"selector"`
+		Template corev1.PodTemplateSpec `json:"template"`
+	}
+	if raw, ok := u.Object["spec"].(map[string]any); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
+			return nil, fmt.Errorf("the spec of Rollout %s: %w", key.Name, err)
+		}
+	}
+	m := &metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(), CreationTimestamp: u.GetCreationTimestamp()}
+	o := &object{meta: metaOf(m, workload.RolloutGVK), replicas: int64(ptr.Deref(spec.Replicas, 1)), template: spec.Template}
+	if err := c.replicaSets(ctx, o, spec.Selector, "rollout.argoproj.io/revision"); err != nil {
+		return nil, err
+	}
+	if hash, _, _ := unstructured.NestedString(u.Object, "status", "currentPodHash"); hash != "" {
+		o.revision = hash
+	}
+	return o, nil
+}
+
+// pods lists o's live pods: those its selector matches whose controller is
+// o or one of its ReplicaSets, not terminating or finished.
+func (c *Cluster) pods(ctx context.Context, o *object) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := c.Reader.List(ctx, &list, client.InNamespace(o.meta.Namespace), client.MatchingLabelsSelector{Selector: o.selector}); err != nil {
+		return nil, fmt.Errorf("listing the pods of %s %s: %w", o.meta.Kind, o.meta.Name, err)
+	}
+	var pods []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if up := metav1.GetControllerOfNoCopy(p); up == nil || !o.owners[up.UID] || podutil.IsTerminating(p) || podutil.IsTerminal(p) {
+			continue
+		}
+		pods = append(pods, p)
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return pods, nil
+}
+
+// revisionOf is the revision a pod is counted in.
+func revisionOf(p *corev1.Pod) string {
+	if r := p.Labels[workload.PodTemplateHashLabel]; r != "" {
+		return r
+	}
+	return p.Labels[appsv1.ControllerRevisionHashLabelKey]
+}
+
+// strategyOf finds o's strategy and mode: its annotations (the pod
+// template's win for the mode), else the oldest PlacementPolicy targeting it.
+func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
+	raw, src, found := strategy.Find(o.meta.Annotations, o.template.Annotations)
+	if found {
+		r.Strategy, r.Source = raw, describeSource(o, src)
+	} else if c.Policies {
+		p, err := c.policy(ctx, o)
+		if err != nil {
+			return err
+		}
+		if p != nil {
+			r.Source = "PlacementPolicy " + p.Namespace + "/" + p.Name
+			if r.Strategy, err = policy.Strategy(&p.Spec); err != nil {
+				r.Problem = fmt.Sprintf("the PlacementPolicy's strategy is invalid: %v", err)
+			}
+			if p.Spec.Mode != "" {
+				r.Mode, r.ModeSource = string(p.Spec.Mode), r.Source+" spec.mode"
+			}
+		}
+	}
+	for _, level := range []struct {
+		annotations map[string]string
+		where       string
+	}{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, "spec.template.metadata.annotations"}} {
+		if m, ok := level.annotations[annotations.Mode]; ok {
+			r.Mode, r.ModeSource = strings.ToLower(strings.TrimSpace(m)), level.where+"["+annotations.Mode+"]"
+		}
+	}
+	switch {
+	case isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip]):
+		r.Problem = "opted out (" + annotations.Skip + `: "true")`
+	case r.Strategy == "" && r.Problem == "":
+		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy targets it"
+	}
+	return nil
+}
+
+func describeSource(o *object, src strategy.Source) string {
+	return o.meta.Kind + " " + o.meta.Name + " " + src.String()
+}
+
+func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
+
+// policy is the oldest PlacementPolicy of o's namespace targeting o; nil
+// when none does.
+func (c *Cluster) policy(ctx context.Context, o *object) (*v1alpha1.PlacementPolicy, error) {
+	var list v1alpha1.PlacementPolicyList
+	if err := c.Reader.List(ctx, &list, client.InNamespace(o.meta.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
+	}
+	var targeting []*v1alpha1.PlacementPolicy
+	for i := range list.Items {
+		if p := &list.Items[i]; p.DeletionTimestamp == nil && policy.Targets(p, o.meta) {
+			targeting = append(targeting, p)
+		}
+	}
+	if len(targeting) == 0 {
+		return nil, nil
+	}
+	return slices.MinFunc(targeting, policy.Older), nil
+}
+
+// report computes the report of o from its live pods.
+func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*WorkloadReport, error) {
+	r := &WorkloadReport{Namespace: o.meta.Namespace, Kind: o.meta.Kind, Name: o.meta.Name, Revision: o.revision, Replicas: o.replicas}
+	if err := c.strategyOf(ctx, o, r); err != nil {
+		return nil, err
+	}
+	if r.Mode == "" {
+		r.Mode = inferMode(pods)
+	}
+	if r.Problem != "" {
+		r.Pods = countPods(pods, nil, o.revision, nil)
+		return r, nil
+	}
+	s, err := compiled.Parse(r.Strategy)
+	if err != nil {
+		r.Problem = fmt.Sprintf("invalid strategy: %v", err)
+		return r, nil
+	}
+	nodes, err := c.nodeLabels(ctx, pods)
+	if err != nil {
+		return nil, err
+	}
+	leftOut, pools, err := c.leftOut(ctx, s, o, pods)
+	if err != nil {
+		return nil, err
+	}
+	var running []map[string]string
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" {
+			running = append(running, nodes[p.Spec.NodeName])
+		}
+	}
+	sp := split.Compute(split.Input{Strategy: s, Replicas: o.replicas, LeftOut: leftOut, NodeLabels: running})
+	r.Running, r.Unmatched, r.WithinQuota = sp.Running, sp.Unmatched, sp.WithinQuota
+	r.Groups = make([]GroupReport, len(sp.Groups))
+	for i, g := range sp.Groups {
+		r.Groups[i] = GroupReport{Group: g, NodePool: pools[i]}
+	}
+	onNode := func(p *corev1.Pod) int { return nodeGroup(s, nodes[p.Spec.NodeName]) }
+	r.Pods = countPods(pods, s, o.revision, onNode)
+	r.countGroups(pods, s, o.revision, onNode)
+	if r.Mode != modeShadow {
+		r.Drift = driftReasons(sp)
+	}
+	counts := make([]int64, len(s.Strategy.Groups))
+	for i, g := range r.Groups {
+		if r.Mode == modeShadow {
+			counts[i] = g.Shadow
+		} else {
+			counts[i] = g.Decided + g.Strays
+		}
+	}
+	for _, gi := range split.Next(s, counts, split.Available(leftOut, len(counts)), NextPods) {
+		r.Next = append(r.Next, s.Strategy.Groups[gi].Key())
+	}
+	return r, nil
+}
+
+// countGroups counts the current revision's decided, shadow and stray pods
+// per group.
+func (r *WorkloadReport) countGroups(pods []*corev1.Pod, s *compiled.Strategy, revision string, onNode func(*corev1.Pod) int) {
+	for _, p := range pods {
+		if revision != "" && revisionOf(p) != revision {
+			continue
+		}
+		gi, kind := classify(p, s, onNode)
+		if gi < 0 {
+			continue // a group the strategy no longer has, or a node of none
+		}
+		switch kind {
+		case podDecided:
+			r.Groups[gi].Decided++
+		case podShadow:
+			r.Groups[gi].Shadow++
+		case podStray:
+			r.Groups[gi].Strays++
+		}
+	}
+}
+
+// inferMode is the mode of a workload that sets none: the install's
+// default, told from what its pods carry.
+func inferMode(pods []*corev1.Pod) string {
+	for _, p := range slices.Backward(pods) {
+		if _, ok := p.Annotations[shadowAnnotation]; ok {
+			return modeShadow
+		}
+		if _, ok := p.Annotations[annotations.Group]; ok {
+			break
+		}
+	}
+	return annotations.ModeRequired
+}
+
+// leftOut asks Capacity which groups can be served now, for the newest live
+// pod of the current revision (its constraints, and the architectures its
+// decision recorded), or a pod of the workload's template when there is
+// none; and the NodePool serving each group.
+func (c *Cluster) leftOut(ctx context.Context, s *compiled.Strategy, o *object, pods []*corev1.Pod) (leftOut, pools []string, err error) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.meta.Namespace, Annotations: o.template.Annotations, Labels: o.template.Labels}, Spec: o.template.Spec}
+	var archs []string
+	for _, p := range slices.Backward(pods) {
+		if o.revision == "" || revisionOf(p) == o.revision {
+			pod = p
+			if a := p.Annotations[annotations.Architectures]; a != "" && a != annotations.ArchitecturesAuto {
+				archs = strings.Split(a, ",")
+			}
+			break
+		}
+	}
+	choices, errs, err := c.Capacity.Choose(ctx, s.Strategy, pod, archs, string(o.meta.UID))
+	if err != nil {
+		return nil, nil, err
+	}
+	leftOut, pools = make([]string, len(errs)), make([]string, len(errs))
+	for i, e := range errs {
+		if e != nil {
+			leftOut[i] = e.Error()
+			continue
+		}
+		pools[i] = choices[i].PoolName()
+	}
+	return leftOut, pools, nil
+}
+
+// nodeLabels reads the labels of the nodes the pods are bound to.
+func (c *Cluster) nodeLabels(ctx context.Context, pods []*corev1.Pod) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, p := range pods {
+		name := p.Spec.NodeName
+		if _, seen := out[name]; seen || name == "" {
+			continue
+		}
+		n := &metav1.PartialObjectMetadata{}
+		n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		if err := c.Reader.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			if client.IgnoreNotFound(err) != nil {
+				return nil, fmt.Errorf("reading node %s: %w", name, err)
+			}
+		}
+		out[name] = n.Labels
+	}
+	return out, nil
+}
+
+// nodeGroup is the first group (index) whose labels a node carries; -1 for
+// none.
+func nodeGroup(s *compiled.Strategy, nodeLabels map[string]string) int {
+	if nodeLabels == nil {
+		return -1
+	}
+	return slices.IndexFunc(s.Strategy.Groups, func(g strategy.Group) bool {
+		return labels.SelectorFromSet(g.Selector()).Matches(labels.Set(nodeLabels))
+	})
+}
+
+type podKind int
+
+const (
+	podOther podKind = iota
+	podDecided
+	podShadow
+	podWaiting
+	podStray
+)
+
+// classify tells what apportion did with p and the group (index in s, -1
+// when unknown) it counts in: its decision's or shadow decision's group, or
+// for a stray the group of its node.
+func classify(p *corev1.Pod, s *compiled.Strategy, onNode func(*corev1.Pod) int) (int, podKind) {
+	index := func(key string) int {
+		if i, ok := s.Index[key]; ok {
+			return i
+		}
+		return -1
+	}
+	if g, ok := p.Annotations[annotations.Group]; ok {
+		if gi := index(g); gi >= 0 {
+			return gi, podDecided
+		}
+		return -1, podDecided
+	}
+	if sh, ok := readShadow(p); ok {
+		return index(sh.Group), podShadow
+	}
+	if decision.HasGate(p) {
+		return -1, podWaiting
+	}
+	if p.Spec.NodeName != "" {
+		if gi := onNode(p); gi >= 0 {
+			return gi, podStray
+		}
+		return -1, podStray
+	}
+	return -1, podOther
+}
+
+// countPods counts pods by what apportion did with them.
+func countPods(pods []*corev1.Pod, s *compiled.Strategy, revision string, onNode func(*corev1.Pod) int) PodCounts {
+	var n PodCounts
+	for _, p := range pods {
+		n.Live++
+		if _, ok := p.Annotations[annotations.Fallback]; ok {
+			n.Fallback++
+		}
+		if revision != "" && revisionOf(p) != revision {
+			n.OtherRevisions++
+		}
+		if s == nil {
+			continue
+		}
+		switch _, kind := classify(p, s, onNode); kind {
+		case podDecided:
+			n.Decided++
+		case podShadow:
+			n.Shadow++
+		case podWaiting:
+			n.Waiting++
+		case podStray:
+			n.Strays++
+		}
+	}
+	return n
+}
+
+// driftReasons says why sp is off its strategy.
+func driftReasons(sp split.Split) []string {
+	var out []string
+	for i, g := range sp.Groups {
+		switch {
+		case g.LeftOut != "":
+			out = append(out, fmt.Sprintf("group %d (%s) is left out: %s", i+1, g.Key, g.LeftOut))
+		case !sp.WithinQuota && !g.Within():
+			out = append(out, fmt.Sprintf("group %d (%s) has %d running, its quota at %d running is %s", i+1, g.Key, g.Actual, sp.Running-sp.Unmatched, bounds(g.Min, g.Max)))
+		}
+	}
+	if sp.Unmatched > 0 {
+		out = append(out, fmt.Sprintf("%d running on nodes of no group", sp.Unmatched))
+	}
+	return out
+}
+
+func bounds(lo, hi int64) string {
+	if lo == hi {
+		return strconv.FormatInt(lo, 10)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// shadowRecord is the part of the apportion.dev/shadow annotation explain
+// shows.
+type shadowRecord struct {
+	Group         string          `json:"group"`
+	NodePool      string          `json:"nodepool,omitempty"`
+	Architectures []string        `json:"architectures,omitempty"`
+	Record        decision.Record `json:"record"`
+}
+
+func readShadow(p *corev1.Pod) (shadowRecord, bool) {
+	raw, ok := p.Annotations[shadowAnnotation]
+	if !ok {
+		return shadowRecord{}, false
+	}
+	var sh shadowRecord
+	if err := json.Unmarshal([]byte(raw), &sh); err != nil {
+		return shadowRecord{}, false
+	}
+	return sh, true
+}
+
+// Until the shadow mode lands in annotations.
+const (
+	shadowAnnotation = annotations.Prefix + "shadow"
+	modeShadow       = "shadow"
+)
