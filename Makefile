@@ -66,7 +66,10 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 # bin/release, replaced whole): a static binary and its CycloneDX SBOM per
 # platform of RELEASE_PLATFORMS, the multi-arch image (OCI layout image/ and
 # the same as an OCI archive), the Helm chart(s) with version and appVersion
-# X.Y.Z (the image tag the chart defaults to) and SHA256SUMS over the files.
+# X.Y.Z (the image tag the chart defaults to), the kubectl plugin's
+# archives and krew manifest (apportion.krew.yaml; KREW_URL_BASE is where
+# the archives will be published, default the GitHub release) and
+# SHA256SUMS over the files.
 # Everything carries the commit's time, so a commit releases the same bytes.
 # `make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix]` pushes the
 # image as REGISTRY/apportion:X.Y.Z and the charts to oci://REGISTRY/charts
@@ -74,6 +77,7 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 # hack/release does the steps besides compiling and packaging.
 RELEASE_DIR       ?= $(BIN)/release
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+KREW_URL_BASE     ?=
 REGISTRY          ?=
 INSECURE          ?=
 HELM              ?=
@@ -105,6 +109,7 @@ release: ## make release VERSION=vX.Y.Z: binaries, SBOMs, multi-arch image, char
 	  if [ -d "$$c" ]; then "$$helm" package "$$c" --version "$$tag" --app-version "$$tag" -d "$$dir"; fi; \
 	done; \
 	$(RELEASE_TOOL) normalize-chart --source-date-epoch '$(SOURCE_DATE_EPOCH)' "$$dir"/*.tgz; \
+	$(RELEASE_TOOL) krew --dir "$$dir" --version '$(VERSION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' $(if $(KREW_URL_BASE),--url-base '$(KREW_URL_BASE)'); \
 	$(RELEASE_TOOL) sums "$$dir"; \
 	echo "$$dir/SHA256SUMS:"; cat "$$dir/SHA256SUMS"
 

@@ -6,6 +6,7 @@
 //	release check-version VERSION        print VERSION without its v, or fail
 //	release normalize-chart --source-date-epoch N TGZ...
 //	release sbom --version VERSION --source-date-epoch N --out FILE BIN
+//	release krew --dir DIR --version VERSION --source-date-epoch N [--url-base URL]
 //	release sums DIR                     write DIR/SHA256SUMS
 //	release push --dir DIR --version VERSION --registry HOST[:PORT][/PREFIX] [--insecure] --helm HELM
 package main
@@ -33,6 +34,8 @@ Commands (make release and make release-push run them):
                               rewrite helm package archives so that a commit gives the same bytes
   sbom --version V --source-date-epoch N --out FILE BIN
                               write BIN's CycloneDX SBOM (JSON) from its Go build information
+  krew --dir DIR --version V --source-date-epoch N [--url-base URL]
+                              write the kubectl plugin's archives and krew manifest
   sums DIR                    write DIR/SHA256SUMS over the files of DIR
   push --dir DIR --version V --registry HOST[:PORT][/PREFIX] --helm HELM [--insecure]
                               push DIR/image as REGISTRY/apportion:X.Y.Z and DIR/*.tgz
@@ -59,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = normalizeCharts(args[1:])
 	case "sbom":
 		err = sbom(args[1:])
+	case "krew":
+		err = krew(args[1:], stdout)
 	case "sums":
 		if len(args) != 2 {
 			err = errors.New("sums takes one folder")
@@ -145,6 +150,33 @@ func sbom(args []string) error {
 		return err
 	}
 	return f.Close()
+}
+
+func krew(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("krew", flag.ContinueOnError)
+	o := releasekit.KrewOptions{License: "LICENSE"}
+	fs.StringVar(&o.Dir, "dir", "", "the release folder")
+	fs.StringVar(&o.Version, "version", "", "the release")
+	fs.StringVar(&o.URLBase, "url-base", "", "where the archives are published (default: the GitHub release of VERSION)")
+	epoch := fs.String("source-date-epoch", "", "the archives' time, Unix seconds")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 || o.Dir == "" {
+		return errors.New("want --dir, --version and --source-date-epoch, no arguments")
+	}
+	if o.URLBase == "" {
+		o.URLBase = "https://github.com/apportion-dev/apportion/releases/download/" + o.Version
+	}
+	var err error
+	if o.MTime, err = epochTime(*epoch); err != nil {
+		return err
+	}
+	platforms, err := releasekit.WriteKrewPlugin(o)
+	for _, p := range platforms {
+		fmt.Fprintf(stdout, "kubectl plugin %s/%s: %s\n", p.OS, p.Arch, p.URI)
+	}
+	return err
 }
 
 func push(ctx context.Context, args []string, stdout io.Writer) error {

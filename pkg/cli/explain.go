@@ -221,7 +221,7 @@ func writeStatus(w io.Writer, reports []*explain.WorkloadReport, wide bool) erro
 	for _, r := range reports {
 		name := strings.ToLower(r.Kind) + "/" + r.Name
 		if r.Problem != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t-\t-\t-\t-\t✗ %s", r.Namespace, name, r.Mode, r.Replicas, r.Problem)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t-\t-\t-\t-\t✗ %s", r.Namespace, name, r.Mode, r.Replicas, clip(r.Problem, 100))
 			if wide {
 				fmt.Fprintf(tw, "\t-\t%s\t%s", r.Source, r.Strategy)
 			}
@@ -267,6 +267,14 @@ func shortGroup(key string) string {
 	return strings.Join(values, ",")
 }
 
+// clip shortens s to n runes for a table cell.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -279,7 +287,7 @@ func driftMark(r *explain.WorkloadReport) string {
 	case r.Mode == "shadow":
 		return "-"
 	case len(r.Drift) > 0:
-		return "✗ " + r.Drift[0]
+		return "✗ " + clip(r.Drift[0], 100)
 	default:
 		return "✓"
 	}

@@ -81,6 +81,14 @@ func (f *fixture) pod(rs *appsv1.ReplicaSet, node, group string, extra map[strin
 	p := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", f.n), UID: types.UID(fmt.Sprintf("pod-%d", f.n)),
 		Labels:            map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]},
 		CreationTimestamp: metav1.Unix(int64(1000+f.n), 0)}, Owner: rs, NodeName: node, Phase: phase, Group: group})
+	if _, value, ok := strings.Cut(group, "="); ok {
+		// Pinned as a decision pins: to its group and NodePool.
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: capLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{value}},
+				{Key: karpv1.NodePoolLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{map[string]string{"spot": "spot", "on-demand": "od"}[value]}},
+			}}}}}}
+	}
 	for k, v := range extra {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}

@@ -412,20 +412,19 @@ func inferMode(pods []*corev1.Pod) string {
 	return annotations.ModeRequired
 }
 
-// leftOut asks Capacity which groups can be served now, for the newest live
-// pod of the current revision (its constraints, and the architectures its
-// decision recorded), or a pod of the workload's template when there is
-// none; and the NodePool serving each group.
+// leftOut asks Capacity which groups can be served now, for a pod of the
+// workload's template (the user's own constraints: a placed pod's carry its
+// decision's) with the architectures the newest decision of the current
+// revision recorded; and the NodePool serving each group.
 func (c *Cluster) leftOut(ctx context.Context, s *compiled.Strategy, o *object, pods []*corev1.Pod) (leftOut, pools []string, err error) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.meta.Namespace, Annotations: o.template.Annotations, Labels: o.template.Labels}, Spec: o.template.Spec}
 	var archs []string
 	for _, p := range slices.Backward(pods) {
 		if o.revision == "" || revisionOf(p) == o.revision {
-			pod = p
 			if a := p.Annotations[annotations.Architectures]; a != "" && a != annotations.ArchitecturesAuto {
 				archs = strings.Split(a, ",")
+				break
 			}
-			break
 		}
 	}
 	choices, errs, err := c.Capacity.Choose(ctx, s.Strategy, pod, archs, string(o.meta.UID))
