@@ -93,8 +93,10 @@ func (c *Controller) Sweep(ctx context.Context) error {
 // Pods of one controller (a ReplicaSet, a StatefulSet) share a workload and
 // its strategy: the owner is resolved once per controller.
 func (c *Controller) workloads(ctx context.Context) (map[types.UID]*observed, error) {
+	// Deep-copied: the cache holds podcache.Pod, which only a copy turns
+	// into a corev1.Pod.
 	var pods corev1.PodList
-	if err := c.kube.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.kube.List(ctx, &pods); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	byOwner := map[types.UID]*workload.Info{}
