@@ -29,7 +29,7 @@ import (
 
 const (
 	ct       = "karpenter.sh/capacity-type"
-	strat    = ct + "=on-demand,base=2,weight=1:" + ct + "=spot,weight=3"
+	seed004    = ct + "=on-demand,base=2,weight=1:" + ct + "=spot,weight=3"
 	after    = 10 * time.Minute
 	odGroup  = ct + "=on-demand"
 	spotNote = "no NodePool can serve the group"
@@ -82,12 +82,12 @@ func newFixture(t *testing.T, limit int, objs ...client.Object) *fixture {
 	return f
 }
 
-// deployment is web/name with the strategy and replicas, and its
-// ReplicaSets (one per revision) rs...
-func deployment(name string, replicas int32, revisions ...string) []client.Object {
+// deployment is web/name with the strategy and 10 replicas, and its
+// ReplicaSets (one per revision).
+func deployment(name string, revisions ...string) []client.Object {
 	d := test.Deployment(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID(name),
-		Annotations: map[string]string{annotations.Strategy: strat}})
-	d.Spec.Replicas = ptr.To(replicas)
+		Annotations: map[string]string{annotations.Strategy: seed004}})
+	d.Spec.Replicas = ptr.To[int32](10)
 	objs := []client.Object{d}
 	for _, r := range revisions {
 		objs = append(objs, test.ReplicaSet(metav1.ObjectMeta{Namespace: "web", Name: name + "-" + r, UID: types.UID(name + "-" + r)}, d))
@@ -143,12 +143,13 @@ func driftGauge(name string) float64 {
 	return testutil.ToFloat64(metrics.WorkloadDrift.WithLabelValues("web", "Deployment", name))
 }
 
-func podsGauge(name, group, state string) float64 {
-	return testutil.ToFloat64(metrics.WorkloadPods.WithLabelValues("web", "Deployment", name, group, state))
+// podsGauge is apportion_workload_pods of web/nginx.
+func podsGauge(group, state string) float64 {
+	return testutil.ToFloat64(metrics.WorkloadPods.WithLabelValues("web", "Deployment", "nginx", group, state))
 }
 
 func TestWithinQuota(t *testing.T) {
-	objs := append(deployment("nginx", 10, "a"), pods("nginx", "a", "od-1", 0, 4)...)
+	objs := append(deployment("nginx", "a"), pods("nginx", "a", "od-1", 0, 4)...)
 	f := newFixture(t, 10, append(objs, pods("nginx", "a", "spot-1", 4, 6)...)...)
 	for range 3 {
 		f.sweep(after)
@@ -163,7 +164,7 @@ func TestWithinQuota(t *testing.T) {
 		group, state string
 		want         float64
 	}{{odGroup, metrics.StateDesired, 4}, {odGroup, metrics.StateRunning, 4}, {ct + "=spot", metrics.StateDesired, 6}, {ct + "=spot", metrics.StateRunning, 6}} {
-		if got := podsGauge("nginx", c.group, c.state); got != c.want {
+		if got := podsGauge(c.group, c.state); got != c.want {
 			t.Errorf("apportion_workload_pods{group=%q,state=%q} %v, want %v", c.group, c.state, got, c.want)
 		}
 	}
@@ -173,7 +174,7 @@ func TestWithinQuota(t *testing.T) {
 // before --drift-after, one SplitDrift with the numbers after it (and no
 // second within the hour), then SplitRestored once back within quota.
 func TestDriftOnLeftOutGroup(t *testing.T) {
-	f := newFixture(t, 10, append(deployment("nginx", 10, "a"), pods("nginx", "a", "od-1", 0, 10)...)...)
+	f := newFixture(t, 10, append(deployment("nginx", "a"), pods("nginx", "a", "od-1", 0, 10)...)...)
 	f.pools.noSpot = true
 	f.sweep(0)
 	f.sweep(5 * time.Minute)
@@ -194,12 +195,12 @@ func TestDriftOnLeftOutGroup(t *testing.T) {
 	if g, n := driftGauge("nginx"), testutil.ToFloat64(metrics.WorkloadsDrifting); g != 1 || n != 1 {
 		t.Errorf("apportion_workload_drift %v, apportion_workloads_drifting %v; want 1 and 1", g, n)
 	}
-	if d, r := podsGauge("nginx", odGroup, metrics.StateDesired), podsGauge("nginx", odGroup, metrics.StateRunning); d != 10 || r != 10 {
+	if d, r := podsGauge(odGroup, metrics.StateDesired), podsGauge(odGroup, metrics.StateRunning); d != 10 || r != 10 {
 		t.Errorf("on-demand desired %v running %v, want 10 and 10", d, r)
 	}
 	f.sweep(sweepPeriod)
-	if ev := f.events(); len(ev) != 0 {
-		t.Errorf("a second SplitDrift within the hour: %q", ev)
+	if again := f.events(); len(again) != 0 {
+		t.Errorf("a second SplitDrift within the hour: %q", again)
 	}
 	// The pools asked about were stripped of the decision's pins.
 	for _, p := range f.pools.asked {
@@ -240,7 +241,7 @@ func TestDriftOnLeftOutGroup(t *testing.T) {
 // TestDriftAfterZeroIsOff: --drift-after=0 records no Event and keeps the
 // drift gauge at 0.
 func TestDriftAfterZeroIsOff(t *testing.T) {
-	f := newFixture(t, 10, append(deployment("nginx", 10, "a"), pods("nginx", "a", "od-1", 0, 10)...)...)
+	f := newFixture(t, 10, append(deployment("nginx", "a"), pods("nginx", "a", "od-1", 0, 10)...)...)
 	f.ctrl.opts.After = 0
 	f.pools.noSpot = true
 	for range 3 {
@@ -254,9 +255,9 @@ func TestDriftAfterZeroIsOff(t *testing.T) {
 // TestRolloutIsNotDrift: pods of two revisions (a rolling update) are no
 // evidence, however long it lasts; nor are fewer pods than replicas.
 func TestRolloutIsNotDrift(t *testing.T) {
-	objs := append(deployment("nginx", 10, "a", "b"), pods("nginx", "a", "od-1", 0, 5)...)
+	objs := append(deployment("nginx", "a", "b"), pods("nginx", "a", "od-1", 0, 5)...)
 	objs = append(objs, pods("nginx", "b", "od-1", 5, 5)...)
-	objs = append(objs, deployment("short", 10, "a")...)
+	objs = append(objs, deployment("short", "a")...)
 	objs = append(objs, pods("short", "a", "od-1", 0, 9)...)
 	f := newFixture(t, 10, objs...)
 	f.pools.noSpot = true
@@ -270,7 +271,7 @@ func TestRolloutIsNotDrift(t *testing.T) {
 		t.Errorf("apportion_workload_drift %v and %v, want 0", g, s)
 	}
 	// The dashboard still sees the pods.
-	if r := podsGauge("nginx", odGroup, metrics.StateRunning); r != 10 {
+	if r := podsGauge(odGroup, metrics.StateRunning); r != 10 {
 		t.Errorf("running on-demand %v, want 10", r)
 	}
 }
@@ -278,7 +279,7 @@ func TestRolloutIsNotDrift(t *testing.T) {
 // TestGoneWorkloadSeriesDeleted: a workload whose pods are gone has no
 // series left, and its place under the cap is free.
 func TestGoneWorkloadSeriesDeleted(t *testing.T) {
-	objs := append(deployment("nginx", 10, "a"), pods("nginx", "a", "od-1", 0, 10)...)
+	objs := append(deployment("nginx", "a"), pods("nginx", "a", "od-1", 0, 10)...)
 	f := newFixture(t, 10, objs...)
 	f.pools.noSpot = true
 	f.sweep(0)
@@ -309,7 +310,7 @@ func TestGoneWorkloadSeriesDeleted(t *testing.T) {
 func TestExportedWorkloadsCapped(t *testing.T) {
 	var objs []client.Object
 	for _, name := range []string{"a", "b", "c"} {
-		objs = append(objs, deployment(name, 10, "r")...)
+		objs = append(objs, deployment(name, "r")...)
 		objs = append(objs, pods(name, "r", "od-1", 0, 10)...)
 	}
 	f := newFixture(t, 2, objs...)
@@ -330,11 +331,11 @@ func TestExportedWorkloadsCapped(t *testing.T) {
 // TestNoStrategyOrSkipNotWatched: workloads without a strategy or opted
 // out are not looked at.
 func TestNoStrategyOrSkipNotWatched(t *testing.T) {
-	objs := append(deployment("plain", 10, "a"), pods("plain", "a", "od-1", 0, 10)...)
-	objs = append(objs, deployment("skipped", 10, "a")...)
+	objs := append(deployment("plain", "a"), pods("plain", "a", "od-1", 0, 10)...)
+	objs = append(objs, deployment("skipped", "a")...)
 	objs = append(objs, pods("skipped", "a", "od-1", 0, 10)...)
 	delete(objs[0].GetAnnotations(), annotations.Strategy)
-	objs[len(objs)-12].SetAnnotations(map[string]string{annotations.Strategy: strat, annotations.Skip: "true"})
+	objs[len(objs)-12].SetAnnotations(map[string]string{annotations.Strategy: seed004, annotations.Skip: "true"})
 	f := newFixture(t, 10, objs...)
 	f.pools.noSpot = true
 	f.sweep(0)

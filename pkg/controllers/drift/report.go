@@ -66,7 +66,7 @@ func (c *Controller) update(ctx context.Context, info *workload.Info, sp split.S
 		}
 	}
 	t.exportPods(c, sp)
-	t.export(c)
+	t.export()
 }
 
 // drifting records the SplitDrift Event (deduplicated: one per workload
@@ -113,7 +113,7 @@ func (t *tracked) labels() []string {
 }
 
 // export sets the workload's drift series when it has series of its own.
-func (t *tracked) export(c *Controller) {
+func (t *tracked) export() {
 	if !t.exported {
 		return
 	}
