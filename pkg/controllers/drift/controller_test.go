@@ -344,3 +344,15 @@ func TestNoStrategyOrSkipNotWatched(t *testing.T) {
 		t.Errorf("Events %q and %d series for workloads not placed", ev, testutil.CollectAndCount(metrics.WorkloadPods))
 	}
 }
+
+// TestLongReasonShortened: a group's left-out reason (one part per NodePool)
+// is cut so that every group's numbers fit in the Event.
+func TestLongReasonShortened(t *testing.T) {
+	long := strings.Repeat("pool-x: taint not tolerated; ", 40)
+	if got := shorten(long); len(got) != maxReason || !strings.HasSuffix(got, "...") {
+		t.Errorf("shortened to %d bytes %q, want %d ending in ...", len(got), got, maxReason)
+	}
+	if got := shorten("short"); got != "short" {
+		t.Errorf("a short reason changed: %q", got)
+	}
+}

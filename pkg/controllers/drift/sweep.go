@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -188,10 +189,27 @@ func (c *Controller) leftOut(ctx context.Context, cs *compiled.Strategy, w *obse
 	}
 	for i := range out {
 		if i < len(errs) && errs[i] != nil {
-			out[i] = errs[i].Error()
+			out[i] = shorten(errs[i].Error())
 		}
 	}
 	return out, nil
+}
+
+// maxReason bounds one group's left-out reason in the Event: the reason
+// lists why each NodePool cannot serve the group, and every group's numbers
+// must fit in the Event's 1 KiB.
+const maxReason = 240
+
+// shorten cuts s to maxReason bytes, on a rune boundary, ending in "...".
+func shorten(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // running: the pod counts in the split (as PlacementPolicy status counts).
