@@ -29,6 +29,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
+	"github.com/apportion-dev/apportion/pkg/controllers/drift"
 	"github.com/apportion-dev/apportion/pkg/controllers/fallback"
 	"github.com/apportion-dev/apportion/pkg/controllers/gatejanitor"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
@@ -117,6 +118,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			Signer: d.Signer, APIReader: mgr.GetAPIReader(),
 		}),
 		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithStrategies(strategies),
+		drift.NewController(d.Clock, kube, d.Recorder, groupCapacity, drift.Options{
+			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource)}, Strategies: strategies,
+		}),
 	}
 	if d.Policies != nil {
 		var followed []schema.GroupVersionKind

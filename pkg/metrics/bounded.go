@@ -41,6 +41,53 @@ func (b *Bounded) Value(v string) string {
 	return v
 }
 
+// Capped caps the objects (workloads) exported with series of their own:
+// the first max keys are admitted, later ones are not until an admitted one
+// is forgotten. Unlike Bounded, nothing is counted as OtherValue: the
+// caller exports nothing for a key not admitted, and deletes the series of a
+// key it forgets (a workload gone), so series do not pile up.
+type Capped struct {
+	mu   sync.Mutex
+	max  int
+	keys map[string]struct{}
+}
+
+// NewCapped returns a cap of limit keys.
+func NewCapped(limit int) *Capped {
+	return &Capped{max: limit, keys: map[string]struct{}{}}
+}
+
+// Admit reports whether key may have series: it was admitted before, or
+// there is room (then it is admitted).
+func (c *Capped) Admit(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.keys[key]; ok {
+		return true
+	}
+	if len(c.keys) >= c.max {
+		return false
+	}
+	c.keys[key] = struct{}{}
+	return true
+}
+
+// Forget frees key's place; it reports whether key was admitted.
+func (c *Capped) Forget(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.keys[key]
+	delete(c.keys, key)
+	return ok
+}
+
+// Len is the number of keys admitted.
+func (c *Capped) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.keys)
+}
+
 // Caps of the labels that carry tenant input.
 var (
 	// Groups bounds the group label of apportion_placement_decisions_total.
@@ -50,4 +97,7 @@ var (
 	// Registries bounds the registry label of
 	// apportion_image_breaker_open_total.
 	Registries = NewBounded(50)
+	// Workloads bounds the workloads with series of their own in
+	// apportion_workload_drift and apportion_workload_pods.
+	Workloads = NewCapped(500)
 )

@@ -24,3 +24,22 @@ func TestBoundedCapsDistinctValues(t *testing.T) {
 		t.Fatalf("long value kept at %d bytes, want %d", len(got), maxValueLen)
 	}
 }
+
+func TestCappedAdmitsUpToItsLimitAndForgets(t *testing.T) {
+	c := NewCapped(2)
+	if !c.Admit("a") || !c.Admit("b") {
+		t.Fatal("the first two keys are not admitted")
+	}
+	if c.Admit("c") {
+		t.Fatal("a third key is admitted past the cap of 2")
+	}
+	if !c.Admit("a") {
+		t.Fatal("a key admitted before is refused")
+	}
+	if !c.Forget("a") || c.Forget("c") {
+		t.Fatal("Forget reports the wrong keys as admitted")
+	}
+	if !c.Admit("c") || c.Len() != 2 {
+		t.Fatalf("after forgetting a: c refused or %d keys, want 2", c.Len())
+	}
+}

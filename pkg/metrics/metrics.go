@@ -25,6 +25,19 @@ const (
 	LabelKind      = "kind"
 	LabelScope     = "scope"
 	LabelRegistry  = "registry"
+	// LabelWorkloadNamespace, LabelKind and LabelName name a workload. Not
+	// "namespace": Prometheus gives every series scraped from apportion
+	// the namespace of its target (apportion's own), which would rename a
+	// namespace label of the series to exported_namespace.
+	LabelWorkloadNamespace = "workload_namespace"
+	LabelName              = "name"
+	LabelState             = "state"
+)
+
+// Values of the state label of apportion_workload_pods.
+const (
+	StateDesired = "desired"
+	StateRunning = "running"
 )
 
 var (
@@ -157,6 +170,28 @@ var (
 		Namespace: namespace, Subsystem: "capacity", Name: "pods_deleted_total",
 		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere.",
 	})
+	// WorkloadDrift is 1 while a workload placed by a strategy has been off
+	// it (outside quota, pods outside every group, or a group left out)
+	// for longer than --drift-after, else 0; per workload, for at most
+	// Workloads of them.
+	WorkloadDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "workload", Name: "drift",
+		Help: "1 while a workload placed by a strategy has been off it for longer than --drift-after, else 0. Labels: workload_namespace, kind, name.",
+	}, []string{LabelWorkloadNamespace, LabelKind, LabelName})
+	// WorkloadPods is a workload's pods by group and state: desired (the
+	// quota method's count at spec.replicas over the groups served) and
+	// running (Running pods on the group's nodes; group "none": on nodes
+	// of no group); for at most Workloads workloads.
+	WorkloadPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "workload", Name: "pods",
+		Help: "Pods of a workload placed by a strategy, by group and state (desired, running). Labels: workload_namespace, kind, name, group, state.",
+	}, []string{LabelWorkloadNamespace, LabelKind, LabelName, LabelGroup, LabelState})
+	// WorkloadsDrifting counts the workloads off their strategy for longer
+	// than --drift-after, all of them (not capped).
+	WorkloadsDrifting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "workloads_drifting",
+		Help: "Workloads placed by a strategy that have been off it for longer than --drift-after.",
+	})
 	// RebalanceEvictionsTotal counts evictions of fallback pods once their
 	// group was back (apportion.dev/rebalance).
 	RebalanceEvictionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -174,6 +209,7 @@ func Register() {
 		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal, DeletionCostSecondWriterTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
 			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal, ImageRegistryDeniedTotal,
-			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal)
+			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal,
+			WorkloadDrift, WorkloadPods, WorkloadsDrifting)
 	})
 }

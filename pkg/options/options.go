@@ -106,6 +106,11 @@ type Options struct {
 	// (the chart mounts it from a Secret); empty: a random key per process.
 	DecisionKeyFile string
 	Rebalance       bool
+	// DriftAfter is how long a workload placed by a strategy may stay off
+	// it (outside quota, or with a group left out) before a SplitDrift
+	// Warning Event and apportion_workload_drift 1; 0 turns both off
+	// (apportion_workload_pods stays).
+	DriftAfter time.Duration
 	// PodName is this replica's own pod (in SystemNamespace).
 	PodName string
 
@@ -170,6 +175,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CapacityTTL, "capacity-ttl", o.envDuration("CAPACITY_TTL", 3*time.Minute), "how long a NodePool (or node group) out of capacity is left out of new decisions; doubled each time it is out again soon after")
 	fs.DurationVar(&o.CapacityMaxTTL, "capacity-max-ttl", o.envDuration("CAPACITY_MAX_TTL", 30*time.Minute), "the longest a NodePool (or node group) is left out at once")
 	fs.DurationVar(&o.CapacityNominationWait, "capacity-nomination-wait", o.envDuration("CAPACITY_NOMINATION_WAIT", 12*time.Second), "how long a placed pod may stay unschedulable while Karpenter nominates it to no NodeClaim and launches none of its NodePool, before that workload's pods go to its other groups (Karpenter's batch window, 10s by default, plus a margin)")
+	fs.DurationVar(&o.DriftAfter, "drift-after", o.envDuration("DRIFT_AFTER", 10*time.Minute), "how long a workload placed by a strategy may run off it (outside its quota, or with a group no NodePool can serve left out) before a SplitDrift Warning Event on the workload and apportion_workload_drift 1; 0: neither (apportion_workload_pods stays)")
 	fs.StringVar(&o.DecisionKeyFile, "decision-key-file", env("DECISION_KEY_FILE", ""), "file with the key (at least 32 bytes) every replica signs its decisions with, so that decision annotations a client wrote are never taken for apportion's; empty: a random key per process (decisions of other replicas and earlier runs are then not recognised)")
 	fs.Float64Var(&o.CapacityDeleteQPS, "capacity-delete-qps", o.envFloat("CAPACITY_DELETE_QPS", 2), "pods per second that may be deleted (so their controller recreates them elsewhere) when their NodePool is out of capacity; 0 deletes none")
 	fs.StringVar(&o.PodName, "pod-name", env("POD_NAME", ""), "this replica's own pod, in --system-namespace (the chart sets it): once the pod is being deleted, the webhook server closes each admission connection after its next response, so the API server moves to the other replicas before SIGTERM")
@@ -310,6 +316,9 @@ func (o *Options) validateArchitectures() []error {
 	}
 	if o.CapacityTTL <= 0 || o.CapacityMaxTTL < o.CapacityTTL {
 		errs = append(errs, fmt.Errorf("need 0 < --capacity-ttl (%s) <= --capacity-max-ttl (%s)", o.CapacityTTL, o.CapacityMaxTTL))
+	}
+	if o.DriftAfter < 0 {
+		errs = append(errs, fmt.Errorf("--drift-after must not be negative, got %s", o.DriftAfter))
 	}
 	if o.CapacityNominationWait <= 0 {
 		errs = append(errs, fmt.Errorf("--capacity-nomination-wait must be positive, got %s", o.CapacityNominationWait))

@@ -301,3 +301,21 @@ func TestArchitectureRules(t *testing.T) {
 		t.Errorf("a bad effect: error %v", err)
 	}
 }
+
+// TestDriftAfter: --drift-after defaults to 10m, reads DRIFT_AFTER, takes 0
+// (off), and refuses a negative duration.
+func TestDriftAfter(t *testing.T) {
+	if o := parse(t); o.DriftAfter != 10*time.Minute {
+		t.Errorf("default %v, want 10m", o.DriftAfter)
+	}
+	t.Setenv("DRIFT_AFTER", "0s")
+	if o := parse(t); o.DriftAfter != 0 || o.Validate() != nil {
+		t.Errorf("DRIFT_AFTER=0s: %v, %v; want 0 and valid", o.DriftAfter, o.Validate())
+	}
+	if o := parse(t, "--drift-after=15s"); o.DriftAfter != 15*time.Second {
+		t.Errorf("--drift-after=15s: %v", o.DriftAfter)
+	}
+	if err := parse(t, "--drift-after=-1m").Validate(); err == nil || !strings.Contains(err.Error(), "--drift-after must not be negative") {
+		t.Errorf("--drift-after=-1m: error %v", err)
+	}
+}

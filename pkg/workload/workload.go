@@ -3,7 +3,8 @@
 // revision it is counted in, and the strategy written on it. It reads only
 // object metadata from the informer caches: everything it needs (owner
 // references, annotations, the revision labels) is metadata, so the caches
-// hold no specs.
+// hold no specs. ReadSpec (spec.go), for the controllers that report on a
+// workload, reads its spec.replicas and pod template annotations too.
 package workload
 
 import (

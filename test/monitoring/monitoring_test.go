@@ -304,7 +304,7 @@ func TestPrometheusRule(t *testing.T) {
 		}
 	}
 	for _, a := range []string{"ApportionCapacityUnavailable", "ApportionPodsReleasedByJanitor", "ApportionAdmissionFailingOpen",
-		"ApportionImageInspectionFailing", "ApportionCertificateExpiring", "ApportionNoLeader"} {
+		"ApportionImageInspectionFailing", "ApportionCertificateExpiring", "ApportionNoLeader", "ApportionWorkloadDrift"} {
 		if !alerts[a] {
 			t.Errorf("alert %s is missing (have %v)", a, alerts)
 		}

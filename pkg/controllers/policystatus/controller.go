@@ -10,8 +10,8 @@
 // request but the status patch. Policies, workload metadata, pods and node
 // metadata come from the informers placement uses; a targeted workload's
 // spec.replicas and pod template annotations from the typed apps/v1 object
-// (Deployment, StatefulSet, ReplicaSet), which the cached client serves from
-// an informer of its own (list and watch on the kinds are granted for the
+// (Deployment, StatefulSet, ReplicaSet; workload.ReadSpec), which the cached
+// client serves from an informer of its own (list and watch on the kinds are granted for the
 // metadata informers already). Argo Rollouts, which have no Go type in the
 // scheme, are read as unstructured objects: the manager's client sends those
 // reads to the API server. Reconciles come
@@ -26,18 +26,15 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -318,15 +315,15 @@ func (c *Controller) pools(ctx context.Context, s *strategy.Strategy) ([]policy.
 func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, top *metav1.PartialObjectMetadata, pods *podIndex) (policy.Workload, bool, error) {
 	gvk := top.GroupVersionKind()
 	w := policy.Workload{Kind: gvk.Kind, Name: top.Name, Winner: p.Name}
-	spec, err := c.spec(ctx, gvk, client.ObjectKey{Namespace: p.Namespace, Name: top.Name})
+	spec, err := workload.ReadSpec(ctx, c.kubeClient, gvk, client.ObjectKey{Namespace: p.Namespace, Name: top.Name})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return w, false, nil
 		}
 		return w, false, fmt.Errorf("getting %s %s/%s: %w", gvk.Kind, p.Namespace, top.Name, err)
 	}
-	w.Replicas = spec.replicas
-	if _, src, found := strategy.Find(spec.annotations, spec.template); found {
+	w.Replicas = spec.Replicas
+	if _, src, found := strategy.Find(spec.Annotations, spec.Template); found {
 		w.Annotation = src.String()
 	}
 	policies, err := c.source.Policies(ctx, p.Namespace, top)
@@ -340,50 +337,6 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, t
 		return w, false, err
 	}
 	return w, true, nil
-}
-
-// workloadSpec is what the status reads from a workload beyond its metadata.
-type workloadSpec struct {
-	replicas              int32
-	annotations, template map[string]string // the object's and its pod template's
-}
-
-// spec reads a workload through the cached client: the apps/v1 kinds as their
-// typed objects (served from the cache), any other kind as an unstructured
-// object.
-func (c *Controller) spec(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (workloadSpec, error) {
-	var obj client.Object
-	switch gvk {
-	case workload.DeploymentGVK:
-		obj = &appsv1.Deployment{}
-	case workload.StatefulSetGVK:
-		obj = &appsv1.StatefulSet{}
-	case workload.ReplicaSetGVK:
-		obj = &appsv1.ReplicaSet{}
-	default:
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(gvk)
-		obj = u
-	}
-	if err := c.kubeClient.Get(ctx, key, obj); err != nil {
-		return workloadSpec{}, err
-	}
-	// 1 is the API's default for spec.replicas of every kind followed.
-	spec := workloadSpec{replicas: 1, annotations: obj.GetAnnotations()}
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		spec.replicas, spec.template = ptr.Deref(o.Spec.Replicas, 1), o.Spec.Template.Annotations
-	case *appsv1.StatefulSet:
-		spec.replicas, spec.template = ptr.Deref(o.Spec.Replicas, 1), o.Spec.Template.Annotations
-	case *appsv1.ReplicaSet:
-		spec.replicas, spec.template = ptr.Deref(o.Spec.Replicas, 1), o.Spec.Template.Annotations
-	case *unstructured.Unstructured:
-		if r, found, err := unstructured.NestedInt64(o.Object, "spec", "replicas"); err == nil && found {
-			spec.replicas = int32(r)
-		}
-		spec.template, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "annotations")
-	}
-	return spec, nil
 }
 
 // podIndex groups the Running pods of one namespace by workload, listed once

@@ -57,12 +57,16 @@ import (
 //     leader; a stuck gate shows up as a failure, not as a long wait.
 //   - --rebalance: only the rebalance case's workload carries
 //     apportion.dev/rebalance, so the other cases' fallback pods stay.
+//   - driftAfter 15s: the drift case sees its SplitDrift Event within a
+//     minute; the other cases' fallback workloads get SplitDrift Events
+//     too, which no case reads.
 const (
 	gateTimeout     = 45 * time.Second
 	capacityTimeout = 30 * time.Second
 	capacityTTL     = 40 * time.Second
 	capacityMaxTTL  = 2 * time.Minute
 	deleteQPS       = "10"
+	driftAfter      = 15 * time.Second
 )
 
 // caseLabel is the NodePool template label (and the pods' nodeSelector) that
@@ -111,7 +115,8 @@ func TestMain(m *testing.M) {
 		Replicas:    1,
 		GateTimeout: gateTimeout,
 		Args: []string{"--capacity-timeout=" + capacityTimeout.String(), "--capacity-ttl=" + capacityTTL.String(),
-			"--capacity-max-ttl=" + capacityMaxTTL.String(), "--capacity-delete-qps=" + deleteQPS, "--rebalance"},
+			"--capacity-max-ttl=" + capacityMaxTTL.String(), "--capacity-delete-qps=" + deleteQPS, "--rebalance",
+			"--drift-after=" + driftAfter.String()},
 	}))
 }
 
@@ -177,6 +182,7 @@ type pool struct {
 	weight                              int32
 	cpuLimit                            string // spec.limits cpu; "": a generous one
 	memoryLimit                         string // spec.limits memory; "": none
+	taints                              []corev1.Taint
 }
 
 // pools are every case's NodePools, created before the tests run so that
@@ -222,6 +228,11 @@ var pools = []pool{
 	// another namespace's workload (headroom_test.go).
 	{name: "forged-od", caseName: "forged", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "forged-spot", caseName: "forged", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
+	// drift: a spot pool tainted NoSchedule, without the
+	// apportion.dev/tolerate opt-in (drift_test.go).
+	{name: "drift-od", caseName: "drift", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "drift-spot", caseName: "drift", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50,
+		taints: []corev1.Taint{{Key: "e2e.apportion.dev/spot", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 	// strays.
 	{name: "strays-od", caseName: "strays", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "strays-spot", caseName: "strays", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
@@ -263,6 +274,7 @@ func (p pool) nodePool() *karpv1.NodePool {
 			Template: karpv1.NodeClaimTemplate{
 				ObjectMeta: karpv1.ObjectMeta{Labels: map[string]string{caseLabel: p.caseName}},
 				Spec: karpv1.NodeClaimTemplateSpec{
+					Taints:       p.taints,
 					NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: p.class},
 					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
 						{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{p.capacityType}},
