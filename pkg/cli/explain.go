@@ -348,7 +348,7 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 		if r.Mode == "shadow" {
 			decided = g.Shadow
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\n", g.Key, orDash(g.NodePool), g.Desired, g.Actual, quota, decided, g.Strays, orDash(g.LeftOut))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\n", g.Key, orDash(g.NodePool), g.Desired, g.Actual, quota, decided, g.Strays, orDash(clip(g.LeftOut, 120)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

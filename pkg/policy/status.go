@@ -2,16 +2,15 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -170,19 +169,17 @@ func (b *statusBuilder) groups(s *strategy.Strategy, pools []GroupPool) (avail a
 // quota sums Desired and Actual over the placed workloads and tells whether
 // each, and all, are within quota.
 func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail apportion.Set, anyAvail bool) {
-	selectors := make([]labels.Selector, len(s.Strategy.Groups))
-	for i, g := range s.Strategy.Groups {
-		selectors[i] = labels.SelectorFromSet(g.Selector())
-	}
 	b.st.WithinQuota = len(placed) > 0 && anyAvail
 	for _, w := range placed {
-		desired := make([]int64, len(selectors))
+		desired := make([]int64, len(s.Strategy.Groups))
 		if anyAvail {
 			// The split the placement controller reaches at
 			// spec.replicas, in closed form: the same at any size.
 			desired = s.Method.CountsAt(int64(w.Replicas), avail)
 		}
-		actual, unmatched := running(w, selectors)
+		// Running pods by the labels of their node: in the first group
+		// (in strategy order) whose labels the node carries.
+		actual, unmatched := split.Count(s, w.NodeLabels)
 		// Pods left in a group no NodePool serves now are off the split
 		// Desired shows, as are pods outside every group.
 		within := anyAvail && unmatched == 0 && s.Method.WithinQuota(actual, avail)
@@ -193,7 +190,7 @@ func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail ap
 			b.st.Groups[i].Desired += int32(desired[i])
 			b.st.Groups[i].Actual += int32(actual[i])
 		}
-		b.st.Unmatched += unmatched
+		b.st.Unmatched += int32(unmatched)
 		b.st.WithinQuota = b.st.WithinQuota && within
 		for i := range b.st.Workloads {
 			if b.st.Workloads[i].Kind == w.Kind && b.st.Workloads[i].Name == w.Name {
@@ -201,22 +198,6 @@ func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail ap
 			}
 		}
 	}
-}
-
-// running counts the workload's Running pods per group, by the labels of
-// their node: in the first group (in strategy order) whose labels the node
-// carries; unmatched counts those in none.
-func running(w *Workload, selectors []labels.Selector) (actual []int64, unmatched int32) {
-	actual = make([]int64, len(selectors))
-	for _, nl := range w.NodeLabels {
-		gi := slices.IndexFunc(selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(nl)) })
-		if gi < 0 {
-			unmatched++
-			continue
-		}
-		actual[gi]++
-	}
-	return actual, unmatched
 }
 
 // ready sets the Ready condition: whether the policy places any workload, on
