@@ -3,7 +3,8 @@
 // slices; a cached Pod keeps what the operator's transform keeps of a pod
 // in about a quarter of that, and shares with the other pods of its
 // revision and group what they have in common (namespace, labels, owner,
-// the annotations but for the signature and deletion cost, the scheduling
+// the annotations but for the signature, the deletion cost and the shadow
+// decision, the scheduling
 // fields).
 //
 // The informer's store holds *Pod. Reads through the cache are unchanged:
@@ -44,8 +45,9 @@ type Pod struct {
 }
 
 // perPodKeys are the annotations whose values differ from pod to pod: kept
-// out of the shared annotations, or no two pods would share them.
-var perPodKeys = [...]string{annotations.Signature, corev1.PodDeletionCost}
+// out of the shared annotations, or no two pods would share them. A pod
+// carries a signature or a shadow decision (which holds its own), not both.
+var perPodKeys = [...]string{annotations.Signature, corev1.PodDeletionCost, annotations.Shadow}
 
 // shape is what the pods of one revision and group have in common.
 type shape struct {
@@ -146,6 +148,26 @@ func Gates(obj any) ([]corev1.PodSchedulingGate, bool) {
 		return o.shape.gates, true
 	}
 	return nil, false
+}
+
+// HasAnnotation reports whether a cached object (a *Pod, or any
+// metav1.Object) carries the annotation key, without building its
+// annotations: what the predicates read on every pod event.
+func HasAnnotation(obj any, key string) bool {
+	switch o := obj.(type) {
+	case *Pod:
+		for i, k := range perPodKeys {
+			if k == key && o.own[i] != "" {
+				return true
+			}
+		}
+		_, ok := o.Annotations[key]
+		return ok
+	case metav1.Object:
+		_, ok := o.GetAnnotations()[key]
+		return ok
+	}
+	return false
 }
 
 // View gives a cached object (a *Pod, or a *corev1.Pod as fakes and tests

@@ -62,6 +62,31 @@ func TestReplicasShareTheirShape(t *testing.T) {
 	}
 }
 
+// TestShadowPodsShareTheirShape: pods decided in shadow mode, each with its
+// own apportion.dev/shadow value, still share their revision's shape; each
+// keeps its own shadow decision.
+func TestShadowPodsShareTheirShape(t *testing.T) {
+	shadow := func(i int) *corev1.Pod {
+		p := replica("rs1", "", i)
+		p.Annotations = map[string]string{annotations.Shadow: fmt.Sprintf(`{"group":"spot","signature":"sig-%d"}`, i)}
+		p.Spec.Tolerations = nil
+		return p
+	}
+	a, b := Compact(shadow(1)), Compact(shadow(2))
+	if a.shape != b.shape {
+		t.Errorf("shadow pods of one revision share no shape")
+	}
+	if !HasAnnotation(a, annotations.Shadow) || HasAnnotation(a, annotations.Signature) || !HasAnnotation(shadow(3), annotations.Shadow) ||
+		!HasAnnotation(Compact(replica("rs1", "spot", 4)), annotations.Group) || HasAnnotation(Compact(replica("rs1", "spot", 5)), annotations.Shadow) {
+		t.Errorf("HasAnnotation")
+	}
+	va, _ := View(a)
+	vb, _ := View(b)
+	if va.Annotations[annotations.Shadow] != `{"group":"spot","signature":"sig-1"}` || vb.Annotations[annotations.Shadow] != `{"group":"spot","signature":"sig-2"}` {
+		t.Errorf("views: %v %v", va.Annotations, vb.Annotations)
+	}
+}
+
 // TestAccessorsSeeEverything: what reads a cached pod as a metav1.Object
 // (predicates, the store's key function, label selectors) sees all its
 // annotations; SetAnnotations leaves its argument alone.
