@@ -2,6 +2,7 @@ package podcache
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"runtime"
 	"testing"
@@ -84,6 +85,41 @@ func TestShadowPodsShareTheirShape(t *testing.T) {
 	vb, _ := View(b)
 	if va.Annotations[annotations.Shadow] != `{"group":"spot","signature":"sig-1"}` || vb.Annotations[annotations.Shadow] != `{"group":"spot","signature":"sig-2"}` {
 		t.Errorf("views: %v %v", va.Annotations, vb.Annotations)
+	}
+	if _, ok := va.Annotations[annotations.Signature]; ok || len(va.Annotations) != 1 {
+		t.Errorf("view of a shadow pod: %v", va.Annotations)
+	}
+}
+
+// TestAmbiguousSlotValuesStayShared: the signature's slot holds a shadow
+// decision only when the two cannot be confused; any other combination is
+// kept whole, in the shared annotations.
+func TestAmbiguousSlotValuesStayShared(t *testing.T) {
+	for name, ann := range map[string]map[string]string{
+		"signature like JSON":      {annotations.Signature: "{forged"},
+		"shadow not JSON":          {annotations.Shadow: "spot"},
+		"signature and shadow":     {annotations.Signature: "sig", annotations.Shadow: `{"group":"a"}`},
+		"signature alone":          {annotations.Signature: "sig", annotations.Group: "a"},
+		"shadow and deletion cost": {annotations.Shadow: `{"group":"a"}`, corev1.PodDeletionCost: "-3"},
+	} {
+		p := replica("rs1", "", 1)
+		p.Annotations = ann
+		want := maps.Clone(ann)
+		c := Compact(p)
+		v, _ := View(c)
+		if !maps.Equal(v.Annotations, want) || !maps.Equal(c.GetAnnotations(), want) {
+			t.Errorf("%s: view %v, GetAnnotations %v, want %v", name, v.Annotations, c.GetAnnotations(), want)
+		}
+		for k := range want {
+			if !HasAnnotation(c, k) {
+				t.Errorf("%s: HasAnnotation(%s) false", name, k)
+			}
+		}
+		for _, k := range []string{annotations.Signature, annotations.Shadow, corev1.PodDeletionCost} {
+			if _, ok := want[k]; !ok && HasAnnotation(c, k) {
+				t.Errorf("%s: HasAnnotation(%s) true", name, k)
+			}
+		}
 	}
 }
 
