@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 func ungated(p *corev1.Pod) { p.Spec.SchedulingGates = nil }
@@ -39,11 +41,10 @@ func shadowOf(t *testing.T, signer *decision.Signer, pod *corev1.Pod) decision.S
 // no affinity, toleration, gate, deletion cost or decision annotation.
 func onlyShadowAdded(t *testing.T, before, after *corev1.Pod) {
 	t.Helper()
-	want := before.Spec.DeepCopy()
-	decision.RemoveGate(&corev1.Pod{Spec: *want})
-	want.SchedulingGates = nil
-	if !reflect.DeepEqual(*want, after.Spec) {
-		t.Errorf("pod %s: spec changed:\n%+v\nwant\n%+v", after.Name, after.Spec, *want)
+	want := before.DeepCopy()
+	decision.RemoveGate(want)
+	if !reflect.DeepEqual(want.Spec, after.Spec) {
+		t.Errorf("pod %s: spec changed:\n%+v\nwant\n%+v", after.Name, after.Spec, want.Spec)
 	}
 	got := maps.Clone(after.Annotations)
 	delete(got, annotations.Shadow)
@@ -269,5 +270,60 @@ func TestShadowPredicate(t *testing.T) {
 		if p.Create(event.CreateEvent{Object: pod}) {
 			t.Errorf("%s: passed", name)
 		}
+	}
+}
+
+// TestShadowFailsOpen: a pod in shadow mode that cannot be decided (no
+// group can be served, or its owner never shows in the cache) is left as it
+// is, without a write, and counted.
+func TestShadowFailsOpen(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow}) // no NodePool
+	before := testutil.ToFloat64(metrics.ReleasedTotal.WithLabelValues(placement.ShadowReason(placement.ReasonNoGroup)))
+	created := f.gatedPod(t, 0, ungated)
+	if pod := f.reconcile(t, created); pod.ResourceVersion != created.ResourceVersion {
+		t.Errorf("pod written: %v %+v", pod.Annotations, pod.Spec)
+	}
+	if got := testutil.ToFloat64(metrics.ReleasedTotal.WithLabelValues(placement.ShadowReason(placement.ReasonNoGroup))) - before; got != 1 {
+		t.Errorf("counted %v times, want once", got)
+	}
+
+	before = testutil.ToFloat64(metrics.ReleasedTotal.WithLabelValues(placement.ShadowReason(placement.ReasonError)))
+	orphan := f.gatedPod(t, 1, ungated, func(p *corev1.Pod) {
+		p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "nginx-gone", "rs-gone"
+		p.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	})
+	if pod := f.reconcile(t, orphan); pod.ResourceVersion != orphan.ResourceVersion {
+		t.Errorf("pod written: %v", pod.Annotations)
+	}
+	if got := testutil.ToFloat64(metrics.ReleasedTotal.WithLabelValues(placement.ShadowReason(placement.ReasonError))) - before; got != 1 {
+		t.Errorf("owner not cached: counted %v times, want once", got)
+	}
+}
+
+// TestShadowArchitectureOnly: a pod placed by architecture alone, in shadow
+// mode, gets the architectures its images run on in its shadow decision and
+// nothing else; so does a Job's pod under a shadow default.
+func TestShadowArchitectureOnly(t *testing.T) {
+	signer := decision.RandomSigner()
+	optedIn := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{annotations.Architectures: "auto"}}}
+	f := newFixture(t, map[string]string{annotations.Mode: annotations.ModeShadow}, append(test.Objects(archPools()...), optedIn)...)
+	f.ctrl.WithSigner(signer).WithImages(&fakeImages{res: result("example.com/arm64only:1", "arm64")}, time.Second)
+	created := f.gatedPod(t, 0, ungated)
+	pod := f.reconcile(t, created)
+	onlyShadowAdded(t, created, pod)
+	if sh := shadowOf(t, signer, pod); sh.Group != "" || len(sh.Architectures) != 1 || sh.Architectures[0] != "arm64" || sh.Record.Reason != placement.RecordArchitecture {
+		t.Errorf("shadow %+v", sh)
+	}
+
+	f.ctrl.WithDefaultMode(annotations.ModeShadow)
+	job := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "job-1", UID: "job-1", CreationTimestamp: metav1.NewTime(now),
+		OwnerReferences: test.OwnedBy("batch/v1", "Job", "job", "job-uid")}})
+	if err := f.client.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := f.reconcile(t, job)
+	onlyShadowAdded(t, job, got)
+	if sh := shadowOf(t, signer, got); len(sh.Architectures) != 1 || sh.Architectures[0] != "arm64" {
+		t.Errorf("Job pod: shadow %+v", sh)
 	}
 }
