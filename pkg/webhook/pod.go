@@ -266,10 +266,7 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		if !m.architecturesAuto(ctx, namespace, pod, nil) {
 			return ResultSkipped, nil
 		}
-		if m.podMode(pod) == annotations.ModeShadow {
-			return ResultShadow, nil
-		}
-		return m.gate(ctx, pod)
+		return m.hold(ctx, pod, m.podMode(pod))
 	}
 	opts := []workload.Option{workload.WithDefaultMode(m.DefaultMode)}
 	if m.Policies != nil {
@@ -281,20 +278,7 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 	}
 	switch {
 	case errors.Is(err, workload.ErrNotCached):
-		// A brand-new ReplicaSet the cache has not seen yet: hold the pod
-		// and let the placement controller, which waits for its cache,
-		// decide or release it.
-		if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
-			if perr := m.parse(raw); perr != nil {
-				return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
-			}
-		}
-		// The workload's own mode is not known yet: the pod template's,
-		// else the default, says whether to hold the pod (a pod held in
-		// shadow mode is released with its shadow decision).
-		if m.podMode(pod) == annotations.ModeShadow {
-			return ResultShadow, nil
-		}
+		return m.notCached(ctx, pod)
 	case err != nil:
 		log.FromContext(ctx).Error(err, "resolving the pod's workload, admitting it unchanged", "namespace", namespace)
 		return ResultError, nil
@@ -312,7 +296,28 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 			return ResultInvalid, []string{"apportion: " + info.Source.String() + ": " + perr.Error() + "; the pod is placed without apportion"}
 		}
 	}
-	if info != nil && info.Shadow() {
+	return m.hold(ctx, pod, info.Mode)
+}
+
+// notCached answers for a pod of a brand-new ReplicaSet the cache has not
+// seen yet: held, for the placement controller, which waits for its cache,
+// to decide or release it; unless its template's strategy is invalid, or its
+// mode is shadow. The workload's own mode is not known yet: the pod
+// template's, else the default, says (a pod held whose workload turns out
+// to be in shadow mode is released with its shadow decision).
+func (m *PodMutator) notCached(ctx context.Context, pod *corev1.Pod) (string, []string) {
+	if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
+		if perr := m.parse(raw); perr != nil {
+			return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
+		}
+	}
+	return m.hold(ctx, pod, m.podMode(pod))
+}
+
+// hold gates an in-scope pod, but for one in shadow mode: the placement
+// leader decides it without holding it.
+func (m *PodMutator) hold(ctx context.Context, pod *corev1.Pod, mode string) (string, []string) {
+	if mode == annotations.ModeShadow {
 		return ResultShadow, nil
 	}
 	return m.gate(ctx, pod)

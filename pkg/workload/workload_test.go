@@ -136,7 +136,7 @@ func TestResolveWithPolicies(t *testing.T) {
 
 type modePolicy string // the mode of a policy that targets every workload
 
-func (m modePolicy) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (string, string, string, bool) {
+func (m modePolicy) Policy(_ context.Context, namespace string, _ *metav1.PartialObjectMetadata) (string, string, string, bool) {
 	return "x=y,weight=1", string(m), namespace + "/p", true
 }
 

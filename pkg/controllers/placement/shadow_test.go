@@ -177,8 +177,8 @@ func TestShadowDecisionsAreTalliedApart(t *testing.T) {
 		t.Errorf("the first shadow decision: %+v %v, want on-demand from an empty split", sh, sh.Record)
 	}
 	f.tally.Observe(pod)
-	real := f.reconcile(t, f.gatedPod(t, 11))
-	if rec := recordOf(t, real); rec.Counts[0] != 2 || rec.Counts[1] != 2 {
+	placed := f.reconcile(t, f.gatedPod(t, 11))
+	if rec := recordOf(t, placed); rec.Counts[0] != 2 || rec.Counts[1] != 2 {
 		t.Errorf("the next real decision saw %v, want [2 2]: the shadow decision is not counted", rec.Counts)
 	}
 }

@@ -322,11 +322,11 @@ func TestTallyCountsShadowDecisionsApart(t *testing.T) {
 	if !tl.Decided(signed.UID) {
 		t.Error("the signed shadow decision does not count")
 	}
-	real, shadow := make([]int64, 2), make([]int64, 2)
-	tl.Counts(rev, index, real)
+	counts, shadow := make([]int64, 2), make([]int64, 2)
+	tl.Counts(rev, index, counts)
 	tl.Counts(shadowRev, index, shadow)
-	if real[0] != 0 || real[1] != 0 || shadow[0] != 1 || shadow[1] != 0 {
-		t.Errorf("real %v shadow %v, want [0 0] and [1 0]", real, shadow)
+	if counts[0] != 0 || counts[1] != 0 || shadow[0] != 1 || shadow[1] != 0 {
+		t.Errorf("real %v shadow %v, want [0 0] and [1 0]", counts, shadow)
 	}
 	if tl.Strays(rev) != len(forged) || tl.Strays(shadowRev) != 0 {
 		t.Errorf("strays %d and %d, want the %d forged pods of the real revision only", tl.Strays(rev), tl.Strays(shadowRev), len(forged))
