@@ -31,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -110,6 +111,8 @@ type Controller struct {
 	signer      *decision.Signer
 	resolve     []workload.Option // PlacementPolicies, when their CRD is installed; the default mode
 	defaultMode string            // --default-mode, for pods without a workload
+	excluded    sets.Set[string]  // namespaces never touched, for shadow mode
+	namespaces  bool              // namespace metadata is cached: the ignore label is read
 
 	locks      keyedMutex
 	strategies *compiled.Cache

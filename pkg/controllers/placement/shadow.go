@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -72,6 +74,9 @@ func (c *Controller) podMode(pod *corev1.Pod) string {
 // left alone, without a write. Failures write nothing either: they are
 // logged and counted (ShadowReason), and the pod runs as it is.
 func (c *Controller) reconcileShadow(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	if c.outOfScope(ctx, pod) {
+		return reconcile.Result{}, nil
+	}
 	key := workload.OwnerKey(pod)
 	if key == "" {
 		if c.podMode(pod) != annotations.ModeShadow || !c.byArchitecture(ctx, pod, nil) {
@@ -125,6 +130,53 @@ func (c *Controller) withImages(ctx context.Context, pod *corev1.Pod) (*corev1.P
 	}
 	return &full, nil
 }
+
+// IgnoreLabel on a namespace (any value) leaves it alone: the chart's
+// webhook namespaceSelector skips it, and so does shadow mode.
+const IgnoreLabel = annotations.Prefix + "ignore"
+
+// WithExcludedNamespaces names the namespaces whose pods are never touched
+// (--excluded-namespaces and the system namespace): the webhook never sees
+// their pods, and shadow mode leaves them alone too. With labels, the
+// namespaces' metadata is cached (the operator caches it with
+// --architectures=opt-in) and a namespace labelled IgnoreLabel is left alone
+// as well; without, the label is not read (a read would start an informer
+// the RBAC may not allow).
+func (c *Controller) WithExcludedNamespaces(namespaces []string, labels bool) *Controller {
+	c.excluded, c.namespaces = sets.New(namespaces...), labels
+	return c
+}
+
+// outOfScope reports whether an ungated pod is one the pod webhook never
+// holds, whatever its workload says, which shadow mode must leave alone as
+// well: pods of excluded or ignored (IgnoreLabel) namespaces, DaemonSet and
+// mirror pods, opted-out pods, and Karpenter's and apportion's own.
+func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
+	switch {
+	case c.excluded.Has(pod.Namespace),
+		pod.Annotations[corev1.MirrorPodAnnotationKey] != "",
+		strings.EqualFold(strings.TrimSpace(pod.Annotations[annotations.Skip]), "true"),
+		workload.IsDaemonSetPod(pod),
+		ownPods.Has(pod.Labels[appNameLabel]):
+		return true
+	}
+	if !c.namespaces {
+		return false
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); err != nil {
+		return false // not cached (tests, or a namespace just made): in scope, as for the webhook's selector
+	}
+	_, ignored := ns.Labels[IgnoreLabel]
+	return ignored
+}
+
+// appNameLabel and ownPods: the chart's pod webhook never sees Karpenter's
+// pods nor apportion's own (its objectSelector).
+const appNameLabel = "app.kubernetes.io/name"
+
+var ownPods = sets.New("apportion", "karpenter")
 
 // skipShadow leaves a pod in shadow mode without a shadow decision: logged
 // (an error once per pod, the other reasons at V(1)) and counted.

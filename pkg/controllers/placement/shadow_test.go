@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -325,5 +326,46 @@ func TestShadowArchitectureOnly(t *testing.T) {
 	onlyShadowAdded(t, job, got)
 	if sh := shadowOf(t, signer, got); len(sh.Architectures) != 1 || sh.Architectures[0] != "arm64" {
 		t.Errorf("Job pod: shadow %+v", sh)
+	}
+}
+
+// TestShadowLeavesOutOfScopePodsAlone: pods the webhook never holds stay
+// untouched in shadow mode too, whatever their workload says: excluded or
+// ignored namespaces, opted-out pods, Karpenter's and apportion's own.
+func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
+	ann := map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow}
+	for name, tc := range map[string]struct {
+		excluded []string
+		ns       *corev1.Namespace
+		mutate   func(*corev1.Pod)
+	}{
+		"excluded namespace": {excluded: []string{"kube-system", "web"}},
+		"ignored namespace":  {ns: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{placement.IgnoreLabel: ""}}}},
+		"opted-out pod":      {mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Skip: "true"} }},
+		"karpenter's pod":    {mutate: func(p *corev1.Pod) { p.Labels["app.kubernetes.io/name"] = "karpenter" }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.ns != nil {
+				objs = append(objs, tc.ns)
+			}
+			f := newFixture(t, ann, append(objs, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))...)
+			f.ctrl.WithExcludedNamespaces(tc.excluded, true)
+			mutate := []func(*corev1.Pod){ungated}
+			if tc.mutate != nil {
+				mutate = append(mutate, tc.mutate)
+			}
+			created := f.gatedPod(t, 0, mutate...)
+			if pod := f.reconcile(t, created); pod.ResourceVersion != created.ResourceVersion {
+				t.Errorf("pod written: %v", pod.Annotations)
+			}
+		})
+	}
+	// The same pod in scope is decided: the cases above fail for their
+	// reason alone.
+	f := newFixture(t, ann, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web"}}, nodePool("od", 10, "on-demand"))
+	f.ctrl.WithExcludedNamespaces([]string{"kube-system"}, true)
+	if pod := f.reconcile(t, f.gatedPod(t, 0, ungated)); !decision.HasShadow(pod) {
+		t.Errorf("in-scope pod not decided: %v", pod.Annotations)
 	}
 }
