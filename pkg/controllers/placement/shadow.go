@@ -154,7 +154,7 @@ func (c *Controller) WithExcludedNamespaces(namespaces []string, labels bool) *C
 func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
 	switch {
 	case c.excluded.Has(pod.Namespace),
-		pod.Annotations[corev1.MirrorPodAnnotationKey] != "",
+		isMirror(pod),
 		strings.EqualFold(strings.TrimSpace(pod.Annotations[annotations.Skip]), "true"),
 		workload.IsDaemonSetPod(pod),
 		ownPods.Has(pod.Labels[appNameLabel]):
@@ -170,6 +170,14 @@ func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
 	}
 	_, ignored := ns.Labels[IgnoreLabel]
 	return ignored
+}
+
+// isMirror reports whether the pod is a static pod's mirror: the kubelet
+// makes its Node the controller (the mirror annotation itself is not kept
+// by the pod cache).
+func isMirror(pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	return owner != nil && owner.Kind == "Node" && owner.APIVersion == "v1"
 }
 
 // appNameLabel and ownPods: the chart's pod webhook never sees Karpenter's

@@ -338,11 +338,18 @@ func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
 		excluded []string
 		ns       *corev1.Namespace
 		mutate   func(*corev1.Pod)
+		archAll  bool // every pod placed by architecture, shadow by default
 	}{
 		"excluded namespace": {excluded: []string{"kube-system", "web"}},
 		"ignored namespace":  {ns: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{placement.IgnoreLabel: ""}}}},
 		"opted-out pod":      {mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Skip: "true"} }},
 		"karpenter's pod":    {mutate: func(p *corev1.Pod) { p.Labels["app.kubernetes.io/name"] = "karpenter" }},
+		"mirror pod": {archAll: true, mutate: func(p *corev1.Pod) {
+			p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name = "v1", "Node", "node-1"
+		}},
+		"DaemonSet pod": {archAll: true, mutate: func(p *corev1.Pod) {
+			p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name = "DaemonSet", "agent"
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var objs []client.Object
@@ -351,6 +358,10 @@ func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
 			}
 			f := newFixture(t, ann, append(objs, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))...)
 			f.ctrl.WithExcludedNamespaces(tc.excluded, true)
+			if tc.archAll {
+				f.ctrl.WithDefaultMode(annotations.ModeShadow).ArchitecturesForAll(true).
+					WithImages(&fakeImages{res: result("example.com/multi:1", "amd64", "arm64")}, time.Second)
+			}
 			mutate := []func(*corev1.Pod){ungated}
 			if tc.mutate != nil {
 				mutate = append(mutate, tc.mutate)
@@ -367,5 +378,15 @@ func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
 	f.ctrl.WithExcludedNamespaces([]string{"kube-system"}, true)
 	if pod := f.reconcile(t, f.gatedPod(t, 0, ungated)); !decision.HasShadow(pod) {
 		t.Errorf("in-scope pod not decided: %v", pod.Annotations)
+	}
+	// And so is a Job's pod under the same settings as the mirror and
+	// DaemonSet pods above.
+	f.ctrl.WithDefaultMode(annotations.ModeShadow).ArchitecturesForAll(true).
+		WithImages(&fakeImages{res: result("example.com/multi:1", "amd64", "arm64")}, time.Second)
+	job := f.gatedPod(t, 1, ungated, func(p *corev1.Pod) {
+		p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name = "batch/v1", "Job", "job"
+	})
+	if pod := f.reconcile(t, job); !decision.HasShadow(pod) {
+		t.Errorf("in-scope Job pod not decided: %v", pod.Annotations)
 	}
 }
