@@ -112,14 +112,11 @@ func (s *Signer) ReadShadow(pod *corev1.Pod) (Shadow, bool) {
 
 // CompactShadow is the annotation value v reduced to what the tally reads
 // (group, NodePool, signature): what an informer cache of pods keeps. A value
-// that does not parse is kept as it is (it verifies as nothing).
+// that does not parse gives "" (it verifies as nothing: not worth keeping).
 func CompactShadow(v string) string {
 	var s Shadow
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		return v
-	}
-	if s.Record == nil && len(s.Architectures) == 0 {
-		return v
+		return ""
 	}
 	return Shadow{Group: s.Group, NodePool: s.NodePool, Signature: s.Signature}.String()
 }

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,12 @@ func TestShadowRoundTrip(t *testing.T) {
 	}
 	if len(cached.Annotations[annotations.Shadow]) >= len(pod.Annotations[annotations.Shadow]) {
 		t.Errorf("CompactShadow kept %d bytes of %d", len(cached.Annotations[annotations.Shadow]), len(pod.Annotations[annotations.Shadow]))
+	}
+	if c := CompactShadow(`{"group":"a","signature":"s","junk":"` + strings.Repeat("x", 1000) + `"}`); c != `{"group":"a","signature":"s"}` {
+		t.Errorf("CompactShadow kept unknown fields: %s", c)
+	}
+	if c := CompactShadow("not json"); c != "" {
+		t.Errorf("CompactShadow of a value that does not parse: %q", c)
 	}
 }
 

@@ -190,8 +190,13 @@ func stripPod(pod *corev1.Pod) *corev1.Pod {
 	}
 	if v, ok := kept[annotations.Shadow]; ok {
 		// The tally reads the shadow decision's group, NodePool and
-		// signature; its record and architectures are for people.
-		kept[annotations.Shadow] = decision.CompactShadow(v)
+		// signature; its record and architectures are for people, and a
+		// value that does not parse is no shadow decision.
+		if c := decision.CompactShadow(v); c != "" {
+			kept[annotations.Shadow] = c
+		} else {
+			delete(kept, annotations.Shadow)
+		}
 	}
 	pod.Annotations = kept
 	spec := corev1.PodSpec{
