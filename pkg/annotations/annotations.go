@@ -67,6 +67,10 @@ const (
 	// (and any replaced extended resource) removed, by container and init
 	// container name.
 	OriginalResources = Prefix + "original-resources"
+	// Ignore, as a namespace label (any value), leaves the namespace alone:
+	// the chart's webhook namespaceSelector skips it, and so does shadow
+	// mode.
+	Ignore = Prefix + "ignore"
 	// Shadow is written, in shadow mode, on a pod apportion decided but did
 	// not change: JSON of the group, NodePool, architectures and record it
 	// would have written, signed like a decision (decision.Shadow).

@@ -131,15 +131,11 @@ func (c *Controller) withImages(ctx context.Context, pod *corev1.Pod) (*corev1.P
 	return &full, nil
 }
 
-// IgnoreLabel on a namespace (any value) leaves it alone: the chart's
-// webhook namespaceSelector skips it, and so does shadow mode.
-const IgnoreLabel = annotations.Prefix + "ignore"
-
 // WithExcludedNamespaces names the namespaces whose pods are never touched
 // (--excluded-namespaces and the system namespace): the webhook never sees
 // their pods, and shadow mode leaves them alone too. With labels, the
 // namespaces' metadata is cached (the operator caches it with
-// --architectures=opt-in) and a namespace labelled IgnoreLabel is left alone
+// --architectures=opt-in) and a namespace labelled annotations.Ignore is left alone
 // as well; without, the label is not read (a read would start an informer
 // the RBAC may not allow).
 func (c *Controller) WithExcludedNamespaces(namespaces []string, labels bool) *Controller {
@@ -149,7 +145,7 @@ func (c *Controller) WithExcludedNamespaces(namespaces []string, labels bool) *C
 
 // outOfScope reports whether an ungated pod is one the pod webhook never
 // holds, whatever its workload says, which shadow mode must leave alone as
-// well: pods of excluded or ignored (IgnoreLabel) namespaces, DaemonSet and
+// well: pods of excluded or ignored (annotations.Ignore) namespaces, DaemonSet and
 // mirror pods, opted-out pods, and Karpenter's and apportion's own.
 func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
 	switch {
@@ -168,7 +164,7 @@ func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
 	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); err != nil {
 		return false // not cached (tests, or a namespace just made): in scope, as for the webhook's selector
 	}
-	_, ignored := ns.Labels[IgnoreLabel]
+	_, ignored := ns.Labels[annotations.Ignore]
 	return ignored
 }
 

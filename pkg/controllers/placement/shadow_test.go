@@ -341,7 +341,7 @@ func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
 		archAll  bool // every pod placed by architecture, shadow by default
 	}{
 		"excluded namespace": {excluded: []string{"kube-system", "web"}},
-		"ignored namespace":  {ns: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{placement.IgnoreLabel: ""}}}},
+		"ignored namespace":  {ns: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{annotations.Ignore: ""}}}},
 		"opted-out pod":      {mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Skip: "true"} }},
 		"karpenter's pod":    {mutate: func(p *corev1.Pod) { p.Labels["app.kubernetes.io/name"] = "karpenter" }},
 		"mirror pod": {archAll: true, mutate: func(p *corev1.Pod) {
