@@ -25,7 +25,8 @@ const (
 	// LegacyCamelStrategy: when present and not "true", the strategy is ignored.
 	LegacyEnabled = "UseCustomKubeScheduler"
 
-	// Mode selects required (default) or preferred node affinity.
+	// Mode selects required (default) or preferred node affinity, or
+	// shadow: decide and record, without changing the pod.
 	Mode = Prefix + "mode"
 	// Skip opts a pod or workload out when set to "true".
 	Skip = Prefix + "skip"
@@ -66,6 +67,14 @@ const (
 	// (and any replaced extended resource) removed, by container and init
 	// container name.
 	OriginalResources = Prefix + "original-resources"
+	// Ignore, as a namespace label (any value), leaves the namespace alone:
+	// the chart's webhook namespaceSelector skips it, and so does shadow
+	// mode.
+	Ignore = Prefix + "ignore"
+	// Shadow is written, in shadow mode, on a pod apportion decided but did
+	// not change: JSON of the group, NodePool, architectures and record it
+	// would have written, signed like a decision (decision.Shadow).
+	Shadow = Prefix + "shadow"
 )
 
 // StrategyNames lists the annotation names a strategy may be written under,
@@ -73,7 +82,7 @@ const (
 // DecisionKeys are the annotations only apportion writes, on the pods it
 // decides. No client may: pods created with them lose them at admission,
 // and a decision counts only with apportion's Signature.
-var DecisionKeys = []string{Group, NodePool, Decision, Fallback, Signature}
+var DecisionKeys = []string{Group, NodePool, Decision, Fallback, Signature, Shadow}
 
 var StrategyNames = []string{Strategy, LegacyStrategy, LegacyCamelStrategy}
 
@@ -81,7 +90,25 @@ var StrategyNames = []string{Strategy, LegacyStrategy, LegacyCamelStrategy}
 const (
 	ModeRequired  = "required"
 	ModePreferred = "preferred"
+	// ModeShadow decides pods without changing them: the decision is
+	// recorded in the Shadow annotation only.
+	ModeShadow = "shadow"
 )
+
+// Modes are the Mode values, the default first.
+var Modes = []string{ModeRequired, ModePreferred, ModeShadow}
+
+// ParseMode returns the mode v names (case and surrounding spaces aside),
+// or "" and false when it names none.
+func ParseMode(v string) (string, bool) {
+	v = strings.ToLower(strings.TrimSpace(v))
+	for _, m := range Modes {
+		if v == m {
+			return m, true
+		}
+	}
+	return "", false
+}
 
 // ArchitecturesAuto, as the value of Architectures on a namespace (label) or
 // a workload or pod template (annotation), asks for architecture-only

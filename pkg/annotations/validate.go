@@ -36,7 +36,7 @@ var writtenByApportion = append([]string{OriginalResources}, DecisionKeys...)
 // strategy annotations are checked by the strategy parser, not here. The
 // ranges, as the README documents them:
 //
-//	apportion.dev/mode              required | preferred
+//	apportion.dev/mode              required | preferred | shadow
 //	apportion.dev/skip              true | false
 //	apportion.dev/rebalance         true | false
 //	apportion.dev/architectures     auto
@@ -65,8 +65,8 @@ func check(k, v string) string {
 	switch {
 	case k == Strategy:
 	case k == Mode:
-		if val != ModeRequired && val != ModePreferred {
-			return "is neither required nor preferred; required is used"
+		if _, ok := ParseMode(val); !ok {
+			return "is not required, preferred or shadow; it is ignored (the policy's or the default mode is used)"
 		}
 	case k == Skip, k == Rebalance:
 		if val != "true" && val != "false" {

@@ -14,6 +14,8 @@ func TestCheck(t *testing.T) {
 		{map[string]string{Rebalance: "yes"}, Rebalance},
 		{map[string]string{Skip: "1"}, Skip},
 		{map[string]string{Mode: "prefered"}, Mode},
+		{map[string]string{Mode: " Shadow "}, ""},
+		{map[string]string{Shadow: "{}"}, Shadow},
 		{map[string]string{Architectures: "arm64"}, Architectures},
 		{map[string]string{CapacityTimeout: "10s"}, CapacityTimeout},
 		{map[string]string{CapacityTimeout: "5 minutes"}, CapacityTimeout},

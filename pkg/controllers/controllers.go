@@ -102,7 +102,8 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	strategies := compiled.NewCache(compiled.DefaultSize)
 	tally := placement.NewTally()
 	placer := placement.NewController(d.Clock, kube, d.Recorder, groupCapacity, tally.WithSigner(d.Signer), o.GateTimeout).
-		WithNodes(kube).WithPolicies(policySource).WithSigner(d.Signer).WithStrategies(strategies).WithAPIReader(mgr.GetAPIReader())
+		WithNodes(kube).WithPolicies(policySource).WithDefaultMode(o.DefaultMode).
+		WithExcludedNamespaces(o.Excluded(), o.Architectures == options.ArchitecturesOptIn).WithSigner(d.Signer).WithStrategies(strategies).WithAPIReader(mgr.GetAPIReader())
 	if o.Architectures != options.ArchitecturesOff {
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}

@@ -35,8 +35,9 @@ import (
 )
 
 // PodAnnotations are the decision annotations read back from a pod (Read,
-// Decided): an informer cache of pods keeps these.
-var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature}
+// Decided, Signer.ReadShadow): an informer cache of pods keeps these (the
+// shadow one reduced by CompactShadow).
+var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature, annotations.Shadow}
 
 // FallbackSeparator separates the group keys of the apportion.dev/fallback
 // annotation.

@@ -61,7 +61,7 @@ var (
 		Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05},
 	})
 	// DecisionsTotal counts placement decisions by group, NodePool and result
-	// (placed, released, error).
+	// (placed, shadow: recorded in apportion.dev/shadow only, error).
 	DecisionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "placement", Name: "decisions_total",
 		Help: "Placement decisions. Labels: group, nodepool, result.",
@@ -73,7 +73,9 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 	})
 	// ReleasedTotal counts pods released without a decision, by reason
-	// (timeout, no_strategy, invalid_strategy, no_group, error, ...).
+	// (timeout, no_strategy, invalid_strategy, no_group, error, ...), and,
+	// with the reason prefixed shadow_, pods in shadow mode left without a
+	// shadow decision (no gate to remove, nothing written).
 	ReleasedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "placement", Name: "released_total",
 		Help: "Pods whose gate was removed without a decision. Labels: reason.",

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers"
@@ -185,6 +186,16 @@ func stripPod(pod *corev1.Pod) *corev1.Pod {
 				kept = make(map[string]string, 4)
 			}
 			kept[k] = v
+		}
+	}
+	if v, ok := kept[annotations.Shadow]; ok {
+		// The tally reads the shadow decision's group, NodePool and
+		// signature; its record and architectures are for people, and a
+		// value that does not parse is no shadow decision.
+		if c := decision.CompactShadow(v); c != "" {
+			kept[annotations.Shadow] = c
+		} else {
+			delete(kept, annotations.Shadow)
 		}
 	}
 	pod.Annotations = kept

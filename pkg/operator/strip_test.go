@@ -308,3 +308,24 @@ func TestStripPodKeepsSecondCostWriters(t *testing.T) {
 		})
 	}
 }
+
+// TestStripPodCompactsTheShadowDecision: the cache keeps of a pod's
+// apportion.dev/shadow annotation what the tally reads (group, NodePool,
+// signature), and the signature still verifies.
+func TestStripPodCompactsTheShadowDecision(t *testing.T) {
+	signer := decision.RandomSigner()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "p-uid"}}
+	sh := decision.Shadow{Group: "karpenter.sh/capacity-type=spot", NodePool: "spot", Architectures: []string{"amd64", "arm64"},
+		Record: &decision.Record{Strategy: "abc", Revision: "r", Counts: []int64{3, 9}, Reason: "quota"}}
+	sh.Signature = signer.SignShadow(pod.UID, sh.Group, sh.NodePool)
+	decision.WriteShadow(pod, sh)
+	full := pod.Annotations[annotations.Shadow]
+	got := cached(t, pod)
+	kept := got.Annotations[annotations.Shadow]
+	if kept == "" || len(kept) >= len(full) || strings.Contains(kept, "record") || strings.Contains(kept, "arm64") {
+		t.Errorf("cached shadow annotation %q (from %q)", kept, full)
+	}
+	if v, ok := signer.ReadShadow(got); !ok || v.Group != sh.Group || v.NodePool != "spot" {
+		t.Errorf("the cached shadow decision reads %+v, %v", v, ok)
+	}
+}

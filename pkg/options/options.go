@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/profiles"
 	"github.com/apportion-dev/apportion/pkg/registries"
@@ -87,6 +88,10 @@ type Options struct {
 	// ArchRules).
 	ArchitectureRules string
 	archRules         decision.ArchitectureRules
+	// DefaultMode is --default-mode, the placement mode of workloads that
+	// name none (no apportion.dev/mode, no PlacementPolicy spec.mode):
+	// required, preferred or shadow (annotations.Mode*).
+	DefaultMode string
 
 	// Capacity fallback: how long a decided pod may stay unschedulable with
 	// no NodeClaim on its way before its NodePool (or node group) counts
@@ -185,6 +190,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.ReadPullSecrets, "read-pull-secrets", o.envBool("READ_PULL_SECRETS", false), "read the image pull secrets of each pod and of its ServiceAccount (get by name, in the pod's namespace) to inspect private images, as the kubelet pulls them; needs get on secrets and serviceaccounts in every namespace. Off: only apportion's own identity (ECR through IRSA or EKS Pod Identity), then anonymous access")
 	fs.StringVar(&o.ImageRegistries, "image-registries", env("IMAGE_REGISTRIES", ""), `registry hosts image look-ups may connect to, as JSON: {"allow":["registry.tools.svc.cluster.local:5000"],"deny":["*.corp.example","10.0.0.0/8"]}; entries are host, host:port, *.domain, an IP address (optionally with a port), a CIDR range, or * (every name). An allow entry wins, then a deny entry, then the built-in denials (loopback, link-local such as the instance metadata service 169.254.169.254, in-cluster names: *.svc, *.cluster.local and names without a dot); anything else is allowed, private ranges included (ECR through a VPC endpoint resolves to private addresses). Names are checked again once resolved, redirects included (empty: the built-in denials alone)`)
 	fs.StringVar(&o.ArchitectureRules, "architecture-rules", env("ARCHITECTURE_RULES", ""), `node-label mode (no Karpenter): tolerations and required node labels by architecture, as JSON: {"arm64":{"taintsToTolerate":[{"key":"arch","value":"arm64","effect":"NoSchedule"}],"requireNodeLabels":{"node-group":"graviton"}}}; a pod whose placement allows an architecture its images run on gains that architecture's tolerations, and its required node labels in every required node selector term (none it already has). Ignored with Karpenter, where a NodePool opts in with the annotation apportion.dev/tolerate (empty: none)`)
+	fs.StringVar(&o.DefaultMode, "default-mode", env("DEFAULT_MODE", annotations.ModeRequired), "placement mode of workloads that name none (no apportion.dev/mode annotation on the pod template or workload, no spec.mode on their PlacementPolicy): required (hard node affinity), preferred (preferred terms Karpenter may relax) or shadow (pods are decided but not changed: the decision is recorded in the annotation apportion.dev/shadow, for a safe first install)")
 	fs.DurationVar(&o.ImageFailureCacheTime, "image-failure-cache-time", o.envDuration("IMAGE_FAILURE_CACHE_TIME", 15*time.Second), "how long a failed image look-up is remembered before the registry is asked again")
 }
 
@@ -203,6 +209,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--architecture-rules: %w", err))
 	} else {
 		o.archRules = rules
+	}
+	if m, ok := annotations.ParseMode(o.DefaultMode); ok {
+		o.DefaultMode = m
+	} else {
+		errs = append(errs, fmt.Errorf("--default-mode must be required, preferred or shadow, got %q", o.DefaultMode))
 	}
 	if list, err := profiles.Parse(o.RuntimeClassProfiles); err != nil {
 		errs = append(errs, fmt.Errorf("--runtime-class-profiles: %w", err))

@@ -319,3 +319,22 @@ func TestDriftAfter(t *testing.T) {
 		t.Errorf("--drift-after=-1m: error %v", err)
 	}
 }
+
+func TestDefaultMode(t *testing.T) {
+	o := parse(t)
+	if err := o.Validate(); err != nil || o.DefaultMode != "required" {
+		t.Errorf("default: mode %q, error %v; want required", o.DefaultMode, err)
+	}
+	// The chart's way: the environment.
+	t.Setenv("DEFAULT_MODE", "shadow")
+	if o = parse(t); o.Validate() != nil || o.DefaultMode != "shadow" {
+		t.Errorf("DEFAULT_MODE=shadow: mode %q", o.DefaultMode)
+	}
+	if o = parse(t, "--default-mode= Preferred "); o.Validate() != nil || o.DefaultMode != "preferred" {
+		t.Errorf("the flag did not win over the environment, or was not normalised: %q", o.DefaultMode)
+	}
+	err := parse(t, "--default-mode=dry-run").Validate()
+	if err == nil || !strings.Contains(err.Error(), `--default-mode must be required, preferred or shadow, got "dry-run"`) {
+		t.Errorf("an unknown mode: error %v", err)
+	}
+}

@@ -3,7 +3,8 @@
 // slices; a cached Pod keeps what the operator's transform keeps of a pod
 // in about a quarter of that, and shares with the other pods of its
 // revision and group what they have in common (namespace, labels, owner,
-// the annotations but for the signature and deletion cost, the scheduling
+// the annotations but for the signature, the deletion cost and the shadow
+// decision, the scheduling
 // fields).
 //
 // The informer's store holds *Pod. Reads through the cache are unchanged:
@@ -20,6 +21,7 @@ package podcache
 import (
 	"maps"
 	"reflect"
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +48,24 @@ type Pod struct {
 // perPodKeys are the annotations whose values differ from pod to pod: kept
 // out of the shared annotations, or no two pods would share them.
 var perPodKeys = [...]string{annotations.Signature, corev1.PodDeletionCost}
+
+// shadowSlot is the slot of own that holds, instead of a signature, the
+// apportion.dev/shadow decision of a pod decided in shadow mode (which
+// carries its own signature, and no other): a third slot would cost every
+// cached pod 32 bytes. The value tells which: a shadow decision is JSON (it
+// starts with '{'), a signature is base64url (it never does). A value that
+// would be ambiguous (a signature a client wrote starting with '{', a shadow
+// value that does not, or both keys on one pod) stays in the shared
+// annotations: correct, only not shared.
+const shadowSlot = 0
+
+// slotKey is the annotation own[i] holds.
+func (p *Pod) slotKey(i int) string {
+	if i == shadowSlot && strings.HasPrefix(p.own[i], "{") {
+		return annotations.Shadow
+	}
+	return perPodKeys[i]
+}
 
 // shape is what the pods of one revision and group have in common.
 type shape struct {
@@ -122,7 +142,7 @@ func (p *Pod) split(a map[string]string, inPlace bool) map[string]string {
 	p.own = [len(perPodKeys)]string{}
 	for i, k := range perPodKeys {
 		v := a[k]
-		if v == "" {
+		if v == "" || (i == shadowSlot && strings.HasPrefix(v, "{")) {
 			continue // an empty value stays in the shared part: kept as it is
 		}
 		if !inPlace {
@@ -130,6 +150,13 @@ func (p *Pod) split(a map[string]string, inPlace bool) map[string]string {
 		}
 		delete(a, k)
 		p.own[i] = v
+	}
+	if v := a[annotations.Shadow]; p.own[shadowSlot] == "" && strings.HasPrefix(v, "{") {
+		if !inPlace {
+			a = maps.Clone(a)
+		}
+		delete(a, annotations.Shadow)
+		p.own[shadowSlot] = v
 	}
 	return a
 }
@@ -146,6 +173,26 @@ func Gates(obj any) ([]corev1.PodSchedulingGate, bool) {
 		return o.shape.gates, true
 	}
 	return nil, false
+}
+
+// HasAnnotation reports whether a cached object (a *Pod, or any
+// metav1.Object) carries the annotation key, without building its
+// annotations: what the predicates read on every pod event.
+func HasAnnotation(obj any, key string) bool {
+	switch o := obj.(type) {
+	case *Pod:
+		for i := range perPodKeys {
+			if o.own[i] != "" && o.slotKey(i) == key {
+				return true
+			}
+		}
+		_, ok := o.Annotations[key]
+		return ok
+	case metav1.Object:
+		_, ok := o.GetAnnotations()[key]
+		return ok
+	}
+	return false
 }
 
 // View gives a cached object (a *Pod, or a *corev1.Pod as fakes and tests
@@ -201,9 +248,9 @@ func (p *Pod) GetAnnotations() map[string]string {
 	}
 	out := make(map[string]string, len(p.Annotations)+len(perPodKeys))
 	maps.Copy(out, p.Annotations)
-	for i, k := range perPodKeys {
+	for i := range perPodKeys {
 		if p.own[i] != "" {
-			out[k] = p.own[i]
+			out[p.slotKey(i)] = p.own[i]
 		}
 	}
 	return out

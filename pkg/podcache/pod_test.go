@@ -2,6 +2,7 @@ package podcache
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"runtime"
 	"testing"
@@ -59,6 +60,66 @@ func TestReplicasShareTheirShape(t *testing.T) {
 	}
 	if _, ok := a.Annotations[annotations.Signature]; ok {
 		t.Errorf("the shared annotations hold a signature: %v", a.Annotations)
+	}
+}
+
+// TestShadowPodsShareTheirShape: pods decided in shadow mode, each with its
+// own apportion.dev/shadow value, still share their revision's shape; each
+// keeps its own shadow decision.
+func TestShadowPodsShareTheirShape(t *testing.T) {
+	shadow := func(i int) *corev1.Pod {
+		p := replica("rs1", "", i)
+		p.Annotations = map[string]string{annotations.Shadow: fmt.Sprintf(`{"group":"spot","signature":"sig-%d"}`, i)}
+		p.Spec.Tolerations = nil
+		return p
+	}
+	a, b := Compact(shadow(1)), Compact(shadow(2))
+	if a.shape != b.shape {
+		t.Errorf("shadow pods of one revision share no shape")
+	}
+	if !HasAnnotation(a, annotations.Shadow) || HasAnnotation(a, annotations.Signature) || !HasAnnotation(shadow(3), annotations.Shadow) ||
+		!HasAnnotation(Compact(replica("rs1", "spot", 4)), annotations.Group) || HasAnnotation(Compact(replica("rs1", "spot", 5)), annotations.Shadow) {
+		t.Errorf("HasAnnotation")
+	}
+	va, _ := View(a)
+	vb, _ := View(b)
+	if va.Annotations[annotations.Shadow] != `{"group":"spot","signature":"sig-1"}` || vb.Annotations[annotations.Shadow] != `{"group":"spot","signature":"sig-2"}` {
+		t.Errorf("views: %v %v", va.Annotations, vb.Annotations)
+	}
+	if _, ok := va.Annotations[annotations.Signature]; ok || len(va.Annotations) != 1 {
+		t.Errorf("view of a shadow pod: %v", va.Annotations)
+	}
+}
+
+// TestAmbiguousSlotValuesStayShared: the signature's slot holds a shadow
+// decision only when the two cannot be confused; any other combination is
+// kept whole, in the shared annotations.
+func TestAmbiguousSlotValuesStayShared(t *testing.T) {
+	for name, ann := range map[string]map[string]string{
+		"signature like JSON":      {annotations.Signature: "{forged"},
+		"shadow not JSON":          {annotations.Shadow: "spot"},
+		"signature and shadow":     {annotations.Signature: "sig", annotations.Shadow: `{"group":"a"}`},
+		"signature alone":          {annotations.Signature: "sig", annotations.Group: "a"},
+		"shadow and deletion cost": {annotations.Shadow: `{"group":"a"}`, corev1.PodDeletionCost: "-3"},
+	} {
+		p := replica("rs1", "", 1)
+		p.Annotations = ann
+		want := maps.Clone(ann)
+		c := Compact(p)
+		v, _ := View(c)
+		if !maps.Equal(v.Annotations, want) || !maps.Equal(c.GetAnnotations(), want) {
+			t.Errorf("%s: view %v, GetAnnotations %v, want %v", name, v.Annotations, c.GetAnnotations(), want)
+		}
+		for k := range want {
+			if !HasAnnotation(c, k) {
+				t.Errorf("%s: HasAnnotation(%s) false", name, k)
+			}
+		}
+		for _, k := range []string{annotations.Signature, annotations.Shadow, corev1.PodDeletionCost} {
+			if _, ok := want[k]; !ok && HasAnnotation(c, k) {
+				t.Errorf("%s: HasAnnotation(%s) true", name, k)
+			}
+		}
 	}
 }
 

@@ -176,12 +176,12 @@ func TestSourcePrecedence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSource(t, tc.policies...)
-			raw, preferred, name, ok := s.Policy(context.Background(), "web", tc.top)
+			raw, mode, name, ok := s.Policy(context.Background(), "web", tc.top)
 			if ok != (tc.want != "") || name != tc.want {
 				t.Fatalf("Policy = %q ok=%v, want %q", name, ok, tc.want)
 			}
-			if raw != tc.wantRaw || preferred != tc.preferred {
-				t.Errorf("raw %q preferred %v, want %q %v", raw, preferred, tc.wantRaw, tc.preferred)
+			if preferred := mode == string(v1alpha1.ModePreferred); raw != tc.wantRaw || preferred != tc.preferred {
+				t.Errorf("raw %q mode %q, want %q preferred=%v", raw, mode, tc.wantRaw, tc.preferred)
 			}
 		})
 	}
@@ -196,18 +196,23 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := pol("a", 1, ref(), seed004Groups())
-	p.Spec.Mode = v1alpha1.ModePreferred
 	for _, tc := range []struct {
-		name       string
-		annotation map[string]string
-		want       string
-		preferred  bool
+		name        string
+		annotation  map[string]string
+		policyMode  v1alpha1.Mode
+		defaultMode string
+		want        string
+		mode        string
 	}{
-		{name: "policy", want: seed004, preferred: true},
-		{name: "annotation wins", annotation: map[string]string{"apportion.dev/strategy": "a=b,weight=1"}, want: "a=b,weight=1"},
+		{name: "policy", policyMode: v1alpha1.ModePreferred, want: seed004, mode: "preferred"},
+		{name: "policy's mode wins over the default", policyMode: v1alpha1.ModeShadow, defaultMode: "preferred", want: seed004, mode: "shadow"},
+		{name: "policy without a mode: the default", defaultMode: "shadow", want: seed004, mode: "shadow"},
+		{name: "workload's mode wins over the policy's", annotation: map[string]string{"apportion.dev/mode": "shadow"}, policyMode: v1alpha1.ModeRequired, want: seed004, mode: "shadow"},
+		{name: "annotation wins", annotation: map[string]string{"apportion.dev/strategy": "a=b,weight=1"}, policyMode: v1alpha1.ModePreferred, want: "a=b,weight=1", mode: "required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			p := pol("a", 1, ref(), seed004Groups())
+			p.Spec.Mode = tc.policyMode
 			c := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.PlacementPolicy{}, IndexTarget, TargetIndex).WithObjects(p,
 				&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "web", UID: "d1", Annotations: tc.annotation}},
 				&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "web-abc", UID: "rs1",
@@ -215,12 +220,12 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 			).Build()
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{workload.PodTemplateHashLabel: "abc"},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "rs1", Controller: ptr.To(true)}}}}
-			info, err := workload.Resolve(context.Background(), c, "web", pod, workload.WithPolicies(NewSource(c)))
+			info, err := workload.Resolve(context.Background(), c, "web", pod, workload.WithPolicies(NewSource(c)), workload.WithDefaultMode(tc.defaultMode))
 			if err != nil || info == nil || !info.Found {
 				t.Fatalf("Resolve = %+v, %v", info, err)
 			}
-			if info.Strategy != tc.want || info.Preferred != tc.preferred {
-				t.Errorf("strategy %q preferred %v (from %s), want %q %v", info.Strategy, info.Preferred, info.Source, tc.want, tc.preferred)
+			if info.Strategy != tc.want || info.Mode != tc.mode {
+				t.Errorf("strategy %q mode %q (from %s), want %q %q", info.Strategy, info.Mode, info.Source, tc.want, tc.mode)
 			}
 		})
 	}

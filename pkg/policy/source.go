@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,24 +139,25 @@ func (s *Source) Policies(ctx context.Context, namespace string, top *metav1.Par
 }
 
 // Policy implements workload.PolicySource: the strategy of the oldest policy
-// targeting top. An invalid strategy is returned as written (the placement
+// targeting top, and its spec.mode as written ("" when unset: the default
+// mode applies). An invalid strategy is returned as written (the placement
 // controller reports it, as it does for an annotation).
-func (s *Source) Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (raw string, preferred bool, name string, ok bool) {
+func (s *Source) Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (raw, mode, name string, ok bool) {
 	if s == nil {
 		// No PlacementPolicy CRD: a nil *Source in a PolicySource field
 		// places by annotations alone.
-		return "", false, "", false
+		return "", "", "", false
 	}
 	policies, err := s.Policies(ctx, namespace, top)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reading placement policies, placing without them", "namespace", namespace, "workload", top.Name)
-		return "", false, "", false
+		return "", "", "", false
 	}
 	if len(policies) == 0 {
-		return "", false, "", false
+		return "", "", "", false
 	}
 	p := policies[0]
-	return s.strategy(p), strings.EqualFold(string(p.Spec.Mode), string(v1alpha1.ModePreferred)), p.Namespace + "/" + p.Name, true
+	return s.strategy(p), string(p.Spec.Mode), p.Namespace + "/" + p.Name, true
 }
 
 func (s *Source) strategy(p *v1alpha1.PlacementPolicy) string {

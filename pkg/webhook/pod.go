@@ -53,6 +53,9 @@ const (
 	ResultInvalid  = "invalid"
 	ResultNoLeader = "no_leader"
 	ResultError    = "error"
+	// ResultShadow: a pod in shadow mode, admitted without the gate; the
+	// placement leader records what it would have done.
+	ResultShadow = "shadow"
 )
 
 // Liveness tells whether a placement leader can take gated pods.
@@ -65,7 +68,9 @@ type Liveness interface {
 // --architectures, pods placed by architecture alone), the runtime-class
 // profile's resources, and the removal of decision annotations a client
 // wrote. Excluded namespaces, mirror pods, pods with a nodeName, DaemonSet
-// pods and apportion.dev/skip pods are never gated.
+// pods and apportion.dev/skip pods are never gated, and neither are pods in
+// shadow mode (apportion.dev/mode: shadow, or the default mode): the
+// placement leader decides them without holding or changing them.
 type PodMutator struct {
 	// Reader is the informer cache (metadata of workloads, Leases).
 	Reader   client.Reader
@@ -85,6 +90,9 @@ type PodMutator struct {
 	// Policies, when set, gives a strategy to workloads that carry none in
 	// their annotations (PlacementPolicies).
 	Policies workload.PolicySource
+	// DefaultMode is --default-mode, the mode of workloads that name none
+	// (annotations.Mode*; empty: required).
+	DefaultMode string
 
 	once   sync.Once
 	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
@@ -258,9 +266,9 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		if !m.architecturesAuto(ctx, namespace, pod, nil) {
 			return ResultSkipped, nil
 		}
-		return m.gate(ctx, pod)
+		return m.hold(ctx, pod, m.podMode(pod))
 	}
-	var opts []workload.Option
+	opts := []workload.Option{workload.WithDefaultMode(m.DefaultMode)}
 	if m.Policies != nil {
 		opts = append(opts, workload.WithPolicies(m.Policies))
 	}
@@ -270,14 +278,7 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 	}
 	switch {
 	case errors.Is(err, workload.ErrNotCached):
-		// A brand-new ReplicaSet the cache has not seen yet: hold the pod
-		// and let the placement controller, which waits for its cache,
-		// decide or release it.
-		if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
-			if perr := m.parse(raw); perr != nil {
-				return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
-			}
-		}
+		return m.notCached(ctx, pod)
 	case err != nil:
 		log.FromContext(ctx).Error(err, "resolving the pod's workload, admitting it unchanged", "namespace", namespace)
 		return ResultError, nil
@@ -295,7 +296,42 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 			return ResultInvalid, []string{"apportion: " + info.Source.String() + ": " + perr.Error() + "; the pod is placed without apportion"}
 		}
 	}
+	return m.hold(ctx, pod, info.Mode)
+}
+
+// notCached answers for a pod of a brand-new ReplicaSet the cache has not
+// seen yet: held, for the placement controller, which waits for its cache,
+// to decide or release it; unless its template's strategy is invalid, or its
+// mode is shadow. The workload's own mode is not known yet: the pod
+// template's, else the default, says (a pod held whose workload turns out
+// to be in shadow mode is released with its shadow decision).
+func (m *PodMutator) notCached(ctx context.Context, pod *corev1.Pod) (string, []string) {
+	if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
+		if perr := m.parse(raw); perr != nil {
+			return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
+		}
+	}
+	return m.hold(ctx, pod, m.podMode(pod))
+}
+
+// hold gates an in-scope pod, but for one in shadow mode: the placement
+// leader decides it without holding it.
+func (m *PodMutator) hold(ctx context.Context, pod *corev1.Pod, mode string) (string, []string) {
+	if mode == annotations.ModeShadow {
+		return ResultShadow, nil
+	}
 	return m.gate(ctx, pod)
+}
+
+// podMode is the mode of a pod whose workload is not known: its own
+// apportion.dev/mode (its template's), else the default.
+func (m *PodMutator) podMode(pod *corev1.Pod) string {
+	for _, v := range []string{pod.Annotations[annotations.Mode], m.DefaultMode} {
+		if mode, ok := annotations.ParseMode(v); ok {
+			return mode
+		}
+	}
+	return annotations.ModeRequired
 }
 
 // gate holds the pod for the placement leader, if there is one alive.

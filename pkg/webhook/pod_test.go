@@ -87,13 +87,14 @@ func request(t testing.TB, namespace string, pod *corev1.Pod) admission.Request 
 func TestPodMutator(t *testing.T) {
 	gatePatch := `[{"op":"add","path":"/spec/schedulingGates","value":[{"name":"apportion.dev/placement"}]}]`
 	for _, tc := range []struct {
-		name       string
-		leader     bool
-		deployAnn  map[string]string
-		namespace  string
-		pod        *corev1.Pod
-		wantPatch  string // "" means admitted unchanged
-		wantWarned bool
+		name        string
+		leader      bool
+		deployAnn   map[string]string
+		namespace   string
+		pod         *corev1.Pod
+		wantPatch   string // "" means admitted unchanged
+		wantWarned  bool
+		defaultMode string
 	}{
 		{name: "strategy on the Deployment: gated", leader: true, deployAnn: map[string]string{annotations.LegacyStrategy: good}, pod: rsPod(), wantPatch: gatePatch},
 		{name: "strategy on the pod template: gated", leader: true, pod: rsPod(func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Strategy: good} }), wantPatch: gatePatch},
@@ -139,9 +140,29 @@ func TestPodMutator(t *testing.T) {
 			p.OwnerReferences = nil
 			p.Annotations = map[string]string{annotations.Strategy: good}
 		})},
+		// Shadow mode: decided by the placement leader, never held.
+		{name: "shadow workload: not gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good, annotations.Mode: "shadow"}, pod: rsPod()},
+		{name: "shadow pod template: not gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good},
+			pod: rsPod(func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Mode: "Shadow"} })},
+		{name: "default shadow: not gated", leader: true, defaultMode: "shadow", deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod()},
+		{name: "default shadow, workload required: gated", leader: true, defaultMode: "shadow", deployAnn: map[string]string{annotations.Strategy: good, annotations.Mode: "required"}, pod: rsPod(), wantPatch: gatePatch},
+		{name: "default shadow, ReplicaSet not cached yet: not gated", leader: true, defaultMode: "shadow", pod: rsPod(func(p *corev1.Pod) {
+			p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "nginx-new", "rs2"
+		})},
+		{name: "shadow pod template, ReplicaSet not cached yet: not gated", leader: true, pod: rsPod(func(p *corev1.Pod) {
+			p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "nginx-new", "rs2"
+			p.Annotations = map[string]string{annotations.Mode: "shadow"}
+		})},
+		{name: "client-written shadow decision on a shadow pod: removed, not gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good, annotations.Mode: "shadow"}, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Shadow: `{"group":"karpenter.sh/capacity-type=spot","signature":"forged"}`}
+		}), wantPatch: `[{"op":"remove","path":"/metadata/annotations/apportion.dev~1shadow"}]`, wantWarned: true},
+		{name: "client-written shadow decision: removed, then gated", leader: true, deployAnn: map[string]string{annotations.Strategy: good}, pod: rsPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.Shadow: "{}"}
+		}), wantPatch: `[{"op":"remove","path":"/metadata/annotations/apportion.dev~1shadow"},` + gatePatch[1:], wantWarned: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMutator(t, tc.leader, tc.deployAnn)
+			m.DefaultMode = tc.defaultMode
 			ns := tc.namespace
 			if ns == "" {
 				ns = "web"
@@ -184,6 +205,7 @@ func TestWorkloadValidator(t *testing.T) {
 	}{
 		{`{"metadata":{"annotations":{"apportion.dev/strategy":"` + good + `"}}}`, true, ""},
 		{`{"metadata":{}}`, true, ""},
+		{`{"metadata":{"annotations":{"apportion.dev/mode":"shadow"}},"spec":{"template":{"metadata":{"annotations":{"apportion.dev/mode":"shadow","apportion.dev/strategy":"` + good + `"}}}}}`, true, ""},
 		{`{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"custom-pod-schedule-strategy":"a=b:c=d"}}}}}`, false,
 			"spec.template.metadata.annotations[custom-pod-schedule-strategy]: invalid strategy: every group has weight 0"},
 		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1::"}}}`, false, "invalid strategy: group 2: group is empty"},
@@ -207,7 +229,7 @@ func TestWorkloadValidatorWarnsAboutKnobs(t *testing.T) {
 	resp := WorkloadValidator{}.Handle(context.Background(), req)
 	want := []string{
 		`apportion: metadata.annotations[apportion.dev/rebalance]: "yes" is neither true nor false; false is used`,
-		`apportion: spec.template.metadata.annotations[apportion.dev/mode]: "prefered" is neither required nor preferred; required is used`,
+		`apportion: spec.template.metadata.annotations[apportion.dev/mode]: "prefered" is not required, preferred or shadow; it is ignored (the policy's or the default mode is used)`,
 	}
 	if !resp.Allowed || strings.Join(resp.Warnings, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("allowed=%v warnings:\n%s\nwant:\n%s", resp.Allowed, strings.Join(resp.Warnings, "\n"), strings.Join(want, "\n"))
@@ -496,10 +518,10 @@ func TestPodMutatorProfileFailsOpen(t *testing.T) {
 	}
 }
 
-type policies struct{ strategy string }
+type policies struct{ strategy, mode string }
 
-func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (string, bool, string, bool) {
-	return p.strategy, false, "web/policy", p.strategy != ""
+func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (string, string, string, bool) {
+	return p.strategy, p.mode, "web/policy", p.strategy != ""
 }
 
 // TestPodMutatorPolicies: with a PolicySource, a workload without a
@@ -510,11 +532,38 @@ func TestPodMutatorPolicies(t *testing.T) {
 		gated  bool
 	}{{good, true}, {"", false}} {
 		m := newMutator(t, true, nil)
-		m.Policies = policies{tc.policy}
+		m.Policies = policies{strategy: tc.policy}
 		resp := m.Handle(context.Background(), request(t, "web", rsPod()))
 		if gated := len(resp.Patches) == 1; gated != tc.gated {
 			t.Errorf("policy %q: patches %+v, want gated %v", tc.policy, resp.Patches, tc.gated)
 		}
+	}
+	// A policy in shadow mode: not gated; the default does not override it.
+	m := newMutator(t, true, nil)
+	m.Policies, m.DefaultMode = policies{strategy: good, mode: "shadow"}, "required"
+	if resp := m.Handle(context.Background(), request(t, "web", rsPod())); len(resp.Patches) != 0 {
+		t.Errorf("shadow policy: patches %+v, want none", resp.Patches)
+	}
+}
+
+// TestPodMutatorShadowKeepsProfiles: a pod in shadow mode still gets its
+// runtime-class profile (a separate feature, made at admission or never),
+// but no gate.
+func TestPodMutatorShadowKeepsProfiles(t *testing.T) {
+	m := newMutator(t, true, map[string]string{annotations.Strategy: good, annotations.Mode: "shadow"})
+	m.Profiles = kataProfiles(t)
+	before := testutil.ToFloat64(metrics.AdmissionTotal.WithLabelValues(ResultShadow))
+	resp := m.Handle(context.Background(), request(t, "web", rsPod(peerPod("kata-remote"))))
+	if !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("profile not applied: %+v", resp)
+	}
+	for _, op := range resp.Patches {
+		if strings.HasPrefix(op.Path, "/spec/schedulingGates") {
+			t.Errorf("a shadow pod gated: %+v", op)
+		}
+	}
+	if after := testutil.ToFloat64(metrics.AdmissionTotal.WithLabelValues(ResultShadow)); after != before+1 {
+		t.Errorf("shadow admissions counted %v, want %v", after, before+1)
 	}
 }
 

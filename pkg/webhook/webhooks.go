@@ -37,6 +37,7 @@ func Handlers(c Config) map[string]admission.Handler {
 			Policies:      c.Policies,
 			Architectures: o.Architectures,
 			Profiles:      o.Profiles(),
+			DefaultMode:   o.DefaultMode,
 		},
 		WorkloadValidatorPath: WorkloadValidator{},
 		PolicyValidatorPath:   PolicyValidator{},

@@ -74,8 +74,12 @@ type Info struct {
 	Found    bool
 	// Skip is the apportion.dev/skip opt-out, on the pod or the workload.
 	Skip bool
-	// Preferred is apportion.dev/mode: preferred.
-	Preferred bool
+	// Mode is the placement mode (annotations.Mode*): the pod template's
+	// apportion.dev/mode, else the workload's, else the PlacementPolicy's
+	// spec.mode (when the strategy is the policy's), else the default
+	// (WithDefaultMode, required unless given). Values out of range are
+	// passed over.
+	Mode string
 	// ArchitecturesAuto is apportion.dev/architectures: auto on the
 	// workload or its pod template: place by architecture alone when there
 	// is no strategy.
@@ -91,21 +95,41 @@ type Info struct {
 	Problems []annotations.Problem
 }
 
+// Preferred reports whether decisions are written as preferred terms.
+func (i *Info) Preferred() bool { return i.Mode == annotations.ModePreferred }
+
+// Shadow reports whether pods are decided without being changed: the
+// decision is recorded in the apportion.dev/shadow annotation only.
+func (i *Info) Shadow() bool { return i.Mode == annotations.ModeShadow }
+
 // PolicySource finds the PlacementPolicy that gives a strategy to a workload
 // that carries none in its annotations (an annotation always wins).
 type PolicySource interface {
-	// Policy returns the raw strategy (the string syntax), whether the
-	// policy asks for preferred mode, and the policy's "namespace/name",
-	// for the workload top (GroupVersionKind, name, labels) in namespace;
-	// ok is false when no policy targets it. It reads only caches.
-	Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (strategy string, preferred bool, name string, ok bool)
+	// Policy returns the raw strategy (the string syntax), the policy's
+	// spec.mode as written ("" when unset), and the policy's
+	// "namespace/name", for the workload top (GroupVersionKind, name,
+	// labels) in namespace; ok is false when no policy targets it. It
+	// reads only caches.
+	Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (strategy, mode, name string, ok bool)
 }
 
 // Option changes how Resolve finds a strategy.
 type Option func(*resolveOptions)
 
 type resolveOptions struct {
-	policies PolicySource
+	policies    PolicySource
+	defaultMode string
+}
+
+// WithDefaultMode is the mode of workloads that name none (--default-mode):
+// annotations.ModeRequired, ModePreferred or ModeShadow; any other value
+// leaves the default, required.
+func WithDefaultMode(mode string) Option {
+	return func(o *resolveOptions) {
+		if m, ok := annotations.ParseMode(mode); ok {
+			o.defaultMode = m
+		}
+	}
 }
 
 // WithPolicies makes Resolve fall back to PlacementPolicies for workloads
@@ -210,16 +234,13 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	// The pod's own annotations are its template's: the template level.
 	info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
 	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip])
-	mode := top.Annotations[annotations.Mode]
-	if m, ok := pod.Annotations[annotations.Mode]; ok {
-		mode = m
-	}
-	info.Preferred = strings.EqualFold(strings.TrimSpace(mode), annotations.ModePreferred)
+	policyMode := ""
 	if !info.Found && o.policies != nil {
-		if raw, preferred, name, ok := o.policies.Policy(ctx, namespace, top); ok {
-			info.Strategy, info.Source, info.Found, info.Preferred = raw, strategy.Source{Policy: name}, true, preferred
+		if raw, mode, name, ok := o.policies.Policy(ctx, namespace, top); ok {
+			info.Strategy, info.Source, info.Found, policyMode = raw, strategy.Source{Policy: name}, true, mode
 		}
 	}
+	info.Mode = firstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], policyMode, o.defaultMode)
 	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
 	if v, ok := pod.Annotations[annotations.CapacityTimeout]; ok {
 		info.CapacityTimeout = v
@@ -228,6 +249,17 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
 	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
 	return info, nil
+}
+
+// firstMode is the first of the candidates that names a mode, required when
+// none does.
+func firstMode(candidates ...string) string {
+	for _, c := range candidates {
+		if m, ok := annotations.ParseMode(c); ok {
+			return m
+		}
+	}
+	return annotations.ModeRequired
 }
 
 func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {

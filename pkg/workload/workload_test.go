@@ -89,7 +89,7 @@ func TestResolve(t *testing.T) {
 				}
 				return
 			}
-			if info.Workload.String() != tc.workload || info.Revision != tc.revision || info.Found != tc.found || info.Skip != tc.skip || info.Preferred != tc.preferred || info.ArchitecturesAuto != tc.archAuto {
+			if info.Workload.String() != tc.workload || info.Revision != tc.revision || info.Found != tc.found || info.Skip != tc.skip || info.Preferred() != tc.preferred || info.ArchitecturesAuto != tc.archAuto {
 				t.Errorf("info = %+v (%s)", info, info.Workload)
 			}
 		})
@@ -98,9 +98,9 @@ func TestResolve(t *testing.T) {
 
 type fakePolicies map[string]string // workload name -> strategy
 
-func (f fakePolicies) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (string, bool, string, bool) {
+func (f fakePolicies) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (string, string, string, bool) {
 	raw, ok := f[top.Name]
-	return raw, true, namespace + "/p-" + top.Name, ok
+	return raw, annotations.ModePreferred, namespace + "/p-" + top.Name, ok
 }
 
 // TestResolveWithPolicies: a workload without a strategy annotation gets the
@@ -122,7 +122,7 @@ func TestResolveWithPolicies(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: owner("ReplicaSet", "apps/v1", rs, uid)}}
 	}
 	info, err := Resolve(context.Background(), cache, "web", pod("plain-1", "rs1"), WithPolicies(policies))
-	if err != nil || !info.Found || info.Strategy != "x=y,weight=1" || !info.Preferred || info.Source.String() != "PlacementPolicy web/p-plain" {
+	if err != nil || !info.Found || info.Strategy != "x=y,weight=1" || !info.Preferred() || info.Source.String() != "PlacementPolicy web/p-plain" {
 		t.Fatalf("policy: %+v, %v", info, err)
 	}
 	info, err = Resolve(context.Background(), cache, "web", pod("annotated-1", "rs2"), WithPolicies(policies))
@@ -132,6 +132,77 @@ func TestResolveWithPolicies(t *testing.T) {
 	if info, _ := Resolve(context.Background(), cache, "web", pod("plain-1", "rs1")); info.Found {
 		t.Fatalf("without WithPolicies: %+v", info)
 	}
+}
+
+type modePolicy string // the mode of a policy that targets every workload
+
+func (m modePolicy) Policy(_ context.Context, namespace string, _ *metav1.PartialObjectMetadata) (string, string, string, bool) {
+	return "x=y,weight=1", string(m), namespace + "/p", true
+}
+
+// TestModePrecedence: the pod template's apportion.dev/mode wins over the
+// workload's, which wins over the PlacementPolicy's spec.mode, which wins
+// over the default (WithDefaultMode, required when not given); values out
+// of range are passed over.
+func TestModePrecedence(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = appsv1.AddToScheme(scheme)
+	for _, tc := range []struct {
+		name                       string
+		template, workload, policy string
+		defaultMode                string
+		noPolicy                   bool
+		want                       string
+		wantPreferred, wantShadow  bool
+	}{
+		{name: "nothing: required", noPolicy: true, want: "required"},
+		{name: "default shadow", noPolicy: true, defaultMode: "shadow", want: "shadow", wantShadow: true},
+		{name: "default out of range: required", noPolicy: true, defaultMode: "dry", want: "required"},
+		{name: "policy over default", policy: "preferred", defaultMode: "shadow", want: "preferred", wantPreferred: true},
+		{name: "policy without a mode: default", policy: "", defaultMode: "shadow", want: "shadow", wantShadow: true},
+		{name: "workload over policy", workload: "shadow", policy: "preferred", want: "shadow", wantShadow: true},
+		{name: "workload over default", workload: "required", noPolicy: true, defaultMode: "shadow", want: "required"},
+		{name: "template over workload", template: " Shadow ", workload: "required", policy: "preferred", defaultMode: "required", want: "shadow", wantShadow: true},
+		{name: "template required over a shadow default", template: "required", noPolicy: true, defaultMode: "shadow", want: "required"},
+		{name: "template out of range: workload's", template: "shdow", workload: "preferred", noPolicy: true, defaultMode: "shadow", want: "preferred", wantPreferred: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "d", UID: "d1"}}
+			if tc.workload != "" {
+				dep.Annotations = map[string]string{annotations.Mode: tc.workload}
+			}
+			if tc.noPolicy {
+				dep.Annotations = mergeAnn(dep.Annotations, annotations.Strategy, "a=b,weight=1")
+			}
+			cache := memcache.New(scheme)
+			if err := cache.Add(dep, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "d-1", UID: "rs1", OwnerReferences: owner("Deployment", "apps/v1", "d", "d1")}}); err != nil {
+				t.Fatal(err)
+			}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: owner("ReplicaSet", "apps/v1", "d-1", "rs1")}}
+			if tc.template != "" {
+				pod.Annotations = map[string]string{annotations.Mode: tc.template}
+			}
+			opts := []Option{WithDefaultMode(tc.defaultMode)}
+			if !tc.noPolicy {
+				opts = append(opts, WithPolicies(modePolicy(tc.policy)))
+			}
+			info, err := Resolve(context.Background(), cache, "web", pod, opts...)
+			if err != nil || info == nil || !info.Found {
+				t.Fatalf("Resolve = %+v, %v", info, err)
+			}
+			if info.Mode != tc.want || info.Preferred() != tc.wantPreferred || info.Shadow() != tc.wantShadow {
+				t.Errorf("mode %q preferred %v shadow %v, want %q %v %v", info.Mode, info.Preferred(), info.Shadow(), tc.want, tc.wantPreferred, tc.wantShadow)
+			}
+		})
+	}
+}
+
+func mergeAnn(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
 }
 
 func TestOwnerKindsByGroup(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 
 // Mode says how a decision binds a pod, as the apportion.dev/mode annotation
 // does.
-// +kubebuilder:validation:Enum=required;preferred
+// +kubebuilder:validation:Enum=required;preferred;shadow
 type Mode string
 
 const (
@@ -15,6 +15,9 @@ const (
 	// ModePreferred writes preferred terms that Karpenter relaxes when it
 	// cannot satisfy them.
 	ModePreferred Mode = "preferred"
+	// ModeShadow decides the pods without changing them: what apportion
+	// would have done is recorded in the apportion.dev/shadow annotation.
+	ModeShadow Mode = "shadow"
 )
 
 // PlacementPolicySpec is the strategy and the workloads it applies to.
@@ -42,8 +45,10 @@ type PlacementPolicySpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.exists(d, d.weight > 0)",message="every entry has weight 0: at least one entry needs a positive weight"
 	Distribution []DistributionEntry `json:"distribution,omitempty"`
 
-	// Mode is required (hard node affinity) or preferred.
-	// +kubebuilder:default=required
+	// Mode is required (hard node affinity), preferred, or shadow (decide
+	// and record without changing the pods). Unset, the installation's
+	// default mode applies (the chart's settings.defaultMode, required
+	// unless changed).
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
 }

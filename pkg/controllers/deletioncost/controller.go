@@ -68,7 +68,7 @@ const Annotation = corev1.PodDeletionCost
 
 // PodAnnotations are the pod annotations this controller reads: an informer
 // cache of pods keeps these.
-var PodAnnotations = []string{Annotation, annotations.Group, annotations.Fallback}
+var PodAnnotations = []string{Annotation, annotations.Group, annotations.Fallback, annotations.Shadow}
 
 // IndexOwnerKey indexes pods by workload.OwnerKey: the pods of one revision.
 const IndexOwnerKey = "apportion.ownerKey"
@@ -99,6 +99,7 @@ type Controller struct {
 type verdict struct {
 	resourceVersion string
 	decided         bool
+	shadow          bool // decided in shadow mode (signed apportion.dev/shadow)
 }
 
 // NewController builds the deletion-cost controller; signer recognises
@@ -213,12 +214,16 @@ func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods []*corev
 		v, ok := seen[p.UID]
 		if !ok || v.resourceVersion != p.ResourceVersion || p.ResourceVersion == "" {
 			v = verdict{resourceVersion: p.ResourceVersion, decided: c.isDecided(p)}
+			v.shadow = !v.decided && c.isShadow(p)
 		}
 		now[p.UID] = v
 		switch {
 		case v.decided:
 			decided++
 			pods = append(pods, p)
+		case v.shadow:
+			// Decided in shadow mode: apportion changes nothing on it,
+			// its deletion cost included.
 		case !decision.HasGate(p):
 			// A stray: admitted without a decision (the webhook was down, or
 			// its call failed open), released by the janitor, or carrying
@@ -242,6 +247,16 @@ func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods []*corev
 func (c *Controller) isDecided(p *corev1.Pod) bool {
 	d, ok := c.signer.Read(p)
 	return ok && d.Group != ""
+}
+
+// isShadow reports whether apportion decided the pod in shadow mode: such a
+// pod is neither decided nor a stray, and never patched.
+func (c *Controller) isShadow(p *corev1.Pod) bool {
+	if !decision.HasShadow(p) {
+		return false
+	}
+	_, ok := c.signer.ReadShadow(p)
+	return ok
 }
 
 // patch writes the pod's cost with a merge patch of that one annotation: no

@@ -25,10 +25,16 @@ import (
 // testSigner signs the fixtures' decisions.
 var testSigner = decision.RandomSigner()
 
+// shadowPod gives p a shadow decision for group, signed by testSigner.
+func shadowPod(p *corev1.Pod, group string) *corev1.Pod {
+	decision.WriteShadow(p, decision.Shadow{Group: group, Signature: testSigner.SignShadow(p.UID, group, "")})
+	return p
+}
+
 // TestReconcileOrdersStraysFirst: in a revision apportion places, a pod
 // admitted without a decision gets a lower cost than every decided pod, a
-// pod still held by the gate is left alone, and a revision with no decided
-// pod is not touched at all.
+// pod still held by the gate or decided in shadow mode is left alone, and a
+// revision with no decided pod is not touched at all.
 func TestReconcileOrdersStraysFirst(t *testing.T) {
 	const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 	deploy, _ := test.Workload(map[string]string{annotations.Strategy: seed004})
@@ -50,9 +56,11 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 	const od, spot = "karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"
 	objs := []client.Object{deploy, plain, placed, unplaced,
 		pod(placed, 0, od, false), pod(placed, 1, od, false), pod(placed, 2, spot, false),
-		pod(placed, 3, "", false), // stray
-		pod(placed, 4, "", true),  // still gated
+		pod(placed, 3, "", false),                  // stray
+		pod(placed, 4, "", true),                   // still gated
+		shadowPod(pod(placed, 5, "", false), spot), // decided in shadow mode
 		pod(unplaced, 0, "", false), pod(unplaced, 1, "", false),
+		shadowPod(pod(unplaced, 2, "", false), spot),
 	}
 	c := ownedPodsClient(objs...)
 	ctrl := NewController(c, testSigner)
@@ -81,7 +89,7 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 			t.Errorf("decided pod %d: cost %d (set %v), want above the stray's %d", i, decided, ok, stray)
 		}
 	}
-	for _, name := range []string{"nginx-abc-4", "plain-xyz-0", "plain-xyz-1"} {
+	for _, name := range []string{"nginx-abc-4", "nginx-abc-5", "plain-xyz-0", "plain-xyz-1", "plain-xyz-2"} {
 		if v, ok := cost(name); ok {
 			t.Errorf("pod %s got cost %d; it should be left alone", name, v)
 		}

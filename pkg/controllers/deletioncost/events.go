@@ -99,10 +99,11 @@ func (c *Controller) newStray(old, pod *corev1.Pod) bool {
 }
 
 // stray reports whether the pod is live, released by the gate without a
-// decision, and without the strays' cost.
+// decision, and without the strays' cost; a pod decided in shadow mode is
+// none (it is left alone).
 func (c *Controller) stray(p *corev1.Pod) bool {
 	return !decision.HasGate(p) && !podutil.IsTerminating(p) && !podutil.IsTerminal(p) &&
-		p.Annotations[Annotation] != strayCostText && !c.isDecided(p)
+		p.Annotations[Annotation] != strayCostText && !c.isDecided(p) && !c.isShadow(p)
 }
 
 // enqueue adds the pod's revision, when yes, after the debounce.

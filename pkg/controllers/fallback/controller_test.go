@@ -686,6 +686,11 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 	delete(unsigned.Annotations, annotations.Signature)
 	copied := pendingPod("copied", "spot", at)
 	copied.Annotations[annotations.Signature] = pendingPod("trigger", "spot", at).Annotations[annotations.Signature]
+	// Decided in shadow mode: what apportion would have done, signed, and
+	// the pod itself left alone.
+	shadow := pendingPod("shadow", "spot", at)
+	decision.Strip(shadow)
+	decision.WriteShadow(shadow, decision.Shadow{Group: spotGroup, NodePool: "spot", Signature: testSigner.SignShadow(shadow.UID, spotGroup, "spot")})
 	f := newFixture(t, Options{}, nil, nil, nodePool("spot", metav1.ConditionFalse), nodePool("on-demand", metav1.ConditionTrue),
 		pendingPod("trigger", "spot", at),
 		pendingPod("rs-pod", "spot", at),
@@ -697,7 +702,7 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 		}),
 		pendingPod("not-controller", "spot", at, func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil }),
 		pendingPod("other-pool", "on-demand", at),
-		bound, running, deleting, undecided, gated, unsigned, copied,
+		bound, running, deleting, undecided, gated, unsigned, copied, shadow,
 	)
 	f.reconcile("trigger")
 	f.drain()
@@ -705,7 +710,7 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 		"trigger": false, "rs-pod": false, "sts-pod": false,
 		"bare": true, "ds-pod": true, "job-pod": true, "not-controller": true, "other-pool": true,
 		"bound": true, "running": true, "deleting": true, "undecided": true, "gated": true,
-		"unsigned": true, "copied": true,
+		"unsigned": true, "copied": true, "shadow": true,
 	} {
 		if _, ok := f.get(name); ok != want {
 			t.Errorf("%s: exists %v, want %v", name, ok, want)
@@ -717,11 +722,11 @@ func TestOnlyRecreatedPendingPodsDeleted(t *testing.T) {
 	// Reconciling the ones left changes nothing (Karpenter is bringing
 	// other-pool's pod a node).
 	f.nominated("other-pool", now)
-	for _, name := range []string{"bare", "ds-pod", "other-pool", "running", "unsigned", "copied"} {
+	for _, name := range []string{"bare", "ds-pod", "other-pool", "running", "unsigned", "copied", "shadow"} {
 		f.reconcile(name)
 	}
 	f.drain()
-	for _, name := range []string{"bare", "ds-pod", "other-pool", "running", "unsigned", "copied"} {
+	for _, name := range []string{"bare", "ds-pod", "other-pool", "running", "unsigned", "copied", "shadow"} {
 		if _, ok := f.get(name); !ok {
 			t.Errorf("%s deleted on a later pass", name)
 		}

@@ -17,7 +17,10 @@
 // revisions' fallback pods, which the deletion costs number apart;
 // expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
-// warm.go, the image cache warmed on the replicas that do not lead.
+// warm.go, the image cache warmed on the replicas that do not lead;
+// shadow.go, shadow mode: pods decided as usual but not changed, the
+// decision recorded in the apportion.dev/shadow annotation alone and
+// tallied apart from the real ones.
 package placement
 
 import (
@@ -28,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -35,12 +39,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
@@ -90,20 +96,23 @@ const (
 
 // Controller places gated pods.
 type Controller struct {
-	kubeClient client.Client
-	clock      clock.Clock
-	recorder   *apevents.Recorder
-	capacity   capacity.Capacity
-	tally      *Tally
-	gateWait   time.Duration
-	nodes      client.Reader // node metadata, to count strays; nil: not counted
-	apiReader  client.Reader // reads a pod again after a conflict; nil: decided again later
-	images     Images        // nil: no image is inspected
-	imageWait  time.Duration
-	archForAll bool                       // place every pod without a strategy by architecture, not only those opted in
-	archRules  decision.ArchitectureRules // node-label mode: tolerations and node labels by architecture
-	signer     *decision.Signer
-	resolve    []workload.Option // PlacementPolicies, when their CRD is installed
+	kubeClient  client.Client
+	clock       clock.Clock
+	recorder    *apevents.Recorder
+	capacity    capacity.Capacity
+	tally       *Tally
+	gateWait    time.Duration
+	nodes       client.Reader // node metadata, to count strays; nil: not counted
+	apiReader   client.Reader // reads a pod again after a conflict; nil: decided again later
+	images      Images        // nil: no image is inspected
+	imageWait   time.Duration
+	archForAll  bool                       // place every pod without a strategy by architecture, not only those opted in
+	archRules   decision.ArchitectureRules // node-label mode: tolerations and node labels by architecture
+	signer      *decision.Signer
+	resolve     []workload.Option // PlacementPolicies, when their CRD is installed; the default mode
+	defaultMode string            // --default-mode, for pods without a workload
+	excluded    sets.Set[string]  // namespaces never touched, for shadow mode
+	namespaces  bool              // namespace metadata is cached: the ignore label is read
 
 	locks      keyedMutex
 	strategies *compiled.Cache
@@ -156,7 +165,16 @@ func (c *Controller) PodEventHandler() toolscache.ResourceEventHandler {
 // WithPolicies makes workloads without a strategy annotation take the
 // strategy of the PlacementPolicy that targets them; src may be nil.
 func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
-	c.resolve = []workload.Option{workload.WithPolicies(src)} // nil src: annotations only
+	c.resolve = append(c.resolve, workload.WithPolicies(src)) // nil src: annotations only
+	return c
+}
+
+// WithDefaultMode is the mode of the workloads that name none
+// (--default-mode): with annotations.ModeShadow, their pods are decided but
+// not changed.
+func (c *Controller) WithDefaultMode(mode string) *Controller {
+	c.defaultMode = mode
+	c.resolve = append(c.resolve, workload.WithDefaultMode(mode))
 	return c
 }
 
@@ -186,17 +204,33 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	c.fallbacks.synced = registration.HasSynced
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
-		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			gates, ok := podcache.Gates(o)
-			return ok && decision.GatedBy(gates)
-		}))).
+		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(Predicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }
 
-// Reconcile decides one gated pod.
+// Predicate passes the pod events the controller acts on: every event of a
+// gated pod, and the creation (the informer's initial list included, so a
+// new leader catches up) of a pod that may be in shadow mode: ungated,
+// undecided, controller-owned and not terminating. Reconcile tells the
+// latter apart by their workload's mode, once per pod.
+func Predicate() predicate.Predicate {
+	gated := func(o client.Object) bool {
+		gates, ok := podcache.Gates(o)
+		return ok && decision.GatedBy(gates)
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return gated(e.Object) || shadowCandidate(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return gated(e.ObjectNew) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return gated(e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return gated(e.Object) },
+	}
+}
+
+// Reconcile decides one gated pod, or one ungated pod in shadow mode.
 func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
-	if !decision.HasGate(pod) || podutil.IsTerminating(pod) {
+	gated := decision.HasGate(pod)
+	if podutil.IsTerminating(pod) || (!gated && !shadowCandidate(pod)) {
 		return reconcile.Result{}, nil
 	}
 	if !c.tally.Synced() {
@@ -205,11 +239,14 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if c.tally.Decided(pod.UID) {
 		return reconcile.Result{}, nil // decided; the cache has not caught up
 	}
+	if !gated {
+		return c.reconcileShadow(ctx, pod)
+	}
 	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	key := workload.OwnerKey(pod)
 	if key == "" {
 		if c.byArchitecture(ctx, pod, nil) {
-			return c.placeByArchitecture(ctx, pod, podRef)
+			return c.placeByArchitecture(ctx, pod, podRef, c.podMode(pod) == annotations.ModeShadow)
 		}
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
 	}
@@ -223,13 +260,13 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	case err != nil:
 		return c.release(ctx, pod, ReasonError, err)
 	case info == nil && c.byArchitecture(ctx, pod, nil):
-		return c.placeByArchitecture(ctx, pod, podRef)
+		return c.placeByArchitecture(ctx, pod, podRef, c.podMode(pod) == annotations.ModeShadow)
 	case info == nil:
 		return c.release(ctx, pod, ReasonNoWorkload, nil)
 	case info.Skip:
 		return c.release(ctx, pod, ReasonSkipped, nil)
 	case !info.Found && c.byArchitecture(ctx, pod, info):
-		return c.placeByArchitecture(ctx, pod, info.Workload.ObjectReference())
+		return c.placeByArchitecture(ctx, pod, info.Workload.ObjectReference(), info.Shadow())
 	case !info.Found:
 		return c.release(ctx, pod, ReasonNoStrategy, nil)
 	}
@@ -266,7 +303,10 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	avail, archOut, capacityOut, why := c.available(ctx, ref, p.Strategy, pod, images, groupErrs, scope)
 
 	rev := Revision(pod.Namespace, key)
-	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, len(capacityOut) > 0)
+	if info.Shadow() {
+		rev = ShadowRevision(pod.Namespace, key)
+	}
+	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, len(capacityOut) > 0, info.Shadow())
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -280,7 +320,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		NodePool:      choices[g].PoolName(),
 		Architectures: groupArchitectures(p.Strategy.Groups[g], archs),
 		Tolerations:   choices[g].Tolerations,
-		Preferred:     info.Preferred,
+		Preferred:     info.Preferred(),
 		DeletionCost:  cost,
 		Record:        decision.Record{Strategy: p.Hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordQuota},
 	}
@@ -288,6 +328,13 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		d.Fallback, d.Record.Reason, d.Record.Out = capacityOut, RecordFallback, why
 	}
 	c.addArchitectureRules(&d)
+	if info.Shadow() {
+		res, written, err := c.writeShadow(ctx, pod, d)
+		if !written {
+			c.tally.Unrecord(pod.UID)
+		}
+		return res, err
+	}
 	res, written, err := c.write(ctx, pod, d)
 	if !written {
 		c.tally.Unrecord(pod.UID)
@@ -305,19 +352,23 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 // the next pod of the revision is decided while this one's patch is in
 // flight, against counts that include it, so a burst is decided as fast as
 // the API server takes patches rather than one round trip at a time. A write
-// that does not land takes the counts back.
-func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set, fallback bool) (g int, counts, strays []int64, cost *int) {
+// that does not land takes the counts back. A shadow decision (rev is the
+// revision's ShadowRevision) is counted the same way, apart from the real
+// ones, and has neither a deletion cost nor a place among the fallback pods.
+func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set, fallback, shadow bool) (g int, counts, strays []int64, cost *int) {
 	unlock := c.locks.lock(key)
 	defer unlock()
 	counts, strays, seen := c.counts(ctx, rev, p)
 	if g = p.Method.Next(seen, avail); g < 0 {
 		return g, counts, strays, nil
 	}
-	cost = c.deletionCost(rev, p, counts, g, fallback)
+	if !shadow {
+		cost = c.deletionCost(rev, p, counts, g, fallback)
+	}
 	now := c.clock.Now()
 	group := p.Strategy.Groups[g].Key()
 	c.tally.Record(pod.UID, rev, group, now)
-	if fallback {
+	if fallback && !shadow {
 		c.fallbacks.record(pod.UID, rev, group, now)
 	}
 	return g, counts, strays, cost

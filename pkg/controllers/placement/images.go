@@ -77,8 +77,8 @@ func (c *Controller) byArchitecture(ctx context.Context, pod *corev1.Pod, info *
 // them when its operator opted it in. No NodePool is pinned: Karpenter picks
 // among its pools, falling back by weight as it does for any pod, so capacity
 // fallback is Karpenter's own for these pods. Any failure releases the pod
-// unconstrained.
-func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference) (reconcile.Result, error) {
+// unconstrained. In shadow mode the decision is recorded, not applied.
+func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, shadow bool) (reconcile.Result, error) {
 	res, err := c.inspect(ctx, pod)
 	if err != nil {
 		c.warnEvery(ref, "ImageInspectionFailed", "%v; pods are placed without an architecture constraint", err)
@@ -106,6 +106,10 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 		Record:           decision.Record{Reason: RecordArchitecture},
 	}
 	c.addArchitectureRules(&d)
+	if shadow {
+		result, _, err := c.writeShadow(ctx, pod, d)
+		return result, err
+	}
 	result, written, err := c.write(ctx, pod, d)
 	if written {
 		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures)

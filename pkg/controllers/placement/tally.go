@@ -26,7 +26,9 @@ import (
 //
 // A pod counts as decided only when its decision carries apportion's
 // signature: decision annotations a client wrote leave it undecided (a stray
-// once bound, counted by its node's labels).
+// once bound, counted by its node's labels). A pod decided in shadow mode
+// (a signed apportion.dev/shadow annotation) counts in its group under the
+// revision's ShadowRevision, never with the real decisions.
 //
 // Pending decisions end when the informer shows the pod decided, terminating
 // or gone, or after pendingMaxAge (the pod was deleted and its event lost).
@@ -100,9 +102,14 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 	key := workload.OwnerKey(pod)
 	live := key != "" && !podutil.IsTerminating(pod) && !podutil.IsTerminal(pod)
 	var group string
+	shadow := false
 	if live {
 		d, _ := t.signer.Read(pod) // outside the lock: an HMAC per event
 		group = d.Group
+		if group == "" && decision.HasShadow(pod) {
+			sh, _ := t.signer.ReadShadow(pod)
+			group, shadow = sh.Group, sh.Group != ""
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -115,6 +122,11 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 		return
 	}
 	rev := Revision(pod.Namespace, key)
+	if shadow {
+		// Counted apart, in its revision's shadow split, and no stray
+		// of the real one.
+		rev = ShadowRevision(pod.Namespace, key)
+	}
 	tl := tallied{rev: rev, group: group}
 	if group == "" && podutil.IsScheduled(pod) && !t.isPending(pod.UID) {
 		// Admitted without a decision (webhook down or failed open,

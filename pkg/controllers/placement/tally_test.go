@@ -281,3 +281,68 @@ func TestTallyStrayCountsFollowNodes(t *testing.T) {
 		}
 	}
 }
+
+// shadowed is a mutation giving a pod a shadow decision for group, signed by
+// signer (nil: unsigned).
+func shadowed(group string, signer *decision.Signer) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		sh := decision.Shadow{Group: group, NodePool: "pool"}
+		if signer != nil {
+			sh.Signature = signer.SignShadow(p.UID, group, "pool")
+		}
+		decision.WriteShadow(p, sh)
+	}
+}
+
+// TestTallyCountsShadowDecisionsApart: a signed shadow decision counts in
+// its group under the revision's ShadowRevision, not in the real counts nor
+// as a stray; a forged one (no signature, another key's, or a decision's
+// signature) counts nowhere but as a stray, like any undecided bound pod.
+func TestTallyCountsShadowDecisionsApart(t *testing.T) {
+	const rev = "web/rs1"
+	shadowRev := ShadowRevision("web", "rs1")
+	index := map[string]int{"a": 0, "b": 1}
+	bound := func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }
+	tl := newTally()
+	signed := tallyPod("shadow", "", bound, shadowed("a", tallySigner))
+	tl.Observe(signed)
+	forged := []*corev1.Pod{
+		tallyPod("unsigned", "", bound, shadowed("a", nil)),
+		tallyPod("other-key", "", bound, shadowed("a", decision.RandomSigner())),
+		tallyPod("decision-signature", "", bound, func(p *corev1.Pod) {
+			decision.WriteShadow(p, decision.Shadow{Group: "a", NodePool: "pool", Signature: tallySigner.Sign(p.UID, "a", "pool")})
+		}),
+		tallyPod("copied", "", bound, func(p *corev1.Pod) { p.Annotations = maps.Clone(signed.Annotations) }),
+	}
+	for _, p := range forged {
+		if tl.Observe(p); tl.Decided(p.UID) {
+			t.Errorf("%s: a forged shadow decision counts", p.Name)
+		}
+	}
+	if !tl.Decided(signed.UID) {
+		t.Error("the signed shadow decision does not count")
+	}
+	counts, shadow := make([]int64, 2), make([]int64, 2)
+	tl.Counts(rev, index, counts)
+	tl.Counts(shadowRev, index, shadow)
+	if counts[0] != 0 || counts[1] != 0 || shadow[0] != 1 || shadow[1] != 0 {
+		t.Errorf("real %v shadow %v, want [0 0] and [1 0]", counts, shadow)
+	}
+	if tl.Strays(rev) != len(forged) || tl.Strays(shadowRev) != 0 {
+		t.Errorf("strays %d and %d, want the %d forged pods of the real revision only", tl.Strays(rev), tl.Strays(shadowRev), len(forged))
+	}
+	// A pending shadow decision ends when the informer shows it.
+	next := tallyPod("next", "", bound)
+	tl.Record(next.UID, shadowRev, "b", time.Now())
+	tl.Observe(next) // bound before its shadow decision shows: not a stray
+	if tl.Strays(rev) != len(forged) {
+		t.Errorf("a pod with a pending shadow decision counts as a stray")
+	}
+	shadowed("b", tallySigner)(next)
+	tl.Observe(next)
+	shadow = make([]int64, 2)
+	tl.Counts(shadowRev, index, shadow)
+	if shadow[0] != 1 || shadow[1] != 1 {
+		t.Errorf("shadow %v, want [1 1]: the pending decision counted once", shadow)
+	}
+}

@@ -117,8 +117,13 @@ func (c *Controller) deletionCost(rev string, p *compiled.Strategy, counts []int
 }
 
 // release removes the gate without a decision: the pod schedules as if
-// apportion were not installed.
+// apportion were not installed. A pod without the gate (in shadow mode) is
+// left as it is: nothing is written, the reason is counted as
+// ShadowReason(reason).
 func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string, cause error) (reconcile.Result, error) {
+	if !decision.HasGate(pod) {
+		return c.skipShadow(ctx, reason, cause)
+	}
 	if cause != nil {
 		log.FromContext(ctx).Error(cause, "releasing pod without a decision", "reason", reason)
 	} else {

@@ -371,8 +371,8 @@ func TestDistributionForm(t *testing.T) {
 	if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(p), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.Mode != v1alpha1.ModeRequired {
-		t.Errorf("mode defaulted to %q, want required", got.Spec.Mode)
+	if got.Spec.Mode != "" {
+		t.Errorf("mode defaulted to %q, want it unset (the installation's default mode applies)", got.Spec.Mode)
 	}
 	kubectlGet(t, ns)
 }
