@@ -120,7 +120,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		}),
 		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithStrategies(strategies),
 		drift.NewController(d.Clock, kube, d.Recorder, groupCapacity, drift.Options{
-			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource)}, Strategies: strategies,
+			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource), workload.WithDefaultMode(o.DefaultMode)}, Strategies: strategies,
 		}),
 	}
 	if d.Policies != nil {

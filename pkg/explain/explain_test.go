@@ -228,14 +228,14 @@ func TestWorkloadOutsideQuota(t *testing.T) {
 func TestWorkloadShadow(t *testing.T) {
 	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
 	for i, g := range []string{odKey, odKey, spotKey, spotKey, spotKey} {
-		raw, _ := json.Marshal(shadowRecord{Group: g, NodePool: "x", Record: decision.Record{Counts: []int64{int64(min(i, 2)), int64(max(i-2, 0))}, Reason: "quota"}})
-		f.pod(f.cur, "od-1", "", map[string]string{shadowAnnotation: string(raw)})
+		sh := decision.Shadow{Group: g, NodePool: "x", Record: &decision.Record{Counts: []int64{int64(min(i, 2)), int64(max(i-2, 0))}, Reason: "quota"}}
+		f.pod(f.cur, "od-1", "", map[string]string{annotations.Shadow: sh.String()})
 	}
 	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Mode != modeShadow || r.ModeSource != "" || len(r.Drift) != 0 {
+	if r.Mode != annotations.ModeShadow || r.ModeSource != "" || len(r.Drift) != 0 {
 		t.Fatalf("mode shadow from the pods, no drift reported: %+v", r)
 	}
 	if r.Groups[0].Shadow != 2 || r.Groups[1].Shadow != 3 || r.Groups[0].Actual != 5 || r.Pods.Shadow != 5 || r.Pods.Strays != 0 {

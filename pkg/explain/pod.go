@@ -158,7 +158,7 @@ func (c *Cluster) podWorkload(ctx context.Context, p *corev1.Pod) (*WorkloadRepo
 // decision fills the state and the decision record.
 func (r *PodReport) decision(p *corev1.Pod, s *compiled.Strategy) {
 	group, decided := p.Annotations[annotations.Group]
-	sh, shadow := readShadow(p)
+	sh, shadow := decision.ReadShadow(p)
 	var rec decision.Record
 	var recorded bool
 	switch {
@@ -172,7 +172,9 @@ func (r *PodReport) decision(p *corev1.Pod, s *compiled.Strategy) {
 	case shadow:
 		r.State = StateShadow
 		r.Decision = &DecisionReport{Group: sh.Group, NodePool: sh.NodePool, Shadow: true}
-		rec, recorded = sh.Record, true
+		if sh.Record != nil {
+			rec, recorded = *sh.Record, true
+		}
 	case decision.HasGate(p):
 		r.State, r.Why = StateWaiting, "held by the placement gate until apportion decides its group"
 		return
@@ -226,7 +228,8 @@ func (r *PodReport) notPlaced(p *corev1.Pod) string {
 func (r *PodReport) architectures(p *corev1.Pod) {
 	a := p.Annotations[annotations.Architectures]
 	if r.Decision != nil && r.Decision.Shadow {
-		a = strings.Join(func() []string { sh, _ := readShadow(p); return sh.Architectures }(), ",")
+		sh, _ := decision.ReadShadow(p)
+		a = strings.Join(sh.Architectures, ",")
 	}
 	switch {
 	case a != "" && a != annotations.ArchitecturesAuto:

@@ -2,7 +2,6 @@ package explain
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -271,8 +270,8 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 			if r.Strategy, err = policy.Strategy(&p.Spec); err != nil {
 				r.Problem = fmt.Sprintf("the PlacementPolicy's strategy is invalid: %v", err)
 			}
-			if p.Spec.Mode != "" {
-				r.Mode, r.ModeSource = string(p.Spec.Mode), r.Source+" spec.mode"
+			if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
+				r.Mode, r.ModeSource = m, r.Source+" spec.mode"
 			}
 		}
 	}
@@ -280,8 +279,9 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		annotations map[string]string
 		where       string
 	}{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, "spec.template.metadata.annotations"}} {
-		if m, ok := level.annotations[annotations.Mode]; ok {
-			r.Mode, r.ModeSource = strings.ToLower(strings.TrimSpace(m)), level.where+"["+annotations.Mode+"]"
+		// An out-of-range value is passed over, as placement does.
+		if m, ok := annotations.ParseMode(level.annotations[annotations.Mode]); ok {
+			r.Mode, r.ModeSource = m, level.where+"["+annotations.Mode+"]"
 		}
 	}
 	switch {
@@ -359,12 +359,12 @@ func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*W
 	onNode := func(p *corev1.Pod) int { return nodeGroup(s, nodes[p.Spec.NodeName]) }
 	r.Pods = countPods(pods, s, o.revision, onNode)
 	r.countGroups(pods, s, o.revision, onNode)
-	if r.Mode != modeShadow {
+	if r.Mode != annotations.ModeShadow {
 		r.Drift = driftReasons(sp)
 	}
 	counts := make([]int64, len(s.Strategy.Groups))
 	for i, g := range r.Groups {
-		if r.Mode == modeShadow {
+		if r.Mode == annotations.ModeShadow {
 			counts[i] = g.Shadow
 		} else {
 			counts[i] = g.Decided + g.Strays
@@ -402,8 +402,8 @@ func (r *WorkloadReport) countGroups(pods []*corev1.Pod, s *compiled.Strategy, r
 // default, told from what its pods carry.
 func inferMode(pods []*corev1.Pod) string {
 	for _, p := range slices.Backward(pods) {
-		if _, ok := p.Annotations[shadowAnnotation]; ok {
-			return modeShadow
+		if _, ok := p.Annotations[annotations.Shadow]; ok {
+			return annotations.ModeShadow
 		}
 		if _, ok := p.Annotations[annotations.Group]; ok {
 			break
@@ -499,7 +499,7 @@ func classify(p *corev1.Pod, s *compiled.Strategy, onNode func(*corev1.Pod) int)
 		}
 		return -1, podDecided
 	}
-	if sh, ok := readShadow(p); ok {
+	if sh, ok := decision.ReadShadow(p); ok {
 		return index(sh.Group), podShadow
 	}
 	if decision.HasGate(p) {
@@ -565,30 +565,3 @@ func bounds(lo, hi int64) string {
 	}
 	return fmt.Sprintf("%d-%d", lo, hi)
 }
-
-// shadowRecord is the part of the apportion.dev/shadow annotation explain
-// shows.
-type shadowRecord struct {
-	Group         string          `json:"group"`
-	NodePool      string          `json:"nodepool,omitempty"`
-	Architectures []string        `json:"architectures,omitempty"`
-	Record        decision.Record `json:"record"`
-}
-
-func readShadow(p *corev1.Pod) (shadowRecord, bool) {
-	raw, ok := p.Annotations[shadowAnnotation]
-	if !ok {
-		return shadowRecord{}, false
-	}
-	var sh shadowRecord
-	if err := json.Unmarshal([]byte(raw), &sh); err != nil {
-		return shadowRecord{}, false
-	}
-	return sh, true
-}
-
-// Until the shadow mode lands in annotations.
-const (
-	shadowAnnotation = annotations.Prefix + "shadow"
-	modeShadow       = "shadow"
-)

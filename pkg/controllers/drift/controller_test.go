@@ -331,11 +331,16 @@ func TestExportedWorkloadsCapped(t *testing.T) {
 // TestNoStrategyOrSkipNotWatched: workloads without a strategy or opted
 // out are not looked at.
 func TestNoStrategyOrSkipNotWatched(t *testing.T) {
+	// Without a strategy, opted out, or in shadow mode (observed, not
+	// placed): all on on-demand with spot left out, and nothing reported.
 	objs := append(deployment("plain", "a"), pods("plain", "a", "od-1", 0, 10)...)
 	objs = append(objs, deployment("skipped", "a")...)
 	objs = append(objs, pods("skipped", "a", "od-1", 0, 10)...)
 	delete(objs[0].GetAnnotations(), annotations.Strategy)
 	objs[len(objs)-12].SetAnnotations(map[string]string{annotations.Strategy: seed004, annotations.Skip: "true"})
+	objs = append(objs, deployment("shadowed", "a")...)
+	objs = append(objs, pods("shadowed", "a", "od-1", 0, 10)...)
+	objs[len(objs)-12].SetAnnotations(map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow})
 	f := newFixture(t, 10, objs...)
 	f.pools.noSpot = true
 	f.sweep(0)

@@ -32,10 +32,10 @@ var kinds = map[string]schema.GroupVersionKind{
 }
 
 // placed reports whether apportion places the workload's pods by a
-// strategy, which makes it one drift watches. (A workload apportion only
-// observes, without placing its pods, is not.)
+// strategy, which makes it one drift watches. A workload in shadow mode,
+// which apportion only observes without placing its pods, is not.
 func placed(info *workload.Info) bool {
-	return info != nil && info.Found && !info.Skip
+	return info != nil && info.Found && !info.Skip && !info.Shadow()
 }
 
 // observed is one placed workload as a sweep sees it.
