@@ -320,7 +320,7 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 	fmt.Fprintf(tw, "Replicas:\t%d (%d running)\n", r.Replicas, r.Running)
 	switch {
 	case r.Mode == "shadow":
-		fmt.Fprintf(tw, "Split:\tnot applied (shadow mode); DECIDED shows what apportion would have done\n")
+		fmt.Fprintf(tw, "Split:\tnot applied (shadow mode); WOULD DECIDE is what apportion would have done\n")
 	case len(r.Drift) == 0:
 		fmt.Fprintf(tw, "Split:\twithin quota, every group served\n")
 	default:
