@@ -29,7 +29,7 @@ import (
 
 const (
 	ct       = "karpenter.sh/capacity-type"
-	seed004    = ct + "=on-demand,base=2,weight=1:" + ct + "=spot,weight=3"
+	seed004  = ct + "=on-demand,base=2,weight=1:" + ct + "=spot,weight=3"
 	after    = 10 * time.Minute
 	odGroup  = ct + "=on-demand"
 	spotNote = "no NodePool can serve the group"
