@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -51,9 +52,14 @@ func TestGeneratedCRD(t *testing.T) {
 		}
 		return out
 	}
+	// No default: an unset mode is the install's --default-mode.
 	mode := spec.Properties["mode"]
-	if mode.Default == nil || string(mode.Default.Raw) != `"required"` || len(mode.Enum) != 2 {
-		t.Errorf("mode: default %v enum %v", mode.Default, mode.Enum)
+	var enum []string
+	for _, e := range mode.Enum {
+		enum = append(enum, string(e.Raw))
+	}
+	if mode.Default != nil || strings.Join(enum, ",") != `"required","preferred","shadow"` {
+		t.Errorf("mode: default %v enum %s", mode.Default, enum)
 	}
 	for _, tc := range []struct {
 		at    string
