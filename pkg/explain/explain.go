@@ -43,6 +43,8 @@ type Cluster struct {
 	// NodePools and Policies say whether karpenter.sh/v1 NodePools and
 	// PlacementPolicies are served; Rollouts whether Argo Rollouts are.
 	NodePools, Policies, Rollouts bool
+
+	listed *listing // while Status runs: each namespace's pods and ReplicaSets, listed once
 }
 
 // NewCluster reads which APIs c's cluster serves and builds the Cluster.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -360,4 +361,56 @@ func TestParseRef(t *testing.T) {
 func policySpec(t *testing.T, raw string) v1alpha1.PlacementPolicySpec {
 	t.Helper()
 	return v1alpha1.PlacementPolicySpec{Target: v1alpha1.Target{Kind: "Deployment", Name: "web"}, Strategy: &v1alpha1.Strategy{Text: raw}}
+}
+
+// TestStatusListsOncePerNamespace: status over three Deployments of a
+// namespace lists its pods once and its ReplicaSets once, and reports each
+// workload with its own pods.
+func TestStatusListsOncePerNamespace(t *testing.T) {
+	var objs []client.Object
+	for i, name := range []string{"a", "b", "c"} {
+		f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+		sel := map[string]string{"app": name}
+		f.deploy.Name, f.deploy.UID = name, types.UID(name+"-uid")
+		f.deploy.Spec.Selector.MatchLabels, f.deploy.Spec.Template.Labels = sel, sel
+		f.cur.Name, f.cur.UID, f.cur.Labels["app"] = name+"-new", types.UID(name+"-new-uid"), name
+		f.cur.OwnerReferences[0].Name, f.cur.OwnerReferences[0].UID = name, f.deploy.UID
+		f.cur.Spec.Selector = f.deploy.Spec.Selector
+		f.objs = []client.Object{f.deploy, f.cur}
+		if i == 0 {
+			f.objs = append(f.objs, newFixture(nil, false).objs[3:]...) // the pools and nodes, once
+		}
+		for range i + 1 {
+			f.pod(f.cur, "od-1", odKey, nil).Labels["app"] = name
+		}
+		for _, o := range f.objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				p.Name, p.UID = name+"-"+p.Name, types.UID(name+"-"+string(p.UID))
+			}
+		}
+		objs = append(objs, f.objs...)
+	}
+	lists := map[string]int{}
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lists[fmt.Sprintf("%T", list)]++
+			return c.List(ctx, list, opts...)
+		},
+	}).Build()
+	cl := &Cluster{Reader: c, Capacity: &capacity.NodePoolCapacity{Reader: c}, NodePools: true}
+	reports, err := cl.Status(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 3 {
+		t.Fatalf("three workloads: %+v", reports)
+	}
+	for i, r := range reports {
+		if r.Pods.Live != int64(i+1) || r.Groups[0].Decided != int64(i+1) {
+			t.Errorf("%s: %d live, %d decided; want %d", r.Name, r.Pods.Live, r.Groups[0].Decided, i+1)
+		}
+	}
+	if lists["*v1.PodList"] != 1 || lists["*v1.ReplicaSetList"] != 1 {
+		t.Errorf("List requests: %v; want one of pods and one of ReplicaSets", lists)
+	}
 }

@@ -20,13 +20,16 @@ import (
 // name. Workloads without a strategy, and ReplicaSets a Deployment or
 // Rollout controls, are left out.
 func (c *Cluster) Status(ctx context.Context, namespace string) ([]*WorkloadReport, error) {
-	refs, err := c.candidates(ctx, namespace)
+	// A copy that lists each namespace's pods and ReplicaSets once.
+	lc := *c
+	lc.listed = newListing()
+	refs, err := lc.candidates(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
 	var out []*WorkloadReport
 	for _, ref := range refs {
-		w, err := c.Workload(ctx, ref)
+		w, err := lc.Workload(ctx, ref)
 		if client.IgnoreNotFound(err) != nil {
 			return nil, fmt.Errorf("%s %s/%s: %w", ref.Kind, ref.Namespace, ref.Name, err)
 		}
@@ -82,6 +85,17 @@ func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, erro
 	var replicaSets appsv1.ReplicaSetList
 	if err := c.Reader.List(ctx, &replicaSets, client.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing ReplicaSets: %w", err)
+	}
+	if c.listed != nil {
+		// The Deployments' and Rollouts' ReplicaSets are picked from
+		// this listing: no List of them per workload.
+		c.listed.replicaSets = map[string][]appsv1.ReplicaSet{}
+		for _, rs := range replicaSets.Items {
+			c.listed.replicaSets[rs.Namespace] = append(c.listed.replicaSets[rs.Namespace], rs)
+		}
+		if namespace != "" && c.listed.replicaSets[namespace] == nil {
+			c.listed.replicaSets[namespace] = []appsv1.ReplicaSet{}
+		}
 	}
 	for i := range replicaSets.Items {
 		rs := &replicaSets.Items[i]

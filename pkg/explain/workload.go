@@ -180,14 +180,14 @@ func (c *Cluster) replicaSets(ctx context.Context, o *object, sel *metav1.LabelS
 	if err := o.setSelector(sel); err != nil {
 		return err
 	}
-	var list appsv1.ReplicaSetList
-	if err := c.Reader.List(ctx, &list, client.InNamespace(o.meta.Namespace), client.MatchingLabelsSelector{Selector: o.selector}); err != nil {
+	items, err := c.listReplicaSets(ctx, o.meta.Namespace, o.selector)
+	if err != nil {
 		return fmt.Errorf("listing the ReplicaSets of %s %s: %w", o.meta.Kind, o.meta.Name, err)
 	}
 	o.owners = map[types.UID]bool{}
 	newest := int64(-1)
-	for i := range list.Items {
-		rs := &list.Items[i]
+	for i := range items {
+		rs := &items[i]
 		if up := metav1.GetControllerOfNoCopy(rs); up == nil || up.UID != o.meta.UID {
 			continue
 		}
@@ -230,13 +230,13 @@ func (c *Cluster) rollout(ctx context.Context, key client.ObjectKey) (*object, e
 // pods lists o's live pods: those its selector matches whose controller is
 // o or one of its ReplicaSets, not terminating or finished.
 func (c *Cluster) pods(ctx context.Context, o *object) ([]*corev1.Pod, error) {
-	var list corev1.PodList
-	if err := c.Reader.List(ctx, &list, client.InNamespace(o.meta.Namespace), client.MatchingLabelsSelector{Selector: o.selector}); err != nil {
+	items, err := c.listPods(ctx, o.meta.Namespace, o.selector)
+	if err != nil {
 		return nil, fmt.Errorf("listing the pods of %s %s: %w", o.meta.Kind, o.meta.Name, err)
 	}
 	var pods []*corev1.Pod
-	for i := range list.Items {
-		p := &list.Items[i]
+	for i := range items {
+		p := &items[i]
 		if up := metav1.GetControllerOfNoCopy(p); up == nil || !o.owners[up.UID] || podutil.IsTerminating(p) || podutil.IsTerminal(p) {
 			continue
 		}
@@ -244,6 +244,69 @@ func (c *Cluster) pods(ctx context.Context, o *object) ([]*corev1.Pod, error) {
 	}
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	return pods, nil
+}
+
+// listing holds, while Status reports on the workloads of a namespace, the
+// namespace's pods and ReplicaSets listed once: each workload's are picked
+// by its selector from them, instead of two List requests per workload.
+type listing struct {
+	pods        map[string][]corev1.Pod
+	replicaSets map[string][]appsv1.ReplicaSet
+}
+
+func newListing() *listing {
+	return &listing{pods: map[string][]corev1.Pod{}, replicaSets: map[string][]appsv1.ReplicaSet{}}
+}
+
+// listPods lists the pods of namespace sel matches: from the listing when
+// there is one (listing the namespace's pods the first time), else with a
+// List of those alone.
+func (c *Cluster) listPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
+	if c.listed == nil {
+		var list corev1.PodList
+		err := c.Reader.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel})
+		return list.Items, err
+	}
+	all, ok := c.listed.pods[namespace]
+	if !ok {
+		var list corev1.PodList
+		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return nil, err
+		}
+		all = list.Items
+		c.listed.pods[namespace] = all
+	}
+	return matching(all, sel, func(p *corev1.Pod) map[string]string { return p.Labels }), nil
+}
+
+// listReplicaSets is listPods for ReplicaSets.
+func (c *Cluster) listReplicaSets(ctx context.Context, namespace string, sel labels.Selector) ([]appsv1.ReplicaSet, error) {
+	if c.listed == nil {
+		var list appsv1.ReplicaSetList
+		err := c.Reader.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel})
+		return list.Items, err
+	}
+	all, ok := c.listed.replicaSets[namespace]
+	if !ok {
+		var list appsv1.ReplicaSetList
+		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return nil, err
+		}
+		all = list.Items
+		c.listed.replicaSets[namespace] = all
+	}
+	return matching(all, sel, func(rs *appsv1.ReplicaSet) map[string]string { return rs.Labels }), nil
+}
+
+// matching are the items whose labels sel matches.
+func matching[T any](items []T, sel labels.Selector, labelsOf func(*T) map[string]string) []T {
+	var out []T
+	for i := range items {
+		if sel.Matches(labels.Set(labelsOf(&items[i]))) {
+			out = append(out, items[i])
+		}
+	}
+	return out
 }
 
 // revisionOf is the revision a pod is counted in.

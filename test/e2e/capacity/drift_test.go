@@ -3,6 +3,7 @@
 package capacity_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/apportion-dev/apportion/pkg/controllers/drift"
+	"github.com/apportion-dev/apportion/pkg/explain"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -66,4 +68,20 @@ func TestSplitDriftOnTaintedPool(t *testing.T) {
 		}
 		return fmt.Errorf("series %q: %q", series, last)
 	})
+
+	// explain and status say the same, from the cluster alone.
+	var w explain.WorkloadReport
+	out := env.KubectlApportion(t, "explain", "deployment/web", "-n", ns, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &w); err != nil {
+		t.Fatalf("explain -o json: %v\n%s", err, out)
+	}
+	if len(w.Drift) != 1 || !strings.Contains(w.Drift[0], "group 2 ("+spot+") is left out") || w.Groups[0].Actual != 8 || w.Groups[1].LeftOut == "" {
+		t.Errorf("explain deployment/web: drift %q, groups %+v", w.Drift, w.Groups)
+	}
+	t.Logf("kubectl apportion explain deployment/web -n %s\n%s", ns, env.KubectlApportion(t, "explain", "deployment/web", "-n", ns))
+	status := env.KubectlApportion(t, "status", "-n", ns)
+	t.Logf("kubectl apportion status -n %s\n%s", ns, status)
+	if !strings.Contains(status, "✗ group 2 ("+spot+") is left out") {
+		t.Errorf("status shows no drift for web:\n%s", status)
+	}
 }

@@ -5,8 +5,6 @@ package policy_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,30 +21,11 @@ import (
 
 const seed004Text = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 
-// kubectlApportion runs `kubectl apportion ARGS` (the apportion binary
-// under the plugin's name on kubectl's PATH) with the cluster's
-// kubeconfig and returns its stdout.
+// kubectlApportion runs `kubectl apportion ARGS` against the suite's
+// cluster and returns its stdout.
 func kubectlApportion(t *testing.T, args ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.Symlink(env.Bin, filepath.Join(dir, "kubectl-apportion")); err != nil {
-		t.Fatal(err)
-	}
-	cmd := env.C.Command("kubectl", append([]string{"apportion"}, args...)...)
-	path := dir
-	for _, kv := range cmd.Env {
-		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = dir + ":" + p
-		}
-	}
-	cmd.Env = append(cmd.Env, "PATH="+path)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kubectl apportion %s: %v: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out)
+	return env.KubectlApportion(t, args...)
 }
 
 func explainJSON[T any](t *testing.T, args ...string) T {
