@@ -61,7 +61,8 @@ var (
 		Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05},
 	})
 	// DecisionsTotal counts placement decisions by group, NodePool and result
-	// (placed, shadow: recorded in apportion.dev/shadow only, error).
+	// (placed, shadow: recorded in apportion.dev/shadow only, not_written:
+	// the patch kept conflicting, error).
 	DecisionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "placement", Name: "decisions_total",
 		Help: "Placement decisions. Labels: group, nodepool, result.",

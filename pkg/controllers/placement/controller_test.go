@@ -265,9 +265,14 @@ func TestUnwrittenDecisionIsTakenBack(t *testing.T) {
 		}
 	}))
 	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second).WithAPIReader(f.client)
+	notWritten := metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(onDemandKey), metrics.NodePools.Value("od"), placement.ResultNotWritten)
+	before := testutil.ToFloat64(notWritten)
 	released := f.reconcile(t, f.gatedPod(t, 0))
 	if released.Annotations[annotations.Group] != "" {
 		t.Fatalf("a released pod got decision %q", released.Annotations[annotations.Group])
+	}
+	if got := testutil.ToFloat64(notWritten) - before; got != 1 {
+		t.Errorf("decisions not written counted %v, want 1", got)
 	}
 	if f.tally.Decided(released.UID) {
 		t.Error("the decision that was not written is still counted")

@@ -18,6 +18,12 @@ import (
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
+// ResultNotWritten is the result label of the decisions metric for a
+// decision whose patch kept conflicting, or whose pod was no longer gated
+// when read again: nothing was written, and the pod is decided again if it
+// still needs it.
+const ResultNotWritten = "not_written"
+
 // resends bounds how often a decision is sent again on a fresh copy of the
 // pod after a conflict.
 const resends = 3
@@ -50,6 +56,12 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 		case apierrors.IsConflict(err):
 			fresh := c.stillGated(ctx, pod)
 			if fresh == nil || attempt == resends {
+				// Rare, and the decisions of the revision made while this
+				// one was in flight counted it: say so, so that a record
+				// that saw one pod too many can be traced to it.
+				metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), ResultNotWritten).Inc()
+				log.FromContext(ctx).Info("decision not written: the pod changed under the patch; it is decided again", "group", group,
+					"attempts", attempt+1, "stillGated", fresh != nil)
 				return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, false, nil
 			}
 			pod = fresh
