@@ -99,6 +99,9 @@ func up(l layout) error {
 	}
 	fmt.Printf("\nRun them again after `helm uninstall %s -n %s`. Logs: %s. make demo-down stops the demo and removes %s\n",
 		release, chartNamespace, info.LogDir, l.state)
+	fmt.Printf("\nSee every split and why a pod went where it did, with the released binary (or as `kubectl apportion`, linked as kubectl-apportion on $PATH):\n\n")
+	fmt.Printf("  %s status -A\n", l.releasedBinary())
+	fmt.Printf("  %s explain deployment/nginx -n test\n", l.releasedBinary())
 	return nil
 }
 
