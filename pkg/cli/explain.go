@@ -65,6 +65,17 @@ func (k *kubeFlags) cluster() (*explain.Cluster, string, error) {
 	return cl, namespace, nil
 }
 
+// readHint names what explain and status read, for a refused request.
+const readHint = "explain and status read pods, nodes, Deployments, StatefulSets, ReplicaSets, and Argo Rollouts, NodePools and PlacementPolicies when served (get and list); nodes and NodePools are cluster-scoped: check with kubectl auth can-i list nodes"
+
+// withRBACHint adds readHint to a Forbidden error.
+func withRBACHint(err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%w (%s)", err, readHint)
+	}
+	return err
+}
+
 // signalContext ends on SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -138,7 +149,7 @@ func runExplain(ctx context.Context, cl *explain.Cluster, ref explain.Ref, outpu
 	case apierrors.IsNotFound(err):
 		return failed(fmt.Errorf("%s not found in namespace %s", ref, ref.Namespace))
 	case err != nil:
-		return failed(err)
+		return failed(withRBACHint(err))
 	}
 	if output != outputTable {
 		return writeStructured(w, output, report)
@@ -189,7 +200,7 @@ func newStatus() *cobra.Command {
 			defer cancel()
 			reports, err := cl.Status(ctx, namespace)
 			if err != nil {
-				return failed(err)
+				return failed(withRBACHint(err))
 			}
 			if output == outputJSON || output == outputYAML {
 				if reports == nil {

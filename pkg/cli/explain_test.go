@@ -4,17 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -127,5 +130,22 @@ func TestProgramFor(t *testing.T) {
 	code, out, _ := run(t, "", "explain", "--help")
 	if code != ExitOK || !strings.Contains(out, "Usage:\n  kubectl apportion explain") {
 		t.Fatalf("as a plugin, help names kubectl apportion: %d\n%s", code, out)
+	}
+}
+
+// TestForbiddenNamesWhatIsRead: a refused read says what explain needs.
+func TestForbiddenNamesWhatIsRead(t *testing.T) {
+	cl := explainCluster(t)
+	cl.Reader = interceptor.NewClient(cl.Reader.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if key.Namespace == "" { // a node
+				return apierrors.NewForbidden(corev1.Resource("nodes"), key.Name, errors.New("no access"))
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	err := runExplain(context.Background(), cl, explain.Ref{Kind: "Deployment", Namespace: "shop", Name: "web"}, outputTable, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "forbidden") || !strings.Contains(err.Error(), "kubectl auth can-i list nodes") {
+		t.Fatalf("a forbidden node read: %v", err)
 	}
 }
