@@ -114,9 +114,13 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 	}
 	var reasons []string
 	skipped := false
+	otherLabels := 0 // pools without the group's labels, told apart when some pool has them
 	for _, p := range c.pools {
 		tolerations, reason := p.serves(groupReqs, podReqs, have)
 		if reason != "" {
+			if strings.HasPrefix(reason, groupMismatch) {
+				otherLabels++
+			}
 			reasons = append(reasons, p.Name+": "+reason)
 			continue
 		}
@@ -135,7 +139,33 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 	if len(c.pools) == 0 {
 		return Choice{}, fmt.Errorf("%w: there are no NodePools", ErrNoPool)
 	}
-	return Choice{}, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(reasons, "; "))
+	return Choice{}, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(relevant(reasons, otherLabels), "; "))
+}
+
+// groupMismatch starts the reason of a pool that does not provide the
+// group's labels.
+const groupMismatch = "group: "
+
+// relevant keeps, when some pool provides the group's labels, only those
+// pools' reasons (a taint not opted in, the pod's own constraints), and
+// counts the others: on a cluster of many NodePools, the one that should
+// have served the group is what a reader looks for. When no pool provides
+// the labels (a typo in the strategy, say), every pool's reason stays.
+func relevant(reasons []string, otherLabels int) []string {
+	if otherLabels == 0 || otherLabels == len(reasons) {
+		return reasons
+	}
+	out := make([]string, 0, len(reasons)-otherLabels+1)
+	for _, r := range reasons {
+		if _, reason, _ := strings.Cut(r, ": "); !strings.HasPrefix(reason, groupMismatch) {
+			out = append(out, r)
+		}
+	}
+	noun := "NodePools do"
+	if otherLabels == 1 {
+		noun = "NodePool does"
+	}
+	return append(out, fmt.Sprintf("%d other %s not provide the group's labels", otherLabels, noun))
 }
 
 // requirements are the group's labels, with the images' architectures, and
@@ -167,7 +197,7 @@ func requirements(group map[string]string, pod *corev1.Pod, archs []string) (gro
 // why the pool cannot serve the group or the pod.
 func (p *Pool) serves(groupReqs, podReqs scheduling.Requirements, have []corev1.Toleration) ([]corev1.Toleration, string) {
 	if err := p.Requirements.Compatible(groupReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
-		return nil, fmt.Sprintf("group: %v", err)
+		return nil, groupMismatch + err.Error()
 	}
 	if podReqs != nil {
 		if err := p.Requirements.Compatible(podReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {

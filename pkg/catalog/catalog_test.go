@@ -204,3 +204,28 @@ items:
 		}
 	}
 }
+
+// TestNoPoolReasonsKeepThePoolsWithTheGroupsLabels: when some pool has the
+// group's labels but cannot serve it (a taint not opted in), the error names
+// that pool and only counts the pools without the labels; when none has
+// them, every pool's reason is kept.
+func TestNoPoolReasonsKeepThePoolsWithTheGroupsLabels(t *testing.T) {
+	pool := func(name, capacityType string, taint bool) *karpv1.NodePool {
+		np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: ct, Operator: corev1.NodeSelectorOpIn, Values: []string{capacityType}}}
+		if taint {
+			np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "spot", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		}
+		return np
+	}
+	c := New([]*karpv1.NodePool{pool("od-a", "on-demand", false), pool("od-b", "on-demand", false), pool("spot", "spot", true)})
+	_, err := c.Select(map[string]string{ct: "spot"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "spot: tainted and not opted in") ||
+		!strings.HasSuffix(err.Error(), "; 2 other NodePools do not provide the group's labels") || strings.Contains(err.Error(), "od-a") {
+		t.Fatalf("Select(spot) = %v", err)
+	}
+	_, err = c.Select(map[string]string{ct: "reserved"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "od-a: group: ") || !strings.Contains(err.Error(), "spot: group: ") || strings.Contains(err.Error(), "other NodePool") {
+		t.Fatalf("Select(reserved) = %v", err)
+	}
+}
