@@ -114,13 +114,9 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 	}
 	var reasons []string
 	skipped := false
-	otherLabels := 0 // pools without the group's labels, told apart when some pool has them
 	for _, p := range c.pools {
 		tolerations, reason := p.serves(groupReqs, podReqs, have)
 		if reason != "" {
-			if strings.HasPrefix(reason, groupMismatch) {
-				otherLabels++
-			}
 			reasons = append(reasons, p.Name+": "+reason)
 			continue
 		}
@@ -139,33 +135,49 @@ func (c *Catalog) SelectFor(group map[string]string, pod *corev1.Pod, archs []st
 	if len(c.pools) == 0 {
 		return Choice{}, fmt.Errorf("%w: there are no NodePools", ErrNoPool)
 	}
-	return Choice{}, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(relevant(reasons, otherLabels), "; "))
+	return Choice{}, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(relevant(reasons), "; "))
 }
 
-// groupMismatch starts the reason of a pool that does not provide the
-// group's labels.
-const groupMismatch = "group: "
+// The reasons a pool cannot serve a group start with groupMismatch (it does
+// not provide the group's labels) or podMismatch (not the pod's own
+// constraints); any other (a taint not opted in) is about a pool that was
+// otherwise a fit.
+const (
+	groupMismatch = "group: "
+	podMismatch   = "pod: "
+)
 
-// relevant keeps, when some pool provides the group's labels, only those
-// pools' reasons (a taint not opted in, the pod's own constraints), and
-// counts the others: on a cluster of many NodePools, the one that should
-// have served the group is what a reader looks for. When no pool provides
-// the labels (a typo in the strategy, say), every pool's reason stays.
-func relevant(reasons []string, otherLabels int) []string {
-	if otherLabels == 0 || otherLabels == len(reasons) {
-		return reasons
-	}
-	out := make([]string, 0, len(reasons)-otherLabels+1)
+// relevant orders the reasons from the pools that came closest to serving
+// the group: first those that fit but for a taint not opted in (what to
+// fix, usually), then those with the group's labels that the pod's own
+// constraints rule out; the pools without the group's labels are only
+// counted, unless no pool has them (a typo in the strategy, say), when each
+// one's reason stays. On a cluster of many NodePools, the one that should
+// have served the group is what a reader looks for, and a cut message
+// (Events are bounded) keeps it.
+func relevant(reasons []string) []string {
+	var fit, pod, group []string
 	for _, r := range reasons {
-		if _, reason, _ := strings.Cut(r, ": "); !strings.HasPrefix(reason, groupMismatch) {
-			out = append(out, r)
+		switch _, why, _ := strings.Cut(r, ": "); {
+		case strings.HasPrefix(why, groupMismatch):
+			group = append(group, r)
+		case strings.HasPrefix(why, podMismatch):
+			pod = append(pod, r)
+		default:
+			fit = append(fit, r)
 		}
 	}
-	noun := "NodePools do"
-	if otherLabels == 1 {
-		noun = "NodePool does"
+	if len(fit)+len(pod) == 0 {
+		return group
 	}
-	return append(out, fmt.Sprintf("%d other %s not provide the group's labels", otherLabels, noun))
+	out := slices.Concat(fit, pod)
+	switch len(group) {
+	case 0:
+		return out
+	case 1:
+		return append(out, "1 other NodePool does not provide the group's labels")
+	}
+	return append(out, fmt.Sprintf("%d other NodePools do not provide the group's labels", len(group)))
 }
 
 // requirements are the group's labels, with the images' architectures, and
@@ -201,7 +213,7 @@ func (p *Pool) serves(groupReqs, podReqs scheduling.Requirements, have []corev1.
 	}
 	if podReqs != nil {
 		if err := p.Requirements.Compatible(podReqs, scheduling.AllowUndefinedWellKnownLabels); err != nil {
-			return nil, fmt.Sprintf("pod: %v", err)
+			return nil, podMismatch + err.Error()
 		}
 	}
 	tolerations := missingTolerations(p.Taints, have)

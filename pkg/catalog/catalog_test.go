@@ -218,11 +218,22 @@ func TestNoPoolReasonsKeepThePoolsWithTheGroupsLabels(t *testing.T) {
 		}
 		return np
 	}
-	c := New([]*karpv1.NodePool{pool("od-a", "on-demand", false), pool("od-b", "on-demand", false), pool("spot", "spot", true)})
-	_, err := c.Select(map[string]string{ct: "spot"}, nil)
-	if err == nil || !strings.Contains(err.Error(), "spot: tainted and not opted in") ||
+	arm := pool("spot-arm", "spot", false)
+	arm.Spec.Template.Spec.Requirements = append(arm.Spec.Template.Spec.Requirements, karpv1.NodeSelectorRequirementWithMinValues{Key: arch, Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}})
+	c := New([]*karpv1.NodePool{pool("od-a", "on-demand", false), pool("od-b", "on-demand", false), pool("spot", "spot", true), arm})
+	amd64 := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{arch: "amd64"}}}
+	_, err := c.Select(map[string]string{ct: "spot"}, amd64)
+	// The pool listed first in the catalog's order is spot-arm; the
+	// tainted one, closest to serving the group, comes first all the same.
+	if err == nil || !strings.HasPrefix(err.Error(), "no NodePool can serve the group: spot: tainted and not opted in") ||
+		!strings.Contains(err.Error(), "; spot-arm: pod: ") ||
 		!strings.HasSuffix(err.Error(), "; 2 other NodePools do not provide the group's labels") || strings.Contains(err.Error(), "od-a") {
 		t.Fatalf("Select(spot) = %v", err)
+	}
+	// Without the taint's pool, the pool ruled out by the pod comes first.
+	_, err = New([]*karpv1.NodePool{pool("od-a", "on-demand", false), arm}).Select(map[string]string{ct: "spot"}, amd64)
+	if err == nil || !strings.Contains(err.Error(), "spot-arm: pod: ") || !strings.HasSuffix(err.Error(), "; 1 other NodePool does not provide the group's labels") {
+		t.Fatalf("Select(spot), no tainted pool = %v", err)
 	}
 	_, err = c.Select(map[string]string{ct: "reserved"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "od-a: group: ") || !strings.Contains(err.Error(), "spot: group: ") || strings.Contains(err.Error(), "other NodePool") {
