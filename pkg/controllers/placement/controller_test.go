@@ -301,27 +301,11 @@ func recordOf(t *testing.T, pod *corev1.Pod) decision.Record {
 func TestConcurrentDecisionsStayExact(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	const n = 60
-	pods := make(chan *corev1.Pod, n)
-	for i := 0; i < n; i++ {
-		pods <- f.gatedPod(t, i)
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = f.gatedPod(t, i)
 	}
-	close(pods)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Go(func() {
-			for pod := range pods {
-				if _, err := f.ctrl.Reconcile(ctx, pod); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	var list corev1.PodList
-	if err := f.client.List(ctx, &list); err != nil {
-		t.Fatal(err)
-	}
+	list := f.reconcileConcurrently(t, pods, 16)
 	seen := map[int64]bool{}
 	groups := map[string]int{}
 	for i := range list.Items {
@@ -342,4 +326,33 @@ func TestConcurrentDecisionsStayExact(t *testing.T) {
 			t.Errorf("group %s: %d pods, want %d (%v)", g, groups[g], c, groups)
 		}
 	}
+}
+
+// reconcileConcurrently reconciles pods with workers goroutines, in order
+// from a shared queue, as the controller's workers do, and returns every pod
+// of the fixture afterwards.
+func (f *fixture) reconcileConcurrently(t *testing.T, pods []*corev1.Pod, workers int) corev1.PodList {
+	t.Helper()
+	queue := make(chan *corev1.Pod, len(pods))
+	for _, p := range pods {
+		queue <- p
+	}
+	close(queue)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for pod := range queue {
+				if _, err := f.ctrl.Reconcile(ctx, pod); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var list corev1.PodList
+	if err := f.client.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	return list
 }

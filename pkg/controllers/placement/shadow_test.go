@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -109,27 +108,11 @@ func TestShadowConcurrentBurstStaysExact(t *testing.T) {
 		nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	f.ctrl.WithSigner(signer)
 	const n = 20
-	pods := make(chan *corev1.Pod, n)
-	for i := 0; i < n; i++ {
-		pods <- f.gatedPod(t, i, ungated)
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = f.gatedPod(t, i, ungated)
 	}
-	close(pods)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Go(func() {
-			for pod := range pods {
-				if _, err := f.ctrl.Reconcile(ctx, pod); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	var list corev1.PodList
-	if err := f.client.List(ctx, &list); err != nil {
-		t.Fatal(err)
-	}
+	list := f.reconcileConcurrently(t, pods, 8)
 	seen := map[int64]bool{}
 	groups := map[string]int{}
 	for i := range list.Items {
