@@ -110,6 +110,17 @@ func ParseMode(v string) (string, bool) {
 	return "", false
 }
 
+// FirstMode is the first of candidates that is a mode (ParseMode), in
+// order of precedence; ModeRequired when none is.
+func FirstMode(candidates ...string) string {
+	for _, c := range candidates {
+		if m, ok := ParseMode(c); ok {
+			return m
+		}
+	}
+	return ModeRequired
+}
+
 // ArchitecturesAuto, as the value of Architectures on a namespace (label) or
 // a workload or pod template (annotation), asks for architecture-only
 // placement of pods that have no strategy: their images are inspected and

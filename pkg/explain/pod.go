@@ -14,6 +14,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -117,8 +118,10 @@ func (c *Cluster) Pod(ctx context.Context, namespace, name string) (*PodReport, 
 		if err != nil {
 			return nil, err
 		}
-		if gi := nodeGroup(s, nodes[p.Spec.NodeName]); gi >= 0 {
-			r.NodeGroup = s.Strategy.Groups[gi].Key()
+		if l := nodes[p.Spec.NodeName]; l != nil {
+			if gi := split.Matcher(s)(l); gi >= 0 {
+				r.NodeGroup = s.Strategy.Groups[gi].Key()
+			}
 		}
 	}
 	r.architectures(p)

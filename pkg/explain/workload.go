@@ -419,7 +419,13 @@ func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*W
 	for i, g := range sp.Groups {
 		r.Groups[i] = GroupReport{Group: g, NodePool: pools[i]}
 	}
-	onNode := func(p *corev1.Pod) int { return nodeGroup(s, nodes[p.Spec.NodeName]) }
+	groupOf := split.Matcher(s)
+	onNode := func(p *corev1.Pod) int {
+		if l, ok := nodes[p.Spec.NodeName]; ok && l != nil {
+			return groupOf(l)
+		}
+		return -1 // unbound, or its node unknown
+	}
 	r.Pods = countPods(pods, s, o.revision, onNode)
 	r.countGroups(pods, s, o.revision, onNode)
 	if r.Mode != annotations.ModeShadow {
@@ -525,17 +531,6 @@ func (c *Cluster) nodeLabels(ctx context.Context, pods []*corev1.Pod) (map[strin
 	return out, nil
 }
 
-// nodeGroup is the first group (index) whose labels a node carries; -1 for
-// none.
-func nodeGroup(s *compiled.Strategy, nodeLabels map[string]string) int {
-	if nodeLabels == nil {
-		return -1
-	}
-	return slices.IndexFunc(s.Strategy.Groups, func(g strategy.Group) bool {
-		return labels.SelectorFromSet(g.Selector()).Matches(labels.Set(nodeLabels))
-	})
-}
-
 type podKind int
 
 const (
@@ -613,18 +608,11 @@ func driftReasons(sp split.Split) []string {
 		case g.LeftOut != "":
 			out = append(out, fmt.Sprintf("group %d (%s) is left out: %s", i+1, g.Key, g.LeftOut))
 		case !sp.WithinQuota && !g.Within():
-			out = append(out, fmt.Sprintf("group %d (%s) has %d running, its quota at %d running is %s", i+1, g.Key, g.Actual, sp.Running-sp.Unmatched, bounds(g.Min, g.Max)))
+			out = append(out, fmt.Sprintf("group %d (%s) has %d running, its quota at %d running is %s", i+1, g.Key, g.Actual, sp.Running-sp.Unmatched, split.Bounds(g.Min, g.Max)))
 		}
 	}
 	if sp.Unmatched > 0 {
 		out = append(out, fmt.Sprintf("%d running on nodes of no group", sp.Unmatched))
 	}
 	return out
-}
-
-func bounds(lo, hi int64) string {
-	if lo == hi {
-		return strconv.FormatInt(lo, 10)
-	}
-	return fmt.Sprintf("%d-%d", lo, hi)
 }

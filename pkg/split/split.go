@@ -137,13 +137,10 @@ func Compute(in Input) Split {
 // Count counts Running pods per group by their nodes' labels: in the first
 // group whose labels the node carries; unmatched counts those in none.
 func Count(s *compiled.Strategy, nodeLabels []map[string]string) (actual []int64, unmatched int64) {
-	selectors := make([]labels.Selector, len(s.Strategy.Groups))
-	for i, g := range s.Strategy.Groups {
-		selectors[i] = labels.SelectorFromSet(g.Selector())
-	}
-	actual = make([]int64, len(selectors))
+	groupOf := Matcher(s)
+	actual = make([]int64, len(s.Strategy.Groups))
 	for _, nl := range nodeLabels {
-		gi := slices.IndexFunc(selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(nl)) })
+		gi := groupOf(nl)
 		if gi < 0 {
 			unmatched++
 			continue
@@ -151,6 +148,19 @@ func Count(s *compiled.Strategy, nodeLabels []map[string]string) (actual []int64
 		actual[gi]++
 	}
 	return actual, unmatched
+}
+
+// Matcher returns the function that places a node, by its labels, in the
+// first group (its index, in strategy order) whose labels it carries; -1
+// for none.
+func Matcher(s *compiled.Strategy) func(nodeLabels map[string]string) int {
+	selectors := make([]labels.Selector, len(s.Strategy.Groups))
+	for i, g := range s.Strategy.Groups {
+		selectors[i] = labels.SelectorFromSet(g.Selector())
+	}
+	return func(nodeLabels map[string]string) int {
+		return slices.IndexFunc(selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(nodeLabels)) })
+	}
 }
 
 // Next lists the groups (indexes) the next k pods would get after counts,
@@ -178,7 +188,7 @@ func (s Split) Describe() string {
 			parts = append(parts, fmt.Sprintf("group %d (%s) %d running, left out: %s", i+1, g.Key, g.Actual, g.LeftOut))
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("group %d (%s) %d running, quota %s, %d wanted at %d replicas", i+1, g.Key, g.Actual, bounds(g.Min, g.Max), g.Desired, s.Replicas))
+		parts = append(parts, fmt.Sprintf("group %d (%s) %d running, quota %s, %d wanted at %d replicas", i+1, g.Key, g.Actual, Bounds(g.Min, g.Max), g.Desired, s.Replicas))
 	}
 	if s.Unmatched > 0 {
 		parts = append(parts, fmt.Sprintf("%d running on nodes of no group", s.Unmatched))
@@ -186,7 +196,8 @@ func (s Split) Describe() string {
 	return strings.Join(parts, "; ")
 }
 
-func bounds(lo, hi int64) string {
+// Bounds writes a quota's floor and ceiling: "4", or "4-5".
+func Bounds(lo, hi int64) string {
 	if lo == hi {
 		return fmt.Sprint(lo)
 	}

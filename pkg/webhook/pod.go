@@ -326,12 +326,7 @@ func (m *PodMutator) hold(ctx context.Context, pod *corev1.Pod, mode string) (st
 // podMode is the mode of a pod whose workload is not known: its own
 // apportion.dev/mode (its template's), else the default.
 func (m *PodMutator) podMode(pod *corev1.Pod) string {
-	for _, v := range []string{pod.Annotations[annotations.Mode], m.DefaultMode} {
-		if mode, ok := annotations.ParseMode(v); ok {
-			return mode
-		}
-	}
-	return annotations.ModeRequired
+	return annotations.FirstMode(pod.Annotations[annotations.Mode], m.DefaultMode)
 }
 
 // gate holds the pod for the placement leader, if there is one alive.

@@ -240,7 +240,7 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 			info.Strategy, info.Source, info.Found, policyMode = raw, strategy.Source{Policy: name}, true, mode
 		}
 	}
-	info.Mode = firstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], policyMode, o.defaultMode)
+	info.Mode = annotations.FirstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], policyMode, o.defaultMode)
 	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
 	if v, ok := pod.Annotations[annotations.CapacityTimeout]; ok {
 		info.CapacityTimeout = v
@@ -249,17 +249,6 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
 	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
 	return info, nil
-}
-
-// firstMode is the first of the candidates that names a mode, required when
-// none does.
-func firstMode(candidates ...string) string {
-	for _, c := range candidates {
-		if m, ok := annotations.ParseMode(c); ok {
-			return m
-		}
-	}
-	return annotations.ModeRequired
 }
 
 func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {

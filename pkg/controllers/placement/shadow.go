@@ -61,12 +61,7 @@ func shadowCandidate(o client.Object) bool {
 // podMode is the mode of a pod without a workload apportion follows: its own
 // apportion.dev/mode, else the default.
 func (c *Controller) podMode(pod *corev1.Pod) string {
-	for _, v := range []string{pod.Annotations[annotations.Mode], c.defaultMode} {
-		if m, ok := annotations.ParseMode(v); ok {
-			return m
-		}
-	}
-	return annotations.ModeRequired
+	return annotations.FirstMode(pod.Annotations[annotations.Mode], c.defaultMode)
 }
 
 // reconcileShadow decides an ungated pod whose workload is in shadow mode
