@@ -37,20 +37,27 @@ func (i *Inspector) cached(ref string, policy corev1.PullPolicy) *entry {
 
 // flightKey names a look-up of ref with creds. Answers that depend on the
 // credentials (401, 403, 404: a private image seen without the right pull
-// secret) are cached under it, so that one namespace's missing secret does
-// not become another's failure; concurrent look-ups with the same
-// credentials (the pods of one workload) share one request.
+// secret; the platforms read with the pod's own pull secrets) are cached
+// under it, so that one namespace's missing secret does not become another's
+// failure, and a private image's platforms reach only the pods whose
+// credentials read them; concurrent look-ups with the same credentials (the
+// pods of one workload) share one request.
 func flightKey(ref string, creds Credentials) string {
 	return ref + "\x00" + creds.Namespace + "/" + creds.ServiceAccountName + "/" + strings.Join(creds.ImagePullSecrets, ",")
 }
 
-// cachedFor returns the fresh credential-dependent failure cached under key.
+// cachedFor returns the fresh credential-dependent answer cached under key:
+// a refusal, or platforms read with those credentials.
 func (i *Inspector) cachedFor(key, ref string, policy corev1.PullPolicy) *entry {
 	it := i.cache.Get(key)
 	if it == nil || !i.fresh(it.Value(), ref, policy) {
 		return nil
 	}
-	lookupError.Inc()
+	if it.Value().err != nil {
+		lookupError.Inc()
+	} else {
+		lookupHit.Inc()
+	}
 	return it.Value()
 }
 

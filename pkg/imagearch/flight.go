@@ -64,12 +64,14 @@ func (i *Inspector) wait(ctx context.Context, key, ref string, ch <-chan singlef
 
 // fetch asks the registry and caches the answer, unless the registry was
 // skipped by its breaker (that answer is the breaker's to give again): under
-// ref, or under key when the answer depends on the credentials.
+// ref, or under key when the answer depends on the credentials (a refusal,
+// or platforms read with the pod's own credentials).
 func (i *Inspector) fetch(ctx context.Context, key, ref string, creds Credentials) *entry {
 	ctx, cancel := context.WithTimeout(ctx, i.opts.RegistryTimeout)
 	defer cancel()
 	e := &entry{pinned: isPinned(ref)}
-	e.platforms, e.err = i.lookup(ctx, ref, creds)
+	var personal bool
+	e.platforms, personal, e.err = i.lookup(ctx, ref, creds)
 	e.fetched = i.opts.Clock.Now()
 	if e.err != nil {
 		e.err = fmt.Errorf("inspecting image %s: %w", ref, e.err)
@@ -82,6 +84,11 @@ func (i *Inspector) fetch(ctx context.Context, key, ref string, creds Credential
 			i.put(key, e)
 			return e
 		}
+	}
+	if personal && e.err == nil {
+		// Read with the pod's own credentials: theirs only.
+		i.put(key, e)
+		return e
 	}
 	i.put(ref, e)
 	return e

@@ -33,6 +33,7 @@ type testRegistry struct {
 	host string
 
 	pings, manifestGets, manifestHeads, blobGets atomic.Int64
+	refused                                      atomic.Int64 // requests without the credentials
 
 	status atomic.Int64 // when non-zero, every read answers this status
 	// blobsTo, when set, redirects every blob GET to this URL.
@@ -51,6 +52,7 @@ func newTestRegistry(t *testing.T) *testRegistry {
 		if r.user != "" {
 			u, p, ok := req.BasicAuth()
 			if !ok || u != r.user || p != r.pass {
+				r.refused.Add(1)
 				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
 				return
@@ -97,6 +99,7 @@ func (r *testRegistry) resetCounts() {
 	r.manifestGets.Store(0)
 	r.manifestHeads.Store(0)
 	r.blobGets.Store(0)
+	r.refused.Store(0)
 }
 
 func (r *testRegistry) block() chan struct{} {

@@ -547,15 +547,44 @@ func TestPullSecrets(t *testing.T) {
 		if err != nil || !slices.Equal(platformStrings(ps), []string{"linux/arm64"}) {
 			t.Fatalf("with the secret after a 401 without it: %v, %v", ps, err)
 		}
-		// The platforms are now known (they are not a secret: the kubelet
-		// still needs the pull secret to run the image), and nobody asks
-		// the registry again.
+		// The platforms were read with team's pull secret: team's next
+		// look-up is served from the cache, and a namespace whose
+		// credentials could not read the image learns nothing from it.
 		reg.resetCounts()
-		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "other"}); err != nil {
+		if _, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: "team", ServiceAccountName: "builder"}); err != nil {
 			t.Fatalf("cached platforms: %v", err)
 		}
 		if g := reg.manifestGets.Load(); g != 0 {
-			t.Errorf("%d manifest GETs for a cached failure, want 0", g)
+			t.Errorf("%d manifest GETs for platforms cached for the same credentials, want 0", g)
+		}
+		for _, ns := range []string{"other", "third"} {
+			ps, err := in.Platforms(t.Context(), ref, corev1.PullIfNotPresent, Credentials{Namespace: ns})
+			if te := (*transport.Error)(nil); !errors.As(err, &te) || te.StatusCode != http.StatusUnauthorized || ps != nil {
+				t.Errorf("%s, without credentials, after team read the image: %v, %v; want a 401 and no platforms", ns, ps, err)
+			}
+		}
+		// "third" had no answer cached: it asked the registry itself.
+		if n := reg.refused.Load(); n == 0 {
+			t.Error("the look-up without credentials never reached the registry: it was answered from the cache")
+		}
+	})
+	t.Run("anonymous answers are shared", func(t *testing.T) {
+		open := newTestRegistry(t)
+		pub, _ := open.pushIndex("public/app:v1", false, entryOf{platform: plat("linux", "amd64", "")})
+		in := newTestInspector(kube, Options{})
+		// No pull secret of "other" is for this host: the request is
+		// anonymous, and any pod could have read the answer.
+		if _, err := in.Platforms(t.Context(), pub, corev1.PullIfNotPresent, Credentials{Namespace: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		open.resetCounts()
+		for _, ns := range []string{"third", "fourth"} {
+			if _, err := in.Platforms(t.Context(), pub, corev1.PullIfNotPresent, Credentials{Namespace: ns}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if g := open.manifestGets.Load(); g != 0 {
+			t.Errorf("%d manifest GETs for an image read anonymously, want 0: its answer is shared", g)
 		}
 	})
 	t.Run("docker config keychain", func(t *testing.T) {

@@ -52,32 +52,56 @@ func isImageError(err error) bool {
 
 // lookup reads the platforms of ref from its registry, through the
 // registry's breaker. ctx is the detached, RegistryTimeout-bounded one.
-func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) ([]Platform, error) {
+// personal reports that the request was signed with the pod's own
+// credentials (see personal), so that its answer is kept for them only.
+func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (ps []Platform, personal bool, err error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		// The reference is the pod's own text, not the server's.
-		return nil, &imageError{"parsing reference: " + err.Error()}
+		return nil, false, &imageError{"parsing reference: " + err.Error()}
 	}
 	host := r.Context().RegistryStr()
 	// Refused before any request: no breaker, no credentials.
 	if err := i.allowed(r.Context().Registry); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	br := i.breakers.get(ctx, host)
 	// Skip the API calls of the keychain when the registry is skipped anyway.
 	if open(br) {
-		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
+		return nil, false, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
 	}
 	kc := i.keychainFor(ctx, creds)
-	ps, err := br.Execute(func() ([]Platform, error) {
+	personal = i.personal(kc, r.Context())
+	ps, err = br.Execute(func() ([]Platform, error) {
 		start := time.Now()
 		defer func() { metrics.ImageRegistrySeconds.Observe(time.Since(start).Seconds()) }()
 		return i.remotePlatforms(ctx, r, host, kc)
 	})
 	if isBreakerRejection(err) {
-		return nil, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
+		return nil, false, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
 	}
-	return ps, i.credentialHint(host, creds, err)
+	return ps, personal, i.credentialHint(host, creds, err)
+}
+
+// personal reports whether a request to repo is signed with credentials of
+// the pod's own (its image pull secrets or its ServiceAccount's, read with
+// --read-pull-secrets, or the keychain a caller gave) rather than with
+// apportion's identity, which is the same for every pod (ECR through IRSA or
+// EKS Pod Identity, or anonymous access). The platforms read with a pod's
+// own credentials are served only to look-ups with the same credentials: a
+// pod whose credentials could not have read a private image learns nothing
+// about it from apportion, not even its architectures. Resolving a keychain
+// of pull secrets matches them in memory; ECR hosts, read with apportion's
+// identity, are not resolved here (that would ask AWS for a token).
+func (i *Inspector) personal(kc authn.Keychain, repo name.Repository) bool {
+	if i.kube == nil && i.opts.Keychain == nil {
+		return false
+	}
+	if IsECR(repo.RegistryStr()) {
+		return false
+	}
+	auth, err := kc.Resolve(repo)
+	return err == nil && auth != authn.Anonymous
 }
 
 // allowed checks the registry's host against the Registries policy, on the
