@@ -139,7 +139,7 @@ var (
 	}, []string{LabelRegistry})
 	// ImageRegistryDeniedTotal counts image look-ups refused by the
 	// registry hosts setting (settings.imageRegistries), by reason
-	// (loopback, link_local, cluster_name, deny_entry): the host the
+	// (loopback, link_local, metadata, cluster_name, deny_entry): the host the
 	// reference names, or a redirect's.
 	ImageRegistryDeniedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "image", Name: "registry_denied_total",

@@ -20,9 +20,13 @@
 //  3. a built-in denial matches: denied (loopback: localhost, *.localhost,
 //     127.0.0.0/8, ::1, 0.0.0.0/8, ::; link-local: 169.254.0.0/16 with the
 //     EC2 instance metadata service 169.254.169.254, fe80::/10,
-//     fd00:ec2::/64 with its IPv6 address fd00:ec2::254; in-cluster names:
-//     *.svc, *.cluster.local and names without a dot, which the cluster's
-//     DNS search path would turn into Services);
+//     fd00:ec2::/64 with its IPv6 address fd00:ec2::254; the other clouds'
+//     metadata services outside link-local: Alibaba Cloud's 100.100.100.200,
+//     Oracle Cloud's 192.0.0.192, Azure's WireServer 168.63.129.16, Google
+//     Cloud's fd20:ce::254 and the names metadata.google.internal,
+//     metadata.goog, metadata.tencentyun.com and instance-data.ec2.internal;
+//     in-cluster names: *.svc, *.cluster.local and names without a dot,
+//     which the cluster's DNS search path would turn into Services);
 //  4. otherwise allowed. Private ranges (10.0.0.0/8, 172.16.0.0/12,
 //     192.168.0.0/16) are allowed: ECR behind a VPC interface endpoint
 //     resolves to such addresses.
@@ -44,6 +48,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -55,12 +60,13 @@ type Reason string
 const (
 	ReasonLoopback    Reason = "loopback"
 	ReasonLinkLocal   Reason = "link_local"
+	ReasonMetadata    Reason = "metadata"
 	ReasonClusterName Reason = "cluster_name"
 	ReasonDenyEntry   Reason = "deny_entry"
 )
 
 // Reasons lists every Reason (for metrics).
-var Reasons = []Reason{ReasonLoopback, ReasonLinkLocal, ReasonClusterName, ReasonDenyEntry}
+var Reasons = []Reason{ReasonLoopback, ReasonLinkLocal, ReasonMetadata, ReasonClusterName, ReasonDenyEntry}
 
 // Describe is the reason in words, for messages.
 func (r Reason) Describe() string {
@@ -69,6 +75,8 @@ func (r Reason) Describe() string {
 		return "loopback"
 	case ReasonLinkLocal:
 		return "link-local, such as the instance metadata service"
+	case ReasonMetadata:
+		return "a cloud's instance metadata service"
 	case ReasonClusterName:
 		return "an in-cluster name"
 	default:
@@ -333,10 +341,34 @@ var (
 	}
 )
 
+// metadataRanges are the clouds' instance metadata services that are not
+// link-local addresses (those are denied as link-local).
+var metadataRanges = []netip.Prefix{
+	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud
+	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud (its older address)
+	netip.MustParsePrefix("168.63.129.16/32"),   // Azure WireServer
+	netip.MustParsePrefix("fd20:ce::254/128"),   // Google Cloud, IPv6
+}
+
+// metadataNames are the names of the clouds' metadata services; names
+// without a dot (GCE's "metadata", EC2's "instance-data") are in-cluster
+// names already.
+var metadataNames = []string{
+	"metadata.google.internal",   // Google Cloud
+	"metadata.goog",              // Google Cloud
+	"metadata.tencentyun.com",    // Tencent Cloud
+	"instance-data.ec2.internal", // AWS
+}
+
 func builtinAddr(a netip.Addr) (Reason, bool) {
 	for _, p := range loopbackRanges {
 		if p.Contains(a) {
 			return ReasonLoopback, true
+		}
+	}
+	for _, p := range metadataRanges {
+		if p.Contains(a) {
+			return ReasonMetadata, true
 		}
 	}
 	for _, p := range linkLocalRanges {
@@ -351,6 +383,8 @@ func builtinName(h string) (Reason, bool) {
 	switch {
 	case h == "localhost" || strings.HasSuffix(h, ".localhost"):
 		return ReasonLoopback, true
+	case slices.Contains(metadataNames, h):
+		return ReasonMetadata, true
 	case !strings.Contains(h, "."), strings.HasSuffix(h, ".svc"), strings.HasSuffix(h, ".cluster.local"):
 		return ReasonClusterName, true
 	}
