@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,9 @@ var rbacDimensions = []dimension{
 	{"settings.architectures", []string{"opt-in", "all", "off"}},
 	{"settings.rebalance", []string{"false", "true"}},
 	{"settings.readPullSecrets", []string{"false", "true"}},
+	// A rate: rbac.yaml tells only zero (off) from any positive rate, so
+	// zero and one positive, fractional rate stand for every value.
+	{"settings.capacityDeleteQPS", []string{"0", "0.5"}},
 }
 
 type dimension struct {
@@ -361,7 +365,8 @@ func TestRBACTable(t *testing.T) {
 }
 
 // checkDimensionsCoverSchema: each dimension lists every value the schema
-// allows (its enum, or both booleans).
+// allows (its enum, or both booleans), or, for a number of minimum 0, zero
+// and one positive value (rbac.yaml may only test whether it is zero).
 func checkDimensionsCoverSchema(t *testing.T) {
 	t.Helper()
 	var schema map[string]any
@@ -386,6 +391,13 @@ func checkDimensionsCoverSchema(t *testing.T) {
 			}
 		case node["type"] == "boolean":
 			allowed = []string{"false", "true"}
+		case (node["type"] == "number" || node["type"] == "integer") && node["minimum"] == float64(0):
+			if len(d.values) != 2 || d.values[0] != "0" {
+				t.Errorf("rbacDimensions %s = %v: want zero and one positive value", d.key, d.values)
+			} else if v, err := strconv.ParseFloat(d.values[1], 64); err != nil || v <= 0 {
+				t.Errorf("rbacDimensions %s = %v: %q is not a positive number", d.key, d.values, d.values[1])
+			}
+			continue
 		default:
 			t.Errorf("chart/values.schema.json: %s has neither an enum nor type boolean; rbacDimensions cannot know its values", d.key)
 			continue
@@ -408,7 +420,11 @@ func renderRBAC(t *testing.T, helm string, m mode) ([]permission, error) {
 		// Needed by certificates.mode=provided; unused in the other modes.
 		"--set", "certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="}
 	for _, d := range rbacDimensions {
-		args = append(args, "--set", d.key+"="+m[d.key])
+		flag := "--set"
+		if _, err := strconv.ParseFloat(m[d.key], 64); err == nil {
+			flag = "--set-json" // --set reads 0.5 as a string
+		}
+		args = append(args, flag, d.key+"="+m[d.key])
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
