@@ -249,7 +249,8 @@ spec:
 	if p.Counts["nodesize=huge"] != 0 || p.Counts["karpenter.sh/capacity-type=on-demand"] != 3 || p.Counts["karpenter.sh/capacity-type=spot"] != 5 {
 		t.Errorf("counts %v, want on-demand 3, huge 0, spot 5", p.Counts)
 	}
-	if p.Details[0].NodePool != "on-demand" || p.Details[2].NodePool != "spot" || !strings.Contains(p.Details[1].Unavailable, `"nodesize"`) {
+	if p.Details[0].NodePool != "on-demand" || p.Details[2].NodePool != "spot" ||
+		!strings.HasPrefix(p.Details[1].Unavailable, `label key "nodesize" is on none of the NodePools (a typo?); no NodePool can serve the group: `) {
 		t.Errorf("details %+v", p.Details)
 	}
 	code, _, errOut = run(t, "", "plan", "--nodepools", pools, "--replicas", "1", "--strategy", "zone=x,weight=1")

@@ -66,6 +66,15 @@ func (g Group) Key() string {
 	return strings.Join(parts, ",")
 }
 
+// LabelKeys returns the keys of the group's labels, in written order.
+func (g Group) LabelKeys() []string {
+	keys := make([]string, len(g.Labels))
+	for i, l := range g.Labels {
+		keys[i] = l.Key
+	}
+	return keys
+}
+
 // Selector returns the group's labels as a map, for matching nodes.
 func (g Group) Selector() map[string]string {
 	m := make(map[string]string, len(g.Labels))
