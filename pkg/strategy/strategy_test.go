@@ -174,6 +174,8 @@ func FuzzParse(f *testing.F) {
 		" a = b , weight = 1 ",
 		"a=b,weight=1::",
 		"a=,weight=007",
+		"a=b,bsae=1,weight=1",
+		"a=b,Max=1,weight=1",
 		"x.io/y=z,kubernetes.io/arch=arm64,base=2147483647,weight=2147483647",
 	} {
 		f.Add(seed)
@@ -186,6 +188,13 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Parse(%q) returned %T, want *Error", in, err)
 			}
 			return
+		}
+		for _, g := range s.Groups {
+			for _, l := range g.Labels {
+				if r := ReservedKey(l.Key); r != "" {
+					t.Fatalf("Parse(%q) took %q, which stands for %q, for a node label", in, l.Key, r)
+				}
+			}
 		}
 		out := s.String()
 		again, err := Parse(out)
