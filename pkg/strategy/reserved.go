@@ -11,9 +11,10 @@ import (
 // not one typo away either: "bsae=2" or "wieght=1" read as labels would
 // leave the group with base or weight 0, and no node carries them.
 //
-// Only keys without a "/" are candidates. Node labels worth selecting on
-// are prefixed (kubernetes.io/arch, karpenter.sh/capacity-type), and a
-// prefixed key is never taken for a typo, however close.
+// Only keys without a "/" are candidates: a prefixed key (kubernetes.io/arch,
+// karpenter.sh/capacity-type, example.com/base) is never taken for a typo,
+// however close, so a node label that looks like a reserved key can always
+// be named with a prefix.
 const (
 	// KeyMax is reserved for a per-group cap.
 	KeyMax = "max"
