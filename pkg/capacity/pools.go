@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -32,7 +34,11 @@ type Capacity interface {
 
 // NodePoolCapacity serves groups from the cached NodePools. The catalog is
 // built once and rebuilt only after Invalidate (the operator calls it from
-// the NodePool informer's events), so a decision lists no NodePools.
+// the NodePool informer's events), so a decision lists no NodePools. A group
+// that no pool serves because one of its label keys is on no pool has the
+// key named first when no node carries it either (a typo, most often): the
+// nodes' label keys are read from the cache for that, once until
+// InvalidateNodes.
 type NodePoolCapacity struct {
 	Reader client.Reader
 	// Tracker, when set, says which NodePools are out of capacity for now:
@@ -42,7 +48,13 @@ type NodePoolCapacity struct {
 	mu      sync.Mutex
 	stale   bool
 	current *catalog.Catalog
+
+	nodes nodeKeys
 }
+
+// InvalidateNodes forgets the label keys of the nodes; the operator calls
+// it when a node comes or goes or its labels change.
+func (n *NodePoolCapacity) InvalidateNodes() { n.nodes.invalidate() }
 
 // Invalidate marks the catalog for a rebuild at the next decision.
 func (n *NodePoolCapacity) Invalidate() {
@@ -83,8 +95,78 @@ func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod
 	}
 	for i, g := range s.Groups {
 		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs, out)
+		if errors.Is(errs[i], catalog.ErrNoPool) {
+			errs[i] = n.unused(ctx, cat, g, errs[i])
+		}
 	}
 	return choices, errs, nil
+}
+
+// unused names first in err the group's label keys that no NodePool names
+// and no node carries. The nodes are read only for a key no pool names,
+// from the cache, once until they change.
+func (n *NodePoolCapacity) unused(ctx context.Context, cat *catalog.Catalog, g strategy.Group, err error) error {
+	undefined := cat.Undefined(g.LabelKeys()...)
+	if len(undefined) == 0 {
+		return err
+	}
+	unused, lerr := n.nodes.without(ctx, n.Reader, undefined)
+	if lerr != nil {
+		return err
+	}
+	return catalog.Unused(err, unused, "no NodePool and no node")
+}
+
+// nodeKeys is the set of label keys some node carries, listed from the
+// node metadata cache when first asked after a change.
+type nodeKeys struct {
+	mu   sync.Mutex
+	keys sets.Set[string]
+}
+
+func (k *nodeKeys) invalidate() {
+	k.mu.Lock()
+	k.keys = nil
+	k.mu.Unlock()
+}
+
+// learn takes the keys from nodes just listed, unless they are known.
+func (k *nodeKeys) learn(nodes []metav1.PartialObjectMetadata) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keys == nil {
+		k.fill(nodes)
+	}
+}
+
+func (k *nodeKeys) fill(nodes []metav1.PartialObjectMetadata) {
+	k.keys = sets.New[string]()
+	for i := range nodes {
+		for key := range nodes[i].Labels {
+			k.keys.Insert(key)
+		}
+	}
+}
+
+// without returns the keys of keys that no node carries.
+func (k *nodeKeys) without(ctx context.Context, r client.Reader, keys []string) ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keys == nil {
+		nodes := &metav1.PartialObjectMetadataList{}
+		nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+		if err := r.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		k.fill(nodes.Items)
+	}
+	var out []string
+	for _, key := range keys {
+		if !k.keys.Has(key) {
+			out = append(out, key)
+		}
+	}
+	return out, nil
 }
 
 // unavailable is the error for a key out of capacity, for every workload or
@@ -121,6 +203,7 @@ type NodeLabelCapacity struct {
 
 	mu    sync.Mutex
 	known map[string]bool // group key and architectures -> some node has the labels
+	keys  nodeKeys
 }
 
 // maxKnownGroups bounds the answers kept between invalidations.
@@ -131,6 +214,7 @@ func (n *NodeLabelCapacity) Invalidate() {
 	n.mu.Lock()
 	n.known = nil
 	n.mu.Unlock()
+	n.keys.invalidate()
 }
 
 // Choose implements Capacity; choices carry no pool.
@@ -158,6 +242,7 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 				if err := n.Reader.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 					return nil, nil, fmt.Errorf("listing nodes: %w", err)
 				}
+				n.keys.learn(nodes.Items)
 			}
 			sel := labels.SelectorFromSet(g.Selector())
 			for j := range nodes.Items {
@@ -181,8 +266,20 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 		default:
 			errs[i] = fmt.Errorf("no node has the labels %s", g.Key())
 		}
+		if errs[i] != nil && out == nil {
+			errs[i] = n.unused(ctx, g, errs[i])
+		}
 	}
 	return choices, errs, nil
+}
+
+// unused names first in err the group's label keys that no node carries.
+func (n *NodeLabelCapacity) unused(ctx context.Context, g strategy.Group, err error) error {
+	unused, lerr := n.keys.without(ctx, n.Reader, g.LabelKeys())
+	if lerr != nil {
+		return err
+	}
+	return catalog.Unused(err, unused, "no node")
 }
 
 // OnLabelChange is an informer event handler that calls changed when an

@@ -3,14 +3,17 @@ package capacity_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
@@ -114,5 +117,67 @@ func TestNodeLabelCapacityScaleFromZeroAndTracker(t *testing.T) {
 	_, errs, _ = nodes.Choose(ctx, s, &corev1.Pod{}, nil, "")
 	if !errors.Is(errs[0], catalog.ErrCapacity) || errs[1] != nil {
 		t.Fatalf("pool=x out: %v, want it left out for capacity", errs)
+	}
+}
+
+// TestUnusedLabelKeyNamedFirst: a group left out because one of its label
+// keys is on no NodePool and no node says so first, a typo being the likely
+// cause; a key that some node carries, or a group whose key some pool names,
+// gets no such words. The nodes are listed once until InvalidateNodes.
+func TestUnusedLabelKeyNamedFirst(t *testing.T) {
+	ctx := context.Background()
+	lists := 0
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(
+		test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: "small"}, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement("nodesize", "small")}}),
+		test.Node("static", map[string]string{"nodegroup": "legacy"}),
+	).Build(), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*metav1.PartialObjectMetadataList); ok {
+				lists++
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	s, err := strategy.Parse("nodesize=small,weight=1:nodesiez=large,weight=1:nodegroup=legacy,weight=1:nodesize=large,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := &capacity.NodePoolCapacity{Reader: c}
+	for range 2 {
+		_, errs, err := pools.Choose(ctx, s, &corev1.Pod{}, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs[0] != nil {
+			t.Fatalf("nodesize=small: %v, want served", errs[0])
+		}
+		const typo = `label key "nodesiez" is on no NodePool and no node (a typo?); no NodePool can serve the group: small: group: `
+		if !errors.Is(errs[1], catalog.ErrNoPool) || !strings.HasPrefix(errs[1].Error(), typo) {
+			t.Errorf("nodesiez=large: %v, want it to start with %s", errs[1], typo)
+		}
+		for _, e := range errs[2:] {
+			if !errors.Is(e, catalog.ErrNoPool) || strings.Contains(e.Error(), "a typo?") {
+				t.Errorf("%v, want no NodePool without the typo words", e)
+			}
+		}
+	}
+	if lists != 1 {
+		t.Errorf("nodes listed %d times, want 1", lists)
+	}
+	pools.InvalidateNodes()
+	if _, _, err := pools.Choose(ctx, s, &corev1.Pod{}, nil, ""); err != nil || lists != 2 {
+		t.Errorf("after InvalidateNodes: %v, %d lists; want 2", err, lists)
+	}
+
+	nodes := &capacity.NodeLabelCapacity{Reader: c}
+	_, errs, err := nodes.Choose(ctx, s, &corev1.Pod{}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `label key "nodesize" is on no node (a typo?); no node has the labels nodesize=small`; errs[0] == nil || errs[0].Error() != want {
+		t.Errorf("node-label mode, nodesize=small: %v, want %s", errs[0], want)
+	}
+	if errs[2] != nil {
+		t.Errorf("node-label mode, nodegroup=legacy: %v, want served", errs[2])
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
 	nodepoolutils "sigs.k8s.io/karpenter/pkg/utils/nodepool"
@@ -55,6 +57,8 @@ func NewPool(np *karpv1.NodePool) *Pool {
 // Catalog is an immutable, ordered set of pools.
 type Catalog struct {
 	pools []*Pool
+	// keys are the label keys some pool's requirements or labels name.
+	keys sets.Set[string]
 }
 
 // New orders the NodePools as Karpenter does and builds the catalog. Pools
@@ -63,11 +67,27 @@ func New(nodePools []*karpv1.NodePool) *Catalog {
 	nps := slices.Clone(nodePools)
 	nps = slices.DeleteFunc(nps, func(np *karpv1.NodePool) bool { return np.DeletionTimestamp != nil })
 	nodepoolutils.OrderByWeight(nps)
-	c := &Catalog{pools: make([]*Pool, len(nps))}
+	c := &Catalog{pools: make([]*Pool, len(nps)), keys: sets.New[string]()}
 	for i, np := range nps {
 		c.pools[i] = NewPool(np)
+		c.keys.Insert(c.pools[i].Requirements.Keys().UnsortedList()...)
 	}
 	return c
+}
+
+// Undefined returns, in the order given, the label keys that no pool names
+// in its requirements or labels and that are not labels Karpenter knows
+// (karpv1.WellKnownLabels, which a pool provides without naming them): no
+// pool can serve a group that requires one, and a key no one uses is often a
+// typo.
+func (c *Catalog) Undefined(keys ...string) []string {
+	var out []string
+	for _, k := range keys {
+		if !c.keys.Has(k) && !karpv1.WellKnownLabels.Has(k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // Len is the number of pools.
@@ -78,6 +98,24 @@ func (c *Catalog) Len() int { return len(c.pools) }
 type Choice struct {
 	Pool        *Pool
 	Tolerations []corev1.Toleration
+}
+
+// Unused puts first in err the label keys of a group that nothing carries,
+// where says what was looked at ("no NodePool and no node"): a key no one
+// uses is most often a typo, and reading it first saves reading every
+// pool's mismatch. err itself when keys is empty.
+func Unused(err error, keys []string, where string) error {
+	switch len(keys) {
+	case 0:
+		return err
+	case 1:
+		return fmt.Errorf("label key %q is on %s (a typo?); %w", keys[0], where, err)
+	}
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = strconv.Quote(k)
+	}
+	return fmt.Errorf("label keys %s are on %s (typos?); %w", strings.Join(quoted, ", "), where, err)
 }
 
 // ErrNoPool is wrapped by Select when no pool can serve the group.

@@ -240,3 +240,27 @@ func TestNoPoolReasonsKeepThePoolsWithTheGroupsLabels(t *testing.T) {
 		t.Fatalf("Select(reserved) = %v", err)
 	}
 }
+
+// TestUndefined: the keys no pool names, other than Karpenter's well-known
+// labels, in the order asked; Unused names them before the error.
+func TestUndefined(t *testing.T) {
+	c := New([]*karpv1.NodePool{
+		nodePool(poolSpec{name: "od", reqs: map[string][]string{ct: {"on-demand"}}}),
+		nodePool(poolSpec{name: "big", labels: map[string]string{"nodesize": "big"}}),
+	})
+	got := c.Undefined("nodesiez", ct, "nodesize", arch, corev1.LabelTopologyZone, karpv1.NodePoolLabelKey, "example.com/team")
+	if want := []string{"nodesiez", "example.com/team"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("Undefined = %q, want %q", got, want)
+	}
+	_, err := c.Select(map[string]string{"nodesiez": "big"}, nil)
+	err = Unused(err, c.Undefined("nodesiez"), "no NodePool")
+	if !errors.Is(err, ErrNoPool) || !strings.HasPrefix(err.Error(), `label key "nodesiez" is on no NodePool (a typo?); no NodePool can serve the group: `) {
+		t.Fatalf("Unused = %v", err)
+	}
+	if err := Unused(ErrNoPool, []string{"a", "b"}, "no node"); err.Error() != `label keys "a", "b" are on no node (typos?); no NodePool can serve the group` {
+		t.Fatalf("Unused, two keys = %v", err)
+	}
+	if err := Unused(ErrNoPool, nil, "no node"); err != ErrNoPool {
+		t.Fatalf("Unused, no key = %v", err)
+	}
+}

@@ -163,9 +163,14 @@ func newCapacity(kube client.Reader, tracker *capacity.Tracker, o *options.Optio
 	pools := &capacity.NodePoolCapacity{Reader: kube, Tracker: tracker}
 	invalidate := func(any) { pools.Invalidate() }
 	return pools, registerFunc(func(ctx context.Context, m manager.Manager) error {
-		_, err := handle(ctx, m, &karpv1.NodePool{}, toolscache.ResourceEventHandlerFuncs{
+		if _, err := handle(ctx, m, &karpv1.NodePool{}, toolscache.ResourceEventHandlerFuncs{
 			AddFunc: invalidate, DeleteFunc: invalidate, UpdateFunc: func(any, any) { pools.Invalidate() },
-		})
+		}); err != nil {
+			return err
+		}
+		// The nodes' label keys tell a group's label that nothing
+		// carries (a typo) from one only nodes outside Karpenter have.
+		_, err := handle(ctx, m, nodeMetadata(), capacity.OnLabelChange(pools.InvalidateNodes))
 		return err
 	})
 }

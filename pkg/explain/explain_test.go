@@ -200,6 +200,23 @@ func TestWorkloadLeftOut(t *testing.T) {
 	}
 }
 
+// TestWorkloadLeftOutForATypo: a group whose label key no NodePool names and
+// no node carries is left out with that key named first.
+func TestWorkloadLeftOutForATypo(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-tpye=spot,weight=3"}, false)
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `label key "karpenter.sh/capacity-tpye" is on no NodePool and no node (a typo?); no NodePool can serve the group: `
+	if g := r.Groups[1]; !strings.HasPrefix(g.LeftOut, want) {
+		t.Fatalf("group 2 left out for %q, want it to start with %s", g.LeftOut, want)
+	}
+	if r.Groups[0].LeftOut != "" {
+		t.Fatalf("group 1 left out: %q", r.Groups[0].LeftOut)
+	}
+}
+
 // TestWorkloadOutsideQuota: every pod on on-demand with both groups served.
 func TestWorkloadOutsideQuota(t *testing.T) {
 	f := newFixture(map[string]string{annotations.Strategy: odSpot}, false)

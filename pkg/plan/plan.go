@@ -109,6 +109,9 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 	if opts.Catalog != nil {
 		for i, g := range s.Groups {
 			c, err := opts.Catalog.Select(g.Selector(), opts.Pod)
+			if errors.Is(err, catalog.ErrNoPool) {
+				err = catalog.Unused(err, opts.Catalog.Undefined(g.LabelKeys()...), "none of the NodePools")
+			}
 			if err != nil {
 				avail = avail.Without(i)
 				unavailable[i] = err.Error()

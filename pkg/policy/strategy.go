@@ -77,6 +77,11 @@ func join(field, labelsField string, groups []v1alpha1.Group) (string, error) {
 		for _, k := range keys {
 			v := g.Labels[k]
 			at := fmt.Sprintf("%s[%d].%s[%q]", field, i, labelsField, k)
+			// Written as an item, "base" would be read back as the
+			// group's base, and a typo of it as a label no node has.
+			if reason := strategy.KeyFault(k); reason != "" {
+				return "", fmt.Errorf("%s: %s", at, reason)
+			}
 			if strings.ContainsAny(k, ",:=") {
 				return "", fmt.Errorf("%s: invalid node label key: %s", at, strings.Join(validation.IsQualifiedName(k), "; "))
 			}

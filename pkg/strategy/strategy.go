@@ -5,7 +5,9 @@
 //
 // Groups are separated by ':', items inside a group by ',', and every item is
 // key=value. The keys "base" and "weight" are non-negative integers (default
-// 0); every other key is a node label the group requires. The package is pure:
+// 0); "max" and "min" are reserved, and so are keys without a "/" that look
+// like a typo of base or weight (reserved.go); every other key is a node
+// label the group requires. The package is pure:
 // it imports no client and does no I/O.
 //
 // Parse turns the text into a Strategy of Groups (strategy.go); Find reads
@@ -62,6 +64,15 @@ func (g Group) Key() string {
 		parts[i] = l.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// LabelKeys returns the keys of the group's labels, in written order.
+func (g Group) LabelKeys() []string {
+	keys := make([]string, len(g.Labels))
+	for i, l := range g.Labels {
+		keys[i] = l.Key
+	}
+	return keys
 }
 
 // Selector returns the group's labels as a map, for matching nodes.
@@ -202,6 +213,9 @@ func parseGroup(num int, raw string) (Group, error) {
 				g.Weight = n
 			}
 		default:
+			if reason := KeyFault(k); reason != "" {
+				return g, fault(reason)
+			}
 			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 				return g, fault("invalid node label key: " + strings.Join(errs, "; "))
 			}

@@ -209,6 +209,12 @@ func TestWorkloadValidator(t *testing.T) {
 		{`{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"custom-pod-schedule-strategy":"a=b:c=d"}}}}}`, false,
 			"spec.template.metadata.annotations[custom-pod-schedule-strategy]: invalid strategy: every group has weight 0"},
 		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1::"}}}`, false, "invalid strategy: group 2: group is empty"},
+		{`{"metadata":{"annotations":{"apportion.dev/strategy":"karpenter.sh/capacity-type=on-demand,bsae=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"}}}`, false,
+			`metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "bsae=2": did you mean "base"?`},
+		{`{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,wieght=1"}}}}}`, false,
+			`spec.template.metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "wieght=1": did you mean "weight"?`},
+		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1,max=3"}}}`, false,
+			`group 1, item 3 "max=3": "max" is reserved for a per-group cap, which this version does not support yet`},
 	} {
 		req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(tc.obj)}}}
 		resp := WorkloadValidator{}.Handle(context.Background(), req)
@@ -233,6 +239,28 @@ func TestWorkloadValidatorWarnsAboutKnobs(t *testing.T) {
 	}
 	if !resp.Allowed || strings.Join(resp.Warnings, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("allowed=%v warnings:\n%s\nwant:\n%s", resp.Allowed, strings.Join(resp.Warnings, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestPodMutatorTypoInStrategy: a pod whose workload's strategy has a typo
+// for a reserved key is admitted unchanged, with a warning and an
+// InvalidStrategy Event on the workload naming the item and the key meant.
+func TestPodMutatorTypoInStrategy(t *testing.T) {
+	m := newMutator(t, true, map[string]string{annotations.Strategy: "karpenter.sh/capacity-type=on-demand,base=2,wieght=1:karpenter.sh/capacity-type=spot,weight=3"})
+	rec := m.Recorder.(*events.FakeRecorder)
+	resp := m.Handle(context.Background(), request(t, "web", rsPod()))
+	if !resp.Allowed || len(resp.Patches) != 0 {
+		t.Fatalf("pod not admitted unchanged: %+v", resp)
+	}
+	const fault = `invalid strategy: group 1, item 3 "wieght=1": did you mean "weight"?`
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "metadata.annotations[apportion.dev/strategy]: "+fault) {
+		t.Errorf("warnings %q, want one naming %s", resp.Warnings, fault)
+	}
+	if len(rec.Events) != 1 {
+		t.Fatalf("%d events, want 1", len(rec.Events))
+	}
+	if e := <-rec.Events; !strings.Contains(e, "InvalidStrategy") || !strings.Contains(e, fault) {
+		t.Errorf("event %q, want InvalidStrategy naming %s", e, fault)
 	}
 }
 

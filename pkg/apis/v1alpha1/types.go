@@ -107,7 +107,9 @@ type Strategy struct {
 // Group is one share of the split: its pods land on nodes carrying all of
 // Labels.
 type Group struct {
-	// Labels are the node labels the group requires.
+	// Labels are the node labels the group requires. A key without a "/"
+	// may not be base, weight, max or min in any case, nor one typo away
+	// from base or weight: set the fields instead.
 	// +required
 	// +kubebuilder:validation:MinProperties=1
 	Labels map[string]string `json:"labels"`

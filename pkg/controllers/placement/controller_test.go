@@ -157,6 +157,20 @@ func TestUnservedGroupIsLeftOutWithEvent(t *testing.T) {
 	}
 }
 
+// TestTypoedLabelKeyNamedInEvent: a group left out because its label key
+// is on no NodePool and no node says so first in its GroupUnavailable Event.
+func TestTypoedLabelKeyNamedInEvent(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: "karpenter.sh/capacity-typ=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"},
+		nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	if pod := f.reconcile(t, f.gatedPod(t, 0)); pod.Annotations[annotations.Group] != "karpenter.sh/capacity-type=spot" {
+		t.Fatalf("pod went to %q, want spot", pod.Annotations[annotations.Group])
+	}
+	const want = `Warning GroupUnavailable group 1 (karpenter.sh/capacity-typ=on-demand) is left out of the split: label key "karpenter.sh/capacity-typ" is on no NodePool and no node (a typo?); no NodePool can serve the group: `
+	if e := <-f.recorder.Events; !strings.HasPrefix(e, want) {
+		t.Errorf("event %q, want it to start with %s", e, want)
+	}
+}
+
 func TestUserConstraintsAreKept(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	pod := f.reconcile(t, f.gatedPod(t, 0, func(p *corev1.Pod) {
