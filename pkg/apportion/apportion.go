@@ -154,7 +154,7 @@ func New(groups []Group) (*Method, error) {
 		gcd = gcdOf(gcd, g.Weight)
 	}
 	if gcd > 0 && sum/gcd > MaxWeightSum {
-		return nil, fmt.Errorf("the weights add up to %d in lowest terms, at most %d are allowed", sum/gcd, MaxWeightSum)
+		return nil, fmt.Errorf("the weights add up to %d in lowest terms, at most %d is allowed", sum/gcd, MaxWeightSum)
 	}
 	return &Method{groups: append([]Group(nil), groups...)}, nil
 }
