@@ -121,6 +121,22 @@ type Method struct {
 // w below 2^31, and Jefferson priorities as w*(e+1) with e below 2^31.
 const maxValue = math.MaxInt32
 
+// MaxWeightSum is the largest sum of the weights in lowest terms (divided by
+// their greatest common divisor) a Method accepts. Past the bases the
+// sequence repeats every that many pods, and CountsAt steps through at most
+// one repetition: the bound is what keeps CountsAt and Counts small at any n.
+//
+// Why a bound and not a formula: the split the method reaches at n depends
+// on the way there. Whether a group holds its ceiling at n depends on when,
+// since its share last crossed a whole number, it was the most urgent group
+// with room for a pod, and that turns on the pods at which several groups'
+// shares are near whole numbers at once (a simultaneous Diophantine
+// approximation, with no known fast algorithm for many groups). Choosing the
+// ceilings at n by a rule of n alone (largest remainder, or the Jefferson
+// order from the floors) loses house monotonicity: a pod added would take a
+// place away from another group.
+const MaxWeightSum = 10_000
+
 // New validates groups and returns a Method for them.
 func New(groups []Group) (*Method, error) {
 	if len(groups) == 0 {
@@ -129,10 +145,16 @@ func New(groups []Group) (*Method, error) {
 	if len(groups) > MaxGroups {
 		return nil, fmt.Errorf("%d groups, at most %d are allowed", len(groups), MaxGroups)
 	}
+	var sum, gcd int64
 	for i, g := range groups {
 		if g.Base < 0 || g.Weight < 0 || g.Base > maxValue || g.Weight > maxValue {
 			return nil, fmt.Errorf("group %d: base and weight must be in [0, %d]", i+1, maxValue)
 		}
+		sum += g.Weight
+		gcd = gcdOf(gcd, g.Weight)
+	}
+	if gcd > 0 && sum/gcd > MaxWeightSum {
+		return nil, fmt.Errorf("the weights add up to %d in lowest terms, at most %d is allowed", sum/gcd, MaxWeightSum)
 	}
 	return &Method{groups: append([]Group(nil), groups...)}, nil
 }
@@ -350,13 +372,10 @@ func (m *Method) Sequence(n int) []int {
 	return seq
 }
 
-// Counts returns how many pods each group holds after Sequence(n).
+// Counts returns how many pods each group holds after Sequence(n), without
+// stepping n times (CountsAt).
 func (m *Method) Counts(n int) []int64 {
-	counts := make([]int64, len(m.groups))
-	for range n {
-		counts[m.Next(counts, All)]++
-	}
-	return counts
+	return m.CountsAt(int64(n), All)
 }
 
 // total is the number of pods the available groups hold.

@@ -82,9 +82,25 @@ func TestShares(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	for _, gs := range [][]Group{nil, {g(-1, 1)}, {g(0, -1)}, {g(0, maxValue+1)}, make([]Group, MaxGroups+1)} {
+	for _, gs := range [][]Group{
+		nil, {g(-1, 1)}, {g(0, -1)}, {g(0, maxValue+1)}, make([]Group, MaxGroups+1),
+		{g(0, MaxWeightSum/2+1), g(0, MaxWeightSum/2)}, // one past the bound
+		{g(0, maxValue), g(2, 0), g(0, maxValue-1)},    // large and coprime
+		{g(0, 2*MaxWeightSum-2), g(0, 4)},              // 2 in common: still one past
+	} {
 		if _, err := New(gs); err == nil {
 			t.Errorf("New(%v) succeeded, want an error", gs)
+		}
+	}
+	// The sum that counts is in lowest terms.
+	for _, gs := range [][]Group{
+		{g(0, MaxWeightSum/2), g(0, MaxWeightSum/2)},
+		{g(0, maxValue), g(maxValue, 0)},
+		{g(0, 2*MaxWeightSum-2), g(0, 2)},
+		{g(0, 1_000_000_000), g(0, 2_000_000_000)},
+	} {
+		if _, err := New(gs); err != nil {
+			t.Errorf("New(%v): %v", gs, err)
 		}
 	}
 }

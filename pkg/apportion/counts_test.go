@@ -1,6 +1,7 @@
 package apportion
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -97,4 +98,31 @@ func BenchmarkCountsAt(b *testing.B) {
 			stepped(m, n, All)
 		}
 	})
+}
+
+// BenchmarkCounts: the split at the largest replica count for the worst
+// weights the bound lets through, over 2 and 64 groups: coprime, adding up
+// to (nearly) MaxWeightSum, with a base that leaves the longest partial
+// repetition to step (one pod short of the whole).
+func BenchmarkCounts(b *testing.B) {
+	many := make([]Group, MaxGroups)
+	for i := range many {
+		many[i] = g(0, int64(124+i)) // 9952 in all, consecutive so coprime
+	}
+	many[0].Base = 1280 // (MaxInt32 - 1280) mod 9952 = 9951
+	for _, bc := range []struct {
+		name   string
+		groups []Group
+	}{
+		// (MaxInt32 - 3648) mod 10000 = 9999
+		{"2 groups", []Group{g(3648, MaxWeightSum/2-1), g(0, MaxWeightSum/2+1)}},
+		{"64 groups", many},
+	} {
+		m := mustNew(b, bc.groups...)
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				m.Counts(math.MaxInt32)
+			}
+		})
+	}
 }

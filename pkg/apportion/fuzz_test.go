@@ -1,6 +1,9 @@
 package apportion
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // fuzzGroups reads a strategy from spec, two bytes a group (base, weight),
 // kept small so that every exec walks its whole path quickly: at most 8
@@ -40,6 +43,7 @@ func FuzzQuota(f *testing.F) {
 		}
 		counts := make([]int64, len(gs))
 		var n int64
+		grown := true // only pods added so far: the split is CountsAt's
 		for j, mv := range moves[:min(len(moves), 64)] {
 			for range mv&7 + 1 {
 				if mv&0x80 == 0 {
@@ -62,9 +66,51 @@ func FuzzQuota(f *testing.F) {
 					}
 					counts[i]--
 					n--
+					grown = false
 				}
 				checkQuota(t, m, counts, avail, "after a step")
+				if got := m.CountsAt(n, avail); grown && !slices.Equal(got, counts) {
+					t.Fatalf("step %d: CountsAt(%d, %b) = %v, stepping gives %v", j, n, avail, got, counts)
+				}
 			}
+		}
+	})
+}
+
+// FuzzCountsAt: the split CountsAt jumps to at n is the one n steps of Next
+// give, for any strategy whose weights fit the bound, any set of available
+// groups and n up to 20,000 (several repetitions of the sequence for small
+// weights, a part of one for weights near the bound); and Counts is the
+// same with every group available. Each group is three bytes: base, then
+// the weight in two, cut so that the weights add up to at most
+// MaxWeightSum.
+func FuzzCountsAt(f *testing.F) {
+	f.Add([]byte{2, 0, 1, 0, 0, 3}, uint8(0xff), uint16(10))            // seed 004
+	f.Add([]byte{1, 0, 0, 0, 0, 1, 0, 0, 1}, uint8(0xff), uint16(1001)) // seed 000
+	f.Add([]byte{0, 19, 135, 0, 19, 137}, uint8(0xff), uint16(20000))   // 4999:5001
+	f.Add([]byte{3, 0, 30, 0, 0, 28, 1, 0, 12, 0, 0, 21, 0, 0, 6}, uint8(0b10111), uint16(4321))
+	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0}, uint8(0b110), uint16(77)) // available weights all 0
+	f.Fuzz(func(t *testing.T, spec []byte, mask uint8, steps uint16) {
+		var gs []Group
+		var sum int64
+		for i := 0; i+2 < len(spec) && len(gs) < 8; i += 3 {
+			w := int64(spec[i+1])<<8 | int64(spec[i+2])
+			w %= max(MaxWeightSum-sum+1, 1)
+			sum += w
+			gs = append(gs, Group{Base: int64(spec[i] % 8), Weight: w})
+		}
+		if len(gs) == 0 {
+			return
+		}
+		m := mustNew(t, gs...)
+		avail := Set(mask) & (1<<uint(len(gs)) - 1)
+		n := int(steps) % 20_001
+		want := stepped(m, n, avail)
+		if got := m.CountsAt(int64(n), avail); !slices.Equal(got, want) {
+			t.Fatalf("groups %v avail %b: CountsAt(%d) = %v, stepping gives %v", gs, avail, n, got, want)
+		}
+		if got, all := m.Counts(n), stepped(m, n, All); !slices.Equal(got, all) {
+			t.Fatalf("groups %v: Counts(%d) = %v, stepping gives %v", gs, n, got, all)
 		}
 	})
 }

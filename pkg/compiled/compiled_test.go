@@ -55,6 +55,25 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestBoundsAgree: the parser and the engine bound strategies alike, so a
+// strategy that parses always compiles (one at the weight bound does, one
+// past it is the parser's error).
+func TestBoundsAgree(t *testing.T) {
+	if strategy.MaxGroups != apportion.MaxGroups || strategy.MaxWeightSum != apportion.MaxWeightSum {
+		t.Fatalf("strategy bounds %d groups, weights %d; apportion %d, %d",
+			strategy.MaxGroups, strategy.MaxWeightSum, apportion.MaxGroups, apportion.MaxWeightSum)
+	}
+	at := fmt.Sprintf("a=b,weight=%d:c=d,weight=%d", strategy.MaxWeightSum/2-1, strategy.MaxWeightSum/2+1)
+	if _, err := Parse(at); err != nil {
+		t.Errorf("Parse(%q): %v", at, err)
+	}
+	past := fmt.Sprintf("a=b,weight=%d:c=d,weight=%d", strategy.MaxWeightSum/2, strategy.MaxWeightSum/2+1)
+	var se *strategy.Error
+	if _, err := Parse(past); !errors.As(err, &se) {
+		t.Errorf("Parse(%q) = %v, want a *strategy.Error", past, err)
+	}
+}
+
 // TestParseMethod: the method carries each group's base and weight.
 func TestParseMethod(t *testing.T) {
 	c, err := Parse(odSpot)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -121,7 +122,7 @@ func (b *statusBuilder) workloads(workloads []Workload) (placed []*Workload) {
 			byPolicy = append(byPolicy, fmt.Sprintf("%s/%s is placed by the older PlacementPolicy %s", w.Kind, w.Name, w.Winner))
 		default:
 			placed = append(placed, w)
-			b.st.Replicas += w.Replicas
+			b.st.Replicas = addCapped(b.st.Replicas, int64(w.Replicas))
 		}
 		b.st.Workloads = append(b.st.Workloads, ws)
 	}
@@ -187,10 +188,10 @@ func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail ap
 			within = within && (avail.Has(i) || actual[i] == 0)
 		}
 		for i := range b.st.Groups {
-			b.st.Groups[i].Desired += int32(desired[i])
-			b.st.Groups[i].Actual += int32(actual[i])
+			b.st.Groups[i].Desired = addCapped(b.st.Groups[i].Desired, desired[i])
+			b.st.Groups[i].Actual = addCapped(b.st.Groups[i].Actual, actual[i])
 		}
-		b.st.Unmatched += int32(unmatched)
+		b.st.Unmatched = addCapped(b.st.Unmatched, unmatched)
 		b.st.WithinQuota = b.st.WithinQuota && within
 		for i := range b.st.Workloads {
 			if b.st.Workloads[i].Kind == w.Kind && b.st.Workloads[i].Name == w.Name {
@@ -198,6 +199,13 @@ func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail ap
 			}
 		}
 	}
+}
+
+// addCapped adds v to sum and stops at the largest int32: a selector can
+// target many workloads of up to that many replicas each, and a sum that
+// wrapped would show a negative count.
+func addCapped(sum int32, v int64) int32 {
+	return int32(min(int64(sum)+max(v, 0), math.MaxInt32))
 }
 
 // ready sets the Ready condition: whether the policy places any workload, on

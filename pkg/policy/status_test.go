@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,5 +60,36 @@ func BenchmarkStatusHugeReplicas(b *testing.B) {
 		if st := Status(p, workloads, pools, now); st.Groups[0].Desired+st.Groups[1].Desired != 10_000_000 {
 			b.Fatalf("groups %+v", st.Groups)
 		}
+	}
+}
+
+// TestSumsSaturate: the sums over the placed workloads stop at the largest
+// int32 instead of wrapping negative (three workloads at the largest
+// replica count: the replicas and the spot pods are well past it).
+func TestSumsSaturate(t *testing.T) {
+	p := pol("a", 1, ref(), seed004Groups())
+	m, err := apportion.New([]apportion.Group{{Base: 2, Weight: 1}, {Weight: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workloads []Workload
+	want := make([]int64, 2)
+	for _, name := range []string{"a", "b", "c"} {
+		workloads = append(workloads, Workload{Kind: "Deployment", Name: name, Replicas: math.MaxInt32, Winner: "a"})
+		for i, c := range m.CountsAt(math.MaxInt32, apportion.All) {
+			want[i] = min(want[i]+c, math.MaxInt32)
+		}
+	}
+	st := Status(p, workloads, []GroupPool{{NodePool: "od"}, {NodePool: "spot"}}, metav1.NewTime(epoch))
+	if st.Replicas != math.MaxInt32 {
+		t.Errorf("replicas %d, want %d", st.Replicas, math.MaxInt32)
+	}
+	for i, g := range st.Groups {
+		if int64(g.Desired) != want[i] {
+			t.Errorf("group %s: desired %d, want %d", g.Key, g.Desired, want[i])
+		}
+	}
+	if want[1] != math.MaxInt32 {
+		t.Errorf("spot sums to %d: the test wants a sum past the largest int32", want[1])
 	}
 }

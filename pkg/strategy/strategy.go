@@ -37,6 +37,13 @@ const (
 	// workload is an int32, and the engine's exact integer arithmetic relies
 	// on this bound.
 	MaxValue = 1<<31 - 1
+	// MaxWeightSum is the largest sum of the weights in lowest terms
+	// (divided by their greatest common divisor). Past the bases the split
+	// repeats every that many replicas, and the engine reaches the split at
+	// any replica count by stepping through at most one such cycle: the
+	// bound keeps that work small for every strategy, whoever writes it.
+	// 1:3, 80:20 and shares in basis points (summing to 10000) all fit.
+	MaxWeightSum = 10_000
 )
 
 // Label is one node label a group requires.
@@ -168,7 +175,27 @@ func Parse(s string) (*Strategy, error) {
 	if !anyWeight {
 		return nil, &Error{Reason: "every group has weight 0: at least one group needs a positive weight"}
 	}
+	if sum, gcd := weightSum(st.Groups); sum/gcd > MaxWeightSum {
+		reason := fmt.Sprintf("the weights add up to %d", sum)
+		if gcd > 1 {
+			reason += fmt.Sprintf(", %d in lowest terms", sum/gcd)
+		}
+		return nil, &Error{Reason: fmt.Sprintf("%s; at most %d is allowed: write the same proportions with smaller numbers", reason, MaxWeightSum)}
+	}
 	return st, nil
+}
+
+// weightSum returns the sum of the groups' weights and their greatest common
+// divisor (0 when every weight is 0).
+func weightSum(groups []Group) (sum, gcd int64) {
+	for _, g := range groups {
+		w := int64(g.Weight)
+		sum += w
+		for w != 0 {
+			gcd, w = w, gcd%w
+		}
+	}
+	return sum, gcd
 }
 
 func parseGroup(num int, raw string) (Group, error) {

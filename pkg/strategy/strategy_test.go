@@ -43,6 +43,21 @@ func TestParseSeeds(t *testing.T) {
 	}
 }
 
+// TestWeightSumInLowestTerms: what bounds the weights is their sum once
+// divided by their greatest common divisor, so large weights in a small
+// proportion are accepted.
+func TestWeightSumInLowestTerms(t *testing.T) {
+	for _, in := range []string{
+		"a=b,weight=4999:c=d,weight=5001",
+		"a=b,weight=2000000000:c=d,weight=1000000000",
+		"a=b,base=3,weight=2147483647:c=d",
+	} {
+		if _, err := Parse(in); err != nil {
+			t.Errorf("Parse(%q): %v", in, err)
+		}
+	}
+}
+
 func TestKeysAndString(t *testing.T) {
 	s, err := Parse("karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64,weight=3:karpenter.sh/capacity-type=on-demand,base=2,weight=1")
 	if err != nil {
@@ -84,6 +99,9 @@ func TestParseErrors(t *testing.T) {
 		{"a=b,weight=1:k=bad value!", 2, 1, "invalid node label value"},
 		{"a=b,weight=1:-x.io/y=z", 2, 1, "invalid node label key"},
 		{strings.Repeat("a=b,weight=1:", MaxGroups) + "a=b,weight=1", 0, 0, "at most 64"},
+		{"a=b,weight=5001:c=d,weight=5000", 0, 0, "the weights add up to 10001; at most 10000 is allowed"},
+		{"a=b,weight=2147483647:c=d,weight=2147483646", 0, 0, "write the same proportions with smaller numbers"},
+		{"a=b,weight=10002:c=d,weight=10000", 0, 0, "add up to 20002, 10001 in lowest terms"},
 	} {
 		_, err := Parse(tc.in)
 		var perr *Error

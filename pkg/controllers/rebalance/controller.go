@@ -336,6 +336,22 @@ func (c *Controller) busy(pod *corev1.Pod, owner types.UID, pods []corev1.Pod) (
 	return known, !replaced
 }
 
+// remember records an eviction of owner's pods, and drops the records past
+// forget: they hold nothing back any more, and the workloads they name may
+// never come back to clear them. Evictions are paced by the limiter, so the
+// map holds at most what the limiter lets through in forget.
+func (c *Controller) remember(owner types.UID, known sets.Set[types.UID]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clk.Now()
+	for uid, e := range c.evicted {
+		if now.Sub(e.at) > forget {
+			delete(c.evicted, uid)
+		}
+	}
+	c.evicted[owner] = eviction{at: now, known: known}
+}
+
 // evict evicts the pod, whose replacement goes to group to.
 func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID, known sets.Set[types.UID], info *workload.Info, to string) reconcile.Result {
 	logger := log.FromContext(ctx).WithValues("namespace", pod.Namespace, "name", pod.Name, "to", to)
@@ -347,9 +363,7 @@ func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, owner types.UID
 	ref := info.Workload.ObjectReference()
 	switch {
 	case err == nil:
-		c.mu.Lock()
-		c.evicted[owner] = eviction{at: c.clk.Now(), known: known}
-		c.mu.Unlock()
+		c.remember(owner, known)
 		metrics.RebalanceEvictionsTotal.WithLabelValues("evicted").Inc()
 		logger.Info("evicted a fallback pod: a group it fell back from has capacity again")
 		// The pod as related object: one Event per eviction (the

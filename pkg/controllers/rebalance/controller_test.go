@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/test"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 const (
@@ -335,5 +337,31 @@ func TestForgedFallbackIsLeftAlone(t *testing.T) {
 				t.Fatal("a pod with a forged fallback annotation was evicted")
 			}
 		})
+	}
+}
+
+// TestEvictionsAreForgotten: the record of an eviction goes once it can no
+// longer hold its workload back, whether or not the workload comes back:
+// with owners that each see one eviction and then are gone, one a minute,
+// the controller keeps only those of the last ten minutes.
+func TestEvictionsAreForgotten(t *testing.T) {
+	f := newFixture(t, "true", nil)
+	f.c.recorder = &events.FakeRecorder{} // drops the Events
+	info := &workload.Info{Workload: workload.Ref{Kind: "Deployment", Namespace: "web", Name: "nginx"}}
+	var p corev1.Pod
+	for i := range 500 {
+		f.clk.Step(time.Minute)
+		name := f.pod(onDemand, spot, false)
+		if err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		owner := types.UID(fmt.Sprintf("owner-%d", i))
+		f.c.evict(context.Background(), &p, owner, sets.New(p.UID), info, spot)
+		if _, ok := f.c.evicted[owner]; !ok {
+			t.Fatalf("eviction %d not recorded", i)
+		}
+		if n, most := len(f.c.evicted), int(forget/time.Minute)+1; n > most {
+			t.Fatalf("after %d owners evicted once each, one a minute: %d records, want at most %d", i+1, n, most)
+		}
 	}
 }
