@@ -262,6 +262,28 @@ func TestWorkloadShadow(t *testing.T) {
 	checkNext(t, r, []int64{2, 3})
 }
 
+// TestWorkloadLeftShadowMode: a workload switched to required without a
+// rollout still runs its shadow pods, all on on-demand: they count there as
+// strays, and the next pods go to spot.
+func TestWorkloadLeftShadowMode(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odSpot, annotations.Mode: annotations.ModeRequired}, false)
+	for i, g := range []string{odKey, odKey, spotKey, spotKey, spotKey} {
+		sh := decision.Shadow{Group: g, NodePool: "x", Record: &decision.Record{Counts: []int64{int64(min(i, 2)), int64(max(i-2, 0))}, Reason: "quota"}}
+		f.pod(f.cur, "od-1", "", map[string]string{annotations.Shadow: sh.String()})
+	}
+	f.pod(f.cur, "", "", map[string]string{annotations.Shadow: decision.Shadow{Group: spotKey, NodePool: "x"}.String()}) // not bound yet: counts nowhere
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Groups[0].Strays != 5 || r.Groups[1].Strays != 0 || r.Groups[0].Shadow != 0 || r.Groups[1].Shadow != 0 {
+		t.Fatalf("the bound shadow pods are 5 on-demand strays: %+v", r.Groups)
+	}
+	if r.Next[0] != spotKey || r.Next[1] != spotKey || r.Next[2] != spotKey {
+		t.Fatalf("next %v: want spot first, where the split is short", r.Next)
+	}
+}
+
 // TestWorkloadNoStrategy and a policy's strategy and mode.
 func TestWorkloadStrategySources(t *testing.T) {
 	f := newFixture(nil, false)

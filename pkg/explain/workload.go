@@ -74,7 +74,8 @@ type GroupReport struct {
 	// Decided counts the current revision's live pods apportion placed in
 	// the group; Shadow those it would have placed there (shadow mode);
 	// Strays its pods admitted without a decision that run on the group's
-	// nodes.
+	// nodes (a workload no longer in shadow mode counts its shadow pods
+	// there).
 	Decided int64 `json:"decided"`
 	Shadow  int64 `json:"shadow,omitempty"`
 	Strays  int64 `json:"strays,omitempty"`
@@ -446,13 +447,20 @@ func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*W
 }
 
 // countGroups counts the current revision's decided, shadow and stray pods
-// per group.
+// per group; out of shadow mode, a bound shadow pod is a stray.
 func (r *WorkloadReport) countGroups(pods []*corev1.Pod, s *compiled.Strategy, revision string, onNode func(*corev1.Pod) int) {
 	for _, p := range pods {
 		if revision != "" && revisionOf(p) != revision {
 			continue
 		}
 		gi, kind := classify(p, s, onNode)
+		if kind == podShadow && r.Mode != annotations.ModeShadow {
+			// The workload left shadow mode without a rollout: the
+			// shadow decision changed nothing, and the pod counts
+			// where it runs (nowhere until bound), as the placement
+			// controller counts it.
+			gi, kind = onNode(p), podStray
+		}
 		if gi < 0 {
 			continue // a group the strategy no longer has, or a node of none
 		}

@@ -11,6 +11,11 @@
 // decides the pods its predecessor left gated, and those pods must not be
 // released merely because the leader changed while they waited. A leader
 // that is alive but never decides still has its pods released on time.
+//
+// Whatever the Lease says, a pod waits at most MaxWaitTimeouts gate timeouts
+// from its creation: a leader that keeps changing (crash-looping) would
+// otherwise restart the count for ever. An acquireTime in the future (the
+// leader's clock runs ahead) counts as now.
 package gatejanitor
 
 import (
@@ -37,6 +42,12 @@ import (
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 )
+
+// MaxWaitTimeouts bounds a gated pod's wait, in gate timeouts from its
+// creation. Three leave a single takeover its whole timeout: a pod gated
+// just before its leader died waits for the Lease to expire (15-17 s with
+// the defaults) and a timeout more, about 2.5 timeouts of 30 s.
+const MaxWaitTimeouts = 3
 
 // Controller releases pods gated for longer than Timeout.
 type Controller struct {
@@ -81,7 +92,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return reconcile.Result{}, nil
 	}
 	age := c.clock.Since(pod.CreationTimestamp.Time)
-	if wait := c.timeout - c.clock.Since(c.since(ctx, pod)); wait > 0 {
+	if wait := c.deadline(ctx, pod).Sub(c.clock.Now()); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	if err := decision.Release(ctx, c.kubeClient, pod); err != nil {
@@ -101,9 +112,20 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	return reconcile.Result{}, nil
 }
 
+// deadline is when the pod is released: a gate timeout after since, and
+// MaxWaitTimeouts gate timeouts after its creation at the latest.
+func (c *Controller) deadline(ctx context.Context, pod *corev1.Pod) time.Time {
+	limit := pod.CreationTimestamp.Add(MaxWaitTimeouts * c.timeout)
+	if at := c.since(ctx, pod).Add(c.timeout); at.Before(limit) {
+		return at
+	}
+	return limit
+}
+
 // since is when the pod's gate timeout starts: its creation, or the last
-// change of placement leader when that came later. The Lease is read from the
-// informer cache; when it cannot be read, the pod's creation counts.
+// change of placement leader when that came later (now, when the Lease says
+// it comes later still). The Lease is read from the informer cache; when it
+// cannot be read, the pod's creation counts.
 func (c *Controller) since(ctx context.Context, pod *corev1.Pod) time.Time {
 	start := pod.CreationTimestamp.Time
 	if c.lease.Name == "" {
@@ -116,8 +138,14 @@ func (c *Controller) since(ctx context.Context, pod *corev1.Pod) time.Time {
 		}
 		return start
 	}
-	if at := lease.Spec.AcquireTime; at != nil && at.After(start) {
-		return at.Time
+	at := lease.Spec.AcquireTime
+	if at == nil || !at.After(start) {
+		return start
 	}
-	return start
+	if now := c.clock.Now(); at.After(now) {
+		// Written by a leader whose clock runs ahead: counting from
+		// it would hold the pod for as long as the clocks differ.
+		return now
+	}
+	return at.Time
 }

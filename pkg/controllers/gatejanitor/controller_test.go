@@ -145,3 +145,93 @@ func TestTimeoutCountsFromLeaderChange(t *testing.T) {
 		})
 	}
 }
+
+// placementLease is the placement leader's Lease, acquired at acquired.
+func placementLease(acquired time.Time) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "apportion-system", Name: "apportion-placement"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("b"), AcquireTime: &metav1.MicroTime{Time: acquired}}}
+}
+
+// TestCrashLoopingLeaderCannotHoldPods: a leader that changes every 29 s
+// (just under the 30 s timeout) would restart the pod's timeout for ever;
+// the pod is released MaxWaitTimeouts timeouts after its creation, not a
+// second earlier, and no requeue aims past that.
+func TestCrashLoopingLeaderCannotHoldPods(t *testing.T) {
+	const timeout = 30 * time.Second
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)}, Gated: true})
+	lease := placementLease(start)
+	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod, lease).Build()
+	clk := clocktesting.NewFakeClock(start)
+	j := NewController(clk, c, events.NewFakeRecorder(5), timeout).WithLease(lease.Namespace, lease.Name)
+	ctx := context.Background()
+	limit := start.Add(MaxWaitTimeouts * timeout)
+	for clk.Now().Before(limit.Add(time.Minute)) {
+		if clk.Since(lease.Spec.AcquireTime.Time) >= timeout-time.Second {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+				t.Fatal(err)
+			}
+			lease.Spec.AcquireTime = &metav1.MicroTime{Time: clk.Now()}
+			if err := c.Update(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.Reconcile(ctx, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		released := len(p.Spec.SchedulingGates) == 0
+		switch {
+		case released && clk.Now().Before(limit):
+			t.Fatalf("released %s after creation, before the cap of %s", clk.Since(start), limit.Sub(start))
+		case released:
+			return
+		case res.RequeueAfter <= 0 || clk.Now().Add(res.RequeueAfter).After(limit):
+			t.Fatalf("at %s: RequeueAfter %s, past the cap at %s", clk.Since(start), res.RequeueAfter, limit.Sub(start))
+		}
+		clk.Step(time.Second)
+	}
+	t.Fatalf("still gated %s after creation, the leader changing every %s", clk.Since(start), timeout-time.Second)
+}
+
+// TestFutureAcquireTimeCountsAsNow: a Lease acquired "an hour from now" (the
+// leader's clock runs ahead) restarts the timeout from now, not from an hour
+// ahead, and cannot hold the pod past the cap.
+func TestFutureAcquireTimeCountsAsNow(t *testing.T) {
+	const timeout = 30 * time.Second
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)}, Gated: true})
+	for _, tc := range []struct {
+		at   time.Duration // the clock, from the pod's creation
+		want time.Duration // RequeueAfter; 0: released
+	}{
+		{10 * time.Second, timeout},
+		{MaxWaitTimeouts*timeout - 5*time.Second, 5 * time.Second},
+		{MaxWaitTimeouts * timeout, 0},
+	} {
+		now := start.Add(tc.at)
+		c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod.DeepCopy(), placementLease(now.Add(time.Hour))).Build()
+		j := NewController(clocktesting.NewFakeClock(now), c, events.NewFakeRecorder(5), timeout).WithLease("apportion-system", "apportion-placement")
+		var p corev1.Pod
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.Reconcile(context.Background(), &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		if released := len(p.Spec.SchedulingGates) == 0; res.RequeueAfter != tc.want || released != (tc.want == 0) {
+			t.Errorf("at %s: RequeueAfter %s, released %v; want %s", tc.at, res.RequeueAfter, released, tc.want)
+		}
+	}
+}

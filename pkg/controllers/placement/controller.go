@@ -20,7 +20,8 @@
 // warm.go, the image cache warmed on the replicas that do not lead;
 // shadow.go, shadow mode: pods decided as usual but not changed, the
 // decision recorded in the apportion.dev/shadow annotation alone and
-// tallied apart from the real ones.
+// tallied apart from the real ones (bound, the pods are strays of the real
+// revision, for when the workload leaves shadow mode).
 package placement
 
 import (

@@ -29,7 +29,9 @@ const ResultShadow = "shadow"
 
 // ShadowRevision is the key shadow decisions are tallied under: apart from
 // the revision's real decisions, so that the split shadow mode reports is the
-// one apportion would have reached.
+// one apportion would have reached. The real revision counts the bound ones
+// by their node, as strays: a workload that leaves shadow mode without a
+// rollout places its new pods around them.
 func ShadowRevision(namespace, ownerKey string) string {
 	return "shadow|" + Revision(namespace, ownerKey)
 }

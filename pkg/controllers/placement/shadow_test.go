@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -164,6 +165,46 @@ func TestShadowDecisionsAreTalliedApart(t *testing.T) {
 	placed := f.reconcile(t, f.gatedPod(t, 11))
 	if rec := recordOf(t, placed); rec.Counts[0] != 2 || rec.Counts[1] != 2 {
 		t.Errorf("the next real decision saw %v, want [2 2]: the shadow decision is not counted", rec.Counts)
+	}
+}
+
+// TestShadowPodsAreStraysOnceRequired: a workload leaves shadow mode without
+// a rollout (its annotation changes) while its 6 shadow pods run on an
+// on-demand node, wherever their shadow decisions said. The real decisions
+// count them there, as strays: at 10 pods seed 004 wants 4 on-demand, so
+// the 4 new pods all go to spot (not on-demand, on-demand, spot, spot, as
+// from an empty split).
+func TestShadowPodsAreStraysOnceRequired(t *testing.T) {
+	signer := decision.RandomSigner()
+	node := test.Node("od-node", map[string]string{"karpenter.sh/capacity-type": "on-demand"})
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow},
+		node, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	f.ctrl.WithSigner(signer).WithNodes(f.client)
+	f.tally.WithSigner(signer)
+	ctx := context.Background()
+	for i := range 6 {
+		pod := f.reconcile(t, f.gatedPod(t, i, ungated))
+		shadowOf(t, signer, pod)
+		pod.Spec.NodeName = "od-node"
+		if err := f.client.Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		f.tally.Observe(pod)
+	}
+	deploy := &appsv1.Deployment{}
+	if err := f.client.Get(ctx, client.ObjectKey{Namespace: "web", Name: "nginx"}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	delete(deploy.Annotations, annotations.Mode)
+	if err := f.client.Update(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		pod := f.reconcile(t, f.gatedPod(t, 10+i))
+		rec := recordOf(t, pod)
+		if g := pod.Annotations[annotations.Group]; g != "karpenter.sh/capacity-type=spot" || !reflect.DeepEqual(rec.Strays, []int64{6, 0}) {
+			t.Errorf("new pod %d: group %q, counts %v, strays %v; want spot, the 6 shadow pods counted as on-demand strays", i, g, rec.Counts, rec.Strays)
+		}
 	}
 }
 

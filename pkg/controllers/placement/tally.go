@@ -28,7 +28,10 @@ import (
 // signature: decision annotations a client wrote leave it undecided (a stray
 // once bound, counted by its node's labels). A pod decided in shadow mode
 // (a signed apportion.dev/shadow annotation) counts in its group under the
-// revision's ShadowRevision, never with the real decisions.
+// revision's ShadowRevision, never with the real decisions; once bound, it
+// is also a stray of the real revision, which only a workload no longer in
+// shadow mode is decided by: its shadow decision changed nothing, so it runs
+// wherever the scheduler put it.
 //
 // Pending decisions end when the informer shows the pod decided, terminating
 // or gone, or after pendingMaxAge (the pod was deleted and its event lost).
@@ -51,6 +54,7 @@ type Tally struct {
 type tallied struct {
 	rev, group string // group "" while the pod is live but undecided
 	node       string // a stray's node: undecided and bound, counted by the node's labels
+	strayRev   string // the revision it is a stray of: rev, or a shadow pod's real revision
 }
 
 // revStrays are a revision's strays by node, with the last StrayCounts.
@@ -121,20 +125,29 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 		t.dropPending(pod.UID)
 		return
 	}
-	rev := Revision(pod.Namespace, key)
+	realRev := Revision(pod.Namespace, key)
+	rev := realRev
 	if shadow {
-		// Counted apart, in its revision's shadow split, and no stray
-		// of the real one.
+		// Counted apart, in its revision's shadow split.
 		rev = ShadowRevision(pod.Namespace, key)
 	}
 	tl := tallied{rev: rev, group: group}
-	if group == "" && podutil.IsScheduled(pod) && !t.isPending(pod.UID) {
+	switch {
+	case !podutil.IsScheduled(pod):
+	case shadow:
+		// Bound, a pod decided in shadow mode is a stray of the real
+		// revision too: should the workload leave shadow mode without a
+		// rollout, the real decisions count it where it runs.
+		tl.node, tl.strayRev = pod.Spec.NodeName, realRev
+	case group == "" && !t.isPending(pod.UID):
 		// Admitted without a decision (webhook down or failed open,
 		// released by the janitor, or a decision a client wrote):
 		// counted in the group its node's labels match, so later
 		// decisions compensate.
-		tl.node = pod.Spec.NodeName
-		t.addStray(rev, tl.node)
+		tl.node, tl.strayRev = pod.Spec.NodeName, realRev
+	}
+	if tl.node != "" {
+		t.addStray(tl.strayRev, tl.node)
 	}
 	t.pods[pod.UID] = tl
 	if group != "" {
@@ -359,7 +372,7 @@ func podHandler(observe func(*corev1.Pod), forget func(any)) toolscache.Resource
 func (t *Tally) uncount(uid types.UID) {
 	old, ok := t.pods[uid]
 	if ok && old.node != "" {
-		t.removeStray(old.rev, old.node)
+		t.removeStray(old.strayRev, old.node)
 	}
 	if !ok || old.group == "" {
 		return

@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -295,9 +296,10 @@ func shadowed(group string, signer *decision.Signer) func(*corev1.Pod) {
 }
 
 // TestTallyCountsShadowDecisionsApart: a signed shadow decision counts in
-// its group under the revision's ShadowRevision, not in the real counts nor
-// as a stray; a forged one (no signature, another key's, or a decision's
-// signature) counts nowhere but as a stray, like any undecided bound pod.
+// its group under the revision's ShadowRevision, not in the real counts (a
+// bound one is a stray of the real revision, by its node); a forged one (no
+// signature, another key's, or a decision's signature) counts nowhere but as
+// a stray, like any undecided bound pod.
 func TestTallyCountsShadowDecisionsApart(t *testing.T) {
 	const rev = "web/rs1"
 	shadowRev := ShadowRevision("web", "rs1")
@@ -328,14 +330,14 @@ func TestTallyCountsShadowDecisionsApart(t *testing.T) {
 	if counts[0] != 0 || counts[1] != 0 || shadow[0] != 1 || shadow[1] != 0 {
 		t.Errorf("real %v shadow %v, want [0 0] and [1 0]", counts, shadow)
 	}
-	if tl.Strays(rev) != len(forged) || tl.Strays(shadowRev) != 0 {
-		t.Errorf("strays %d and %d, want the %d forged pods of the real revision only", tl.Strays(rev), tl.Strays(shadowRev), len(forged))
+	if tl.Strays(rev) != len(forged)+1 || tl.Strays(shadowRev) != 0 {
+		t.Errorf("strays %d and %d, want the %d forged pods and the shadow one, of the real revision only", tl.Strays(rev), tl.Strays(shadowRev), len(forged))
 	}
 	// A pending shadow decision ends when the informer shows it.
 	next := tallyPod("next", "", bound)
 	tl.Record(next.UID, shadowRev, "b", time.Now())
 	tl.Observe(next) // bound before its shadow decision shows: not a stray
-	if tl.Strays(rev) != len(forged) {
+	if tl.Strays(rev) != len(forged)+1 {
 		t.Errorf("a pod with a pending shadow decision counts as a stray")
 	}
 	shadowed("b", tallySigner)(next)
@@ -344,5 +346,21 @@ func TestTallyCountsShadowDecisionsApart(t *testing.T) {
 	tl.Counts(shadowRev, index, shadow)
 	if shadow[0] != 1 || shadow[1] != 1 {
 		t.Errorf("shadow %v, want [1 1]: the pending decision counted once", shadow)
+	}
+	// Bound shadow pods are strays of the real revision by their node,
+	// until they go.
+	ng := groupsFunc{key: "s", group: func(node string) int {
+		if node == "node-b" {
+			return 1
+		}
+		return -1
+	}}
+	if got := tl.StrayCounts(rev, 2, ng); !slices.Equal(got, []int64{0, int64(len(forged)) + 2}) {
+		t.Errorf("stray counts %v, want the forged pods and the 2 shadow ones on node-b", got)
+	}
+	tl.Forget(signed)
+	tl.Forget(next)
+	if tl.Strays(rev) != len(forged) {
+		t.Errorf("%d strays after the shadow pods went, want %d", tl.Strays(rev), len(forged))
 	}
 }

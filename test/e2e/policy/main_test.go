@@ -5,8 +5,9 @@
 // end to end: a policy places a Deployment that carries no annotation, its
 // status shows the split, an edit applies to new pods only, the oldest of two
 // policies wins, a workload's own annotation wins, an invalid strategy is
-// refused at apply with the parser's message, and seed 001's distribution
-// form works.
+// refused at apply with the parser's message, seed 001's distribution form
+// works, and a workload whose policy leaves shadow mode places its new pods
+// around the running ones.
 package policy_test
 
 import (

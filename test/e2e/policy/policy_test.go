@@ -21,7 +21,10 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/explain"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -428,3 +431,97 @@ spec:
 	}
 	fmt.Fprintf(os.Stderr, "kubectl apply of a strategy with a typo:\n%s\n", out)
 }
+
+// TestShadowToRequired: a Deployment of 13 pods placed by a policy in shadow
+// mode runs wherever the scheduler put it. The policy switches to required
+// without a rollout and the Deployment scales to 20: the 7 new pods are
+// placed around the 13 running ones, counted by their nodes, so they go
+// where the engine sends them from that split (not as from an empty one),
+// and the split moves toward the quota.
+func TestShadowToRequired(t *testing.T) {
+	ns := newNamespace(t)
+	p := placementPolicy(ns, "web-split", "web", seed004())
+	p.Spec.Mode = v1alpha1.ModeShadow
+	create(t, p)
+	d := deployment(ns, "web", 13, nil)
+	create(t, d)
+	shadowPods := waitRunning(t, ns, "web", 13)
+	framework.WaitFor(t, time.Minute, "a shadow decision on every pod", func() error {
+		var pods corev1.PodList
+		if err := env.Kube.List(t.Context(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": "web"}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if !decision.HasShadow(&p) {
+				return fmt.Errorf("pod %s has no %s yet", p.Name, annotations.Shadow)
+			}
+		}
+		return nil
+	})
+	s, err := compiled.Parse(seed004Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := make([]int64, 2) // by node: on-demand, spot
+	old := map[types.UID]bool{}
+	for _, p := range shadowPods {
+		running[s.Index[ct+"="+p.capacity]]++
+		old[p.pod.UID] = true
+	}
+	// Where the engine sends 7 pods from the running split, and where it
+	// would from an empty one (the shadow pods not counted).
+	want, blind := make([]int64, 2), make([]int64, 2)
+	from, empty := slices.Clone(running), make([]int64, 2)
+	var next []string
+	for range 7 {
+		g := s.Method.Next(from, apportion.All)
+		from[g]++
+		want[g]++
+		next = append(next, s.Strategy.Groups[g].Key())
+		g = s.Method.Next(empty, apportion.All)
+		empty[g]++
+		blind[g]++
+	}
+	t.Logf("shadow pods by node %v; the 7 new pods should go %v (%v if the shadow pods were not counted)", running, want, blind)
+
+	var cur v1alpha1.PlacementPolicy
+	framework.WaitFor(t, 30*time.Second, "switching the policy to required", func() error {
+		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(p), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Mode = v1alpha1.ModeRequired
+		return env.Kube.Update(t.Context(), &cur)
+	})
+	waitStatus(t, ns, p.Name, "the required mode seen", func(v1alpha1.PlacementPolicyStatus) error { return nil })
+	// `kubectl apportion explain` counts the shadow pods as placement does.
+	w := explainJSON[explain.WorkloadReport](t, "explain", "deployment/web", "-n", ns)
+	if w.Mode != annotations.ModeRequired || w.Groups[0].Strays != running[0] || w.Groups[1].Strays != running[1] || len(w.Next) < 7 || !slices.Equal(w.Next[:7], next) {
+		t.Errorf("explain: mode %s, groups %+v, next %v; want required, strays %v, next %v", w.Mode, w.Groups, w.Next, running, next)
+	}
+	scale(t, d, 20)
+	after := waitRunning(t, ns, "web", 20)
+	got := make([]int64, 2)
+	for _, p := range after {
+		if old[p.pod.UID] {
+			continue
+		}
+		if _, ok := p.pod.Annotations[annotations.Group]; !ok {
+			t.Errorf("new pod %s has no decision: %v", p.pod.Name, p.pod.Annotations)
+		}
+		got[s.Index[ct+"="+p.capacity]]++
+	}
+	final := []int64{running[0] + got[0], running[1] + got[1]}
+	t.Logf("new pods by node %v; all 20 %v; the quota at 20 %v", got, final, s.Method.Counts(20))
+	if !slices.Equal(got, want) {
+		t.Errorf("the 7 new pods went %v, want %v: placed from the running split %v", got, want, running)
+	}
+	// Toward the quota: no farther from it than placing the new pods as
+	// from an empty split would leave it.
+	quota := s.Method.Counts(20)
+	distance := func(c []int64) int64 { return abs(c[0]-quota[0]) + abs(c[1]-quota[1]) }
+	if d, b := distance(final), distance([]int64{running[0] + blind[0], running[1] + blind[1]}); d > b {
+		t.Errorf("the split %v is %d pods off the quota %v, placing as from an empty split leaves it %d off", final, d, quota, b)
+	}
+}
+
+func abs(n int64) int64 { return max(n, -n) }
