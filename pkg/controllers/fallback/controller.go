@@ -180,11 +180,11 @@ type Controller struct {
 	rechecks   chan poolEvent
 
 	mu           sync.Mutex
-	failures     map[string]time.Time   // NodePool -> its latest launch failure
-	failedClaims map[types.UID]struct{} // NodeClaims whose failure is recorded
-	noTypes      map[string]time.Time   // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
-	outages      map[string]outage      // NodePool -> the evidence of its cluster-wide outage
-	pods         *ttlcache.Cache[types.UID, podEvents]
+	failures     map[string]time.Time                          // NodePool -> its latest launch failure
+	failedClaims map[types.UID]struct{}                        // NodeClaims whose failure is recorded
+	noTypes      map[string]poolEvents                         // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
+	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
+	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
 }
 
 // NewController builds the detector. A zero Timeout or NominationWait takes
@@ -207,10 +207,9 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		rechecks:     make(chan poolEvent, 64),
 		failures:     map[string]time.Time{},
 		failedClaims: map[types.UID]struct{}{},
-		noTypes:      map[string]time.Time{},
+		noTypes:      map[string]poolEvents{},
 		outages:      map[string]outage{},
-		pods: ttlcache.New(ttlcache.WithTTL[types.UID, podEvents](30*time.Minute),
-			ttlcache.WithCapacity[types.UID, podEvents](200_000)),
+		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
 	}
 }
 
