@@ -39,7 +39,7 @@ func forgedPodEvent(namespace, name string, uid types.UID, reason, message strin
 		ObjectMeta:     metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("%s.%s", name, strings.ToLower(reason))},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: uid},
 		Reason:         reason, Message: message, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: capacity.KarpenterComponent}, LastTimestamp: metav1.NewTime(at),
+		Source: corev1.EventSource{Component: capacity.KarpenterComponent}, LastTimestamp: metav1.NewTime(at),
 	}
 }
 
