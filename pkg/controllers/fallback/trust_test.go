@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -181,5 +182,47 @@ func TestPodEvidencePartitioned(t *testing.T) {
 	f.reconcile("p1")
 	if out, reason := f.out(capacity.PoolKey("spot")); !out || reason != ReasonLimits {
 		t.Fatalf("out %v reason %q; want limits from web/p1's own Event", out, reason)
+	}
+}
+
+// TestLimitsBacked: the pool's state backs a limits finding when a limit
+// leaves less than the smallest node it runs has, nothing of a resource
+// every node has, or less than nothing.
+func TestLimitsBacked(t *testing.T) {
+	q := resource.MustParse
+	const gpu = corev1.ResourceName("nvidia.com/gpu")
+	small := corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")}
+	big := corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), gpu: q("1")}
+	for _, tc := range []struct {
+		name   string
+		limits corev1.ResourceList
+		used   corev1.ResourceList
+		nodes  []corev1.ResourceList // launched NodeClaims' capacity
+		want   bool
+	}{
+		{"cpu left below the smallest node", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("19")}, []corev1.ResourceList{small, big}, true},
+		{"cpu left for the smallest node", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("18")}, []corev1.ResourceList{small, big}, false},
+		{"cpu used up, no node known", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("20")}, nil, true},
+		{"cpu left, no node known", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("19")}, nil, false},
+		{"nodes used up", corev1.ResourceList{"nodes": q("2")}, nil, []corev1.ResourceList{small, big}, true},
+		{"a node left", corev1.ResourceList{"nodes": q("3")}, nil, []corev1.ResourceList{small, big}, false},
+		// Nodes without GPUs can still launch.
+		{"gpus used up", corev1.ResourceList{gpu: q("1")}, nil, []corev1.ResourceList{small, big}, false},
+		{"gpus above the limit", corev1.ResourceList{gpu: q("1")}, corev1.ResourceList{gpu: q("2")}, []corev1.ResourceList{small}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+				np.Spec.Limits = karpv1.Limits(tc.limits)
+				np.Status.Resources = tc.used
+			})
+			objs := []client.Object{np}
+			for i, c := range tc.nodes {
+				objs = append(objs, launchedClaim(fmt.Sprintf("spot-%d", i), "spot", c))
+			}
+			f := newFixture(t, Options{}, nil, nil, objs...)
+			if got := limitsBacked(np, f.ctrl.usage(t.Context(), np)); got != tc.want {
+				t.Errorf("backed %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
