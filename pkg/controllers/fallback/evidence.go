@@ -197,8 +197,9 @@ func poolState(np *karpv1.NodePool) (signal, bool) {
 type poolUsage struct {
 	used corev1.ResourceList
 	// smallest is, per resource, the least that any launched NodeClaim of
-	// the pool has (none for one without it), and "nodes" 1; nil when no
-	// NodeClaim of the pool has launched.
+	// the pool can give pods (its allocatable; none for one without the
+	// resource), and "nodes" 1; nil when no NodeClaim of the pool has
+	// launched.
 	smallest corev1.ResourceList
 }
 
@@ -230,6 +231,12 @@ func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
 		capacity := nc.Status.Capacity
 		if len(capacity) == 0 {
 			capacity = nc.Spec.Resources.Requests
+		} else if alloc := nc.Status.Allocatable; len(alloc) > 0 {
+			// What a node can give pods is never more than what it
+			// counts against the limits: the smaller is the safer
+			// measure of its size (and some providers, such as kwok,
+			// report the pods' requests as the capacity).
+			u.smallest = smaller(u.smallest, alloc)
 		} else {
 			u.smallest = smaller(u.smallest, capacity)
 		}
@@ -250,11 +257,11 @@ func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
 	return u
 }
 
-// smaller is the least of each resource in have (nil: none yet) and in a
-// launched NodeClaim's capacity; a resource one of them lacks is zero.
-func smaller(have, capacity corev1.ResourceList) corev1.ResourceList {
+// smaller is the least of each resource in have (nil: none yet) and in
+// what a launched NodeClaim gives; a resource one of them lacks is zero.
+func smaller(have, size corev1.ResourceList) corev1.ResourceList {
 	if have == nil {
-		out := capacity.DeepCopy()
+		out := size.DeepCopy()
 		out["nodes"] = resource.MustParse("1")
 		return out
 	}
@@ -262,7 +269,7 @@ func smaller(have, capacity corev1.ResourceList) corev1.ResourceList {
 		if name == "nodes" {
 			continue
 		}
-		if c, ok := capacity[name]; !ok {
+		if c, ok := size[name]; !ok {
 			have[name] = resource.Quantity{}
 		} else if c.Cmp(q) < 0 {
 			have[name] = c.DeepCopy()
@@ -277,8 +284,8 @@ var onEveryNode = map[corev1.ResourceName]bool{"nodes": true, corev1.ResourceCPU
 
 // limitsBacked reports whether the NodePool's own state says it cannot
 // launch another node: some limit leaves less than the smallest node it
-// runs has of that resource, or nothing at all of a resource every node
-// has, or less than nothing. Karpenter's limits finding (every instance type
+// runs can give pods of that resource, or nothing at all of a resource
+// every node has, or less than nothing. Karpenter's limits finding (every instance type
 // of the pool exceeds what is left) is written on a pod, where anyone who
 // may create Events in the pod's namespace can write it too; it reaches
 // other workloads only when this holds. A pod that needs more than a pool

@@ -224,5 +224,18 @@ func TestLimitsBacked(t *testing.T) {
 				t.Errorf("backed %v, want %v", got, tc.want)
 			}
 		})
-	}
+	} // A node that reports its pods' requests as its capacity (kwok) is
+	// measured by what it can give pods.
+	t.Run("allocatable above capacity", func(t *testing.T) {
+		np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+			np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("3")})
+			np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("1500m")}
+		})
+		nc := launchedClaim("spot-a", "spot", corev1.ResourceList{corev1.ResourceCPU: q("1500m")})
+		nc.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: q("1900m")}
+		f := newFixture(t, Options{}, nil, nil, np, nc)
+		if !limitsBacked(np, f.ctrl.usage(t.Context(), np)) {
+			t.Error("1500m left of a pool whose node gives pods 1900m: not backed")
+		}
+	})
 }
