@@ -16,7 +16,7 @@
 //  2. Karpenter says, in a pod's FailedScheduling Event, that every instance
 //     type of the pool exceeds what is left of its limits, or that its node
 //     limit is used up, and the pool's state agrees: some limit leaves less
-//     than the smallest node the pool runs (limits). Karpenter filters
+//     than the smallest node the pool runs can give pods (limits). Karpenter filters
 //     instance types by the remaining limits before it looks at the pod, so
 //     this holds for any pod even though the pool's usage is below its
 //     limits. Without that backing the Event moves the pod's workload only:
