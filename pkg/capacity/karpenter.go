@@ -38,7 +38,9 @@ const (
 	// FindingLimits: every instance type of the NodePool would exceed
 	// what is left of its limits (or its node limit is used up). Karpenter
 	// computes this from the pool's limits and usage before it looks at
-	// the pod, so it holds for every pod: the pool cannot launch a node.
+	// the pod, so, when Karpenter wrote it, it holds for every pod: the
+	// pool cannot launch a node. Anyone who may create Events in the pod's
+	// namespace can write it too: the detector checks the pool's state.
 	FindingLimits
 	// FindingDoesNotFit: no instance type of the NodePool has enough
 	// resources for the pod, or meets its requirements: the pod's own

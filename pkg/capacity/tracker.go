@@ -4,9 +4,9 @@
 // own account of why a pod got no node (its Events). The detector that marks
 // them is pkg/controllers/fallback.
 //
-// An outage has a scope. Evidence from Karpenter about a NodePool (its limits,
-// readiness, launch failures) marks the pool out for every workload
-// (PoolKey). Evidence from one workload's pods alone (they stayed
+// An outage has a scope. Evidence about a NodePool that its own state backs
+// (its limits, readiness, launch failures) marks the pool out for every
+// workload (PoolKey). Evidence from one workload's pods alone (they stayed
 // unschedulable and Karpenter launched nothing for them) marks the pool out
 // for that workload only (Scoped), so that nothing a tenant writes reaches
 // another workload.

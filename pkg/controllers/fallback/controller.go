@@ -7,17 +7,24 @@
 // StatefulSet will recreate, so that placement puts the new pods in groups
 // that have capacity.
 //
-// The scope of a mark follows its evidence. Karpenter's own evidence about a
-// NodePool marks it out for every workload (scope cluster):
+// The scope of a mark follows its evidence. Karpenter's Events are hints:
+// anyone who may create Events in a namespace can write one that says it is
+// Karpenter's. A NodePool is out for every workload (scope cluster) only on
+// the cluster's own state, or on an Event that state backs:
 //
 //  1. the NodePool is gone, being deleted or not Ready (not_ready);
 //  2. Karpenter says, in a pod's FailedScheduling Event, that every instance
 //     type of the pool exceeds what is left of its limits, or that its node
-//     limit is used up (limits). Karpenter filters instance types by the
-//     remaining limits before it looks at the pod, so this holds for any pod
-//     even though the pool's usage is below its limits;
-//  3. Karpenter says, in an Event on the NodePool, that its requirements
-//     leave no instance type (no_instance_types);
+//     limit is used up, and the pool's state agrees: some limit leaves less
+//     than the smallest node the pool runs can give pods (limits). Karpenter filters
+//     instance types by the remaining limits before it looks at the pod, so
+//     this holds for any pod even though the pool's usage is below its
+//     limits. Without that backing the Event moves the pod's workload only:
+//     a pod that needs more than the pool has left says nothing about the
+//     pods that fit in it;
+//  3. Karpenter says, in an Event on the NodePool in the namespace it writes
+//     those to (PoolEventNamespace), that its requirements leave no instance
+//     type (no_instance_types);
 //  4. a NodeClaim of the pool failed to launch (deleted before it
 //     registered, as Karpenter does on insufficient capacity, or its
 //     Launched condition records an error) and none is on its way
@@ -25,6 +32,9 @@
 //
 // What one workload's pods show alone marks the pool out for that workload
 // only (scope workload): nothing a tenant writes reaches another workload.
+// Karpenter's Events about a pod are kept per namespace, under the pod's
+// name and UID, so that one namespace's Events say nothing about another's
+// pods and cannot push out what was said about them.
 //
 //  5. Karpenter says the pool has no offering for the pod now (no_offering);
 //  6. the pod stayed unschedulable for NominationWait (Karpenter's batch
@@ -48,7 +58,8 @@
 // headroom, and the three pods are deleted and recreated on on-demand. When
 // the outage ends, the pool's limits and usage are checked again: unchanged,
 // the pool stays out without a pod having to find out again; raised, it is
-// back at once.
+// back at once. An outage only an Event says (no_instance_types) is never
+// extended.
 //
 // Evidence older than the end of the key's last outage is not counted again:
 // after an outage, a stuck pod's unschedulable time, its Karpenter Events and
@@ -180,11 +191,11 @@ type Controller struct {
 	rechecks   chan poolEvent
 
 	mu           sync.Mutex
-	failures     map[string]time.Time   // NodePool -> its latest launch failure
-	failedClaims map[types.UID]struct{} // NodeClaims whose failure is recorded
-	noTypes      map[string]time.Time   // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
-	outages      map[string]outage      // NodePool -> the evidence of its cluster-wide outage
-	pods         *ttlcache.Cache[types.UID, podEvents]
+	failures     map[string]time.Time                          // NodePool -> its latest launch failure
+	failedClaims map[types.UID]struct{}                        // NodeClaims whose failure is recorded
+	noTypes      map[string]poolEvents                         // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
+	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
+	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
 }
 
 // NewController builds the detector. A zero Timeout or NominationWait takes
@@ -207,10 +218,9 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		rechecks:     make(chan poolEvent, 64),
 		failures:     map[string]time.Time{},
 		failedClaims: map[types.UID]struct{}{},
-		noTypes:      map[string]time.Time{},
+		noTypes:      map[string]poolEvents{},
 		outages:      map[string]outage{},
-		pods: ttlcache.New(ttlcache.WithTTL[types.UID, podEvents](30*time.Minute),
-			ttlcache.WithCapacity[types.UID, podEvents](200_000)),
+		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
 	}
 }
 

@@ -383,29 +383,38 @@ func TestLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		limits, used corev1.ResourceList
+		node         string // cpu of the pool's one launched NodeClaim; "": none
 		message      string
 		at           time.Duration // when Karpenter wrote it, from now
 		want         bool
 	}{
-		{"cpu at limit, no Event", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", 0, false},
-		{"memory above limit, no Event", corev1.ResourceList{corev1.ResourceMemory: q("32Gi")}, corev1.ResourceList{corev1.ResourceMemory: q("40Gi")}, "", 0, false},
-		{"nodes at limit, no Event", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, "", 0, false},
-		{"exceed limits, usage at the limit", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsSpot, 0, true},
-		{"exceed limits, usage below", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("9500m")}, limitsSpot, 0, true},
-		{"exceed limits, no usage reported", corev1.ResourceList{corev1.ResourceCPU: q("10")}, nil, limitsSpot, 0, true},
-		{"node limits exhausted", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, nodesSpot, 0, true},
-		{"limits of another pool", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsGPU, 0, false},
+		{"cpu at limit, no Event", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", "", 0, false},
+		{"memory above limit, no Event", corev1.ResourceList{corev1.ResourceMemory: q("32Gi")}, corev1.ResourceList{corev1.ResourceMemory: q("40Gi")}, "", "", 0, false},
+		{"nodes at limit, no Event", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, "", "", 0, false},
+		{"exceed limits, usage at the limit", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", limitsSpot, 0, true},
+		{"exceed limits, less left than its smallest node", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("9500m")}, "2", limitsSpot, 0, true},
+		{"node limits exhausted", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("3")}, "", nodesSpot, 0, true},
+		// The pool's own state does not back the Event: at most the
+		// pod's workload (after Grace, see TestLimitsNeedTheState).
+		{"exceed limits, room for its smallest node", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("8")}, "2", limitsSpot, 0, false},
+		{"exceed limits, no node and no usage", corev1.ResourceList{corev1.ResourceCPU: q("10")}, nil, "", limitsSpot, 0, false},
+		{"node limits with nodes left", corev1.ResourceList{"nodes": q("3")}, corev1.ResourceList{"nodes": q("2")}, "", nodesSpot, 0, false},
+		{"limits of another pool", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", limitsGPU, 0, false},
 		// Karpenter cannot have said it: not its Event.
-		{"pool without limits", nil, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsSpot, 0, false},
+		{"pool without limits", nil, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", limitsSpot, 0, false},
 		// From before the pod was unschedulable (another round).
-		{"Event older than the pod's wait", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, limitsSpot, -Grace - 2*time.Second, false},
+		{"Event older than the pod's wait", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", limitsSpot, -Grace - 2*time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
 				np.Spec.Limits = karpv1.Limits(tc.limits)
 				np.Status.Resources = tc.used
 			})
-			f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-Grace)))
+			objs := []client.Object{np, pendingPod("p1", "spot", now.Add(-Grace))}
+			if tc.node != "" {
+				objs = append(objs, launchedClaim("spot-a", "spot", corev1.ResourceList{corev1.ResourceCPU: q(tc.node)}))
+			}
+			f := newFixture(t, Options{}, nil, nil, objs...)
 			if tc.message != "" {
 				f.failedScheduling("p1", tc.message, now.Add(tc.at))
 			}
@@ -419,6 +428,16 @@ func TestLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// launchedClaim is a NodeClaim of pool that launched a node of capacity.
+func launchedClaim(name, pool string, capacity corev1.ResourceList) *karpv1.NodeClaim {
+	nc := nodeClaim(name, pool, now.Add(-time.Hour),
+		status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue},
+		status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
+		status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})
+	nc.Status.Capacity = capacity
+	return nc
 }
 
 // TestLimitsWhileClaimOnTheWay: Karpenter counts launching NodeClaims in the

@@ -154,7 +154,7 @@ func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *core
 // its way. A lookup error counts as awaiting: nothing is deleted on doubt.
 func (c *Controller) awaitingNode(ctx context.Context, pod *corev1.Pod, pool string, timeout time.Duration) bool {
 	now := c.clock.Now()
-	pe := c.podEventsOf(pod.UID)
+	pe := c.podEventsOf(pod)
 	if pe.nominatedAt.After(pe.failedAt) && now.Sub(pe.nominatedAt) < timeout {
 		return true
 	}

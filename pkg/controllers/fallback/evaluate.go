@@ -26,6 +26,8 @@ type signal struct {
 	// np is the NodePool as the evidence saw it (wide Karpenter-mode
 	// signals), for checking the evidence again when the outage ends.
 	np *karpv1.NodePool
+	// used is what counted against its limits (reason limits).
+	used corev1.ResourceList
 }
 
 // evaluate looks for a signal against key for a pod unschedulable since
@@ -51,10 +53,13 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 	// What Karpenter said about this pod in its latest scheduling round:
 	// a failure newer than its nomination and than the pool's newest
 	// NodeClaim (which may be for it).
-	pe := c.podEventsOf(pod.UID)
+	pe := c.podEventsOf(pod)
 	failedFresh := !pe.failedAt.Before(since.Add(-time.Second)) && pe.failedAt.After(lastBack) && pe.failedAt.After(pe.nominatedAt) && !newestClaim.After(pe.failedAt)
 	if failedFresh {
 		if sig, ok := failureSignal(pe.failed, np, pool); ok {
+			if sig.reason == ReasonLimits {
+				sig = c.scopeLimits(ctx, sig, pe.failedAt, now)
+			}
 			return sig, nil
 		}
 	}
@@ -104,7 +109,7 @@ func (c *Controller) poolSignal(ctx context.Context, pool string, lastBack, now 
 		sig.np = np
 		return np, sig, nil
 	}
-	if at := c.noTypesAt(pool); at.After(lastBack) && now.Sub(at) < noTypesFresh {
+	if at := c.noTypesAt(np); at.After(lastBack) && now.Sub(at) < noTypesFresh {
 		return np, signal{reason: ReasonNoInstanceTypes, wide: true, np: np,
 			detail: "Karpenter: NodePool requirements filtered out all compatible available instance types"}, nil
 	}
@@ -118,9 +123,10 @@ func failureSignal(message string, np *karpv1.NodePool, pool string) (signal, bo
 	switch v.Finding {
 	case capacity.FindingLimits:
 		// Karpenter computes this from the pool's limits; a pool without
-		// limits cannot be at them (the Event is not Karpenter's).
+		// limits cannot be at them (the Event is not Karpenter's). Its
+		// scope is scopeLimits'.
 		if np != nil && len(np.Spec.Limits) > 0 {
-			return signal{reason: ReasonLimits, wide: true, np: np, detail: "Karpenter: " + v.Detail}, true
+			return signal{reason: ReasonLimits, np: np, detail: "Karpenter: " + v.Detail}, true
 		}
 	case capacity.FindingDoesNotFit:
 		return signal{misfit: true, detail: v.Detail}, true
@@ -128,6 +134,25 @@ func failureSignal(message string, np *karpv1.NodePool, pool string) (signal, bo
 		return signal{reason: ReasonNoOffering, detail: "Karpenter: " + v.Detail}, true
 	}
 	return signal{}, false
+}
+
+// scopeLimits gives a limits finding its scope: every workload when the
+// NodePool's own state backs it (limitsBacked), the pod's workload
+// otherwise. The state may trail the Event (Karpenter creates the
+// NodeClaims of a round just after it writes the round's Events), so a
+// finding the state does not back yet is looked at again once Karpenter
+// had Grace to create them.
+func (c *Controller) scopeLimits(ctx context.Context, sig signal, failedAt, now time.Time) signal {
+	u := c.usage(ctx, sig.np)
+	sig.used = u.used
+	if limitsBacked(sig.np, u) {
+		sig.wide = true
+		return sig
+	}
+	if settled := failedAt.Add(Grace); now.Before(settled) {
+		return signal{wake: settled}
+	}
+	return sig
 }
 
 func earliest(a, b time.Time) time.Time {

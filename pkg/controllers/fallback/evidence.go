@@ -11,6 +11,7 @@ import (
 	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -26,6 +27,35 @@ type podEvents struct {
 	nominatedAt time.Time
 }
 
+// podRef names the pod an Event is about within its namespace's evidence:
+// its name and UID both, so that an Event naming another pod's UID says
+// nothing about that pod.
+type podRef struct {
+	name string
+	uid  types.UID
+}
+
+// Bounds of the pod evidence. Each namespace has its own cache, so that one
+// namespace's Events (tenant input) never push out another's.
+const (
+	podEvidenceTTL        = 30 * time.Minute
+	maxPodsPerNamespace   = 10_000
+	maxEvidenceNamespaces = 10_000
+)
+
+// poolEvents is Karpenter's latest NoCompatibleInstanceTypes on a NodePool,
+// with the NodePool's UID it named.
+type poolEvents struct {
+	at  time.Time
+	uid types.UID
+}
+
+// PoolEventNamespace is where Karpenter's Events about a NodePool are: a
+// NodePool has no namespace, and client-go's recorder, which Karpenter
+// uses, writes the Event of an object without one in "default". An Event
+// about a NodePool anywhere else was written by someone else.
+const PoolEventNamespace = metav1.NamespaceDefault
+
 // eventTime is when an Event last happened.
 func eventTime(ev *corev1.Event) time.Time {
 	t := ev.CreationTimestamp.Time
@@ -37,7 +67,9 @@ func eventTime(ev *corev1.Event) time.Time {
 	return t
 }
 
-// fromKarpenter: an Event Karpenter's provisioner wrote.
+// fromKarpenter: an Event that says Karpenter's provisioner wrote it. Any
+// identity that may create Events can say so: what it says is a hint that
+// the cluster's own state must back before it reaches other workloads.
 func fromKarpenter(ev *corev1.Event) bool {
 	return ev.Source.Component == capacity.KarpenterComponent || ev.ReportingController == capacity.KarpenterComponent
 }
@@ -53,12 +85,15 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 	obj := ev.InvolvedObject
 	switch {
 	// An Event about a pod lives in the pod's namespace: one written in
-	// another namespace is not Karpenter's.
-	case obj.Kind == "Pod" && obj.UID != "" && obj.Namespace == ev.Namespace && (ev.Reason == capacity.EventFailedScheduling || ev.Reason == capacity.EventNominated):
+	// another namespace is not Karpenter's. It is kept under the pod's
+	// name and UID in that namespace's own cache.
+	case obj.Kind == "Pod" && obj.UID != "" && obj.Name != "" && obj.Namespace == ev.Namespace && (ev.Reason == capacity.EventFailedScheduling || ev.Reason == capacity.EventNominated):
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		cache := c.podCache(obj.Namespace)
+		ref := podRef{name: obj.Name, uid: obj.UID}
 		pe := podEvents{}
-		if item := c.pods.Get(obj.UID); item != nil {
+		if item := cache.Get(ref); item != nil {
 			pe = item.Value()
 		}
 		switch ev.Reason {
@@ -73,18 +108,20 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 			}
 			pe.nominatedAt = at
 		}
-		c.pods.Set(obj.UID, pe, ttlcache.DefaultTTL)
+		cache.Set(ref, pe, ttlcache.DefaultTTL)
 		return types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, ""
-	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "":
+	// Karpenter writes its Events about a NodePool in one namespace only.
+	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "" &&
+		ev.Namespace == PoolEventNamespace && obj.Namespace == "":
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if !at.After(c.noTypes[obj.Name]) {
+		if !at.After(c.noTypes[obj.Name].at) {
 			return pod, ""
 		}
 		if len(c.noTypes) >= maxPools {
-			c.noTypes = map[string]time.Time{}
+			c.noTypes = map[string]poolEvents{}
 		}
-		c.noTypes[obj.Name] = at
+		c.noTypes[obj.Name] = poolEvents{at: at, uid: obj.UID}
 		return pod, obj.Name
 	}
 	return pod, ""
@@ -93,19 +130,50 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 // maxPools bounds the NodePools whose Events are kept.
 const maxPools = 4096
 
-func (c *Controller) podEventsOf(uid types.UID) podEvents {
+// podCache is namespace's pod evidence, made on first use (c.mu held). When
+// there are too many namespaces, the ones left with nothing are dropped.
+func (c *Controller) podCache(namespace string) *ttlcache.Cache[podRef, podEvents] {
+	if cache, ok := c.pods[namespace]; ok {
+		return cache
+	}
+	if len(c.pods) >= maxEvidenceNamespaces {
+		for ns, cache := range c.pods {
+			if cache.DeleteExpired(); cache.Len() == 0 {
+				delete(c.pods, ns)
+			}
+		}
+	}
+	cache := ttlcache.New(ttlcache.WithTTL[podRef, podEvents](podEvidenceTTL),
+		ttlcache.WithCapacity[podRef, podEvents](maxPodsPerNamespace))
+	c.pods[namespace] = cache
+	return cache
+}
+
+// podEventsOf is what Karpenter said about this pod: the Events in its
+// namespace that name it and its UID.
+func (c *Controller) podEventsOf(pod *corev1.Pod) podEvents {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if item := c.pods.Get(uid); item != nil {
+	cache, ok := c.pods[pod.Namespace]
+	if !ok {
+		return podEvents{}
+	}
+	if item := cache.Get(podRef{name: pod.Name, uid: pod.UID}); item != nil {
 		return item.Value()
 	}
 	return podEvents{}
 }
 
-func (c *Controller) noTypesAt(pool string) time.Time {
+// noTypesAt is when Karpenter last said the NodePool np (this one, by its
+// UID) has no instance type left.
+func (c *Controller) noTypesAt(np *karpv1.NodePool) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.noTypes[pool]
+	pe := c.noTypes[np.Name]
+	if pe.uid != "" && pe.uid != np.UID {
+		return time.Time{}
+	}
+	return pe.at
 }
 
 // poolState reports a NodePool that cannot launch nodes: gone, being
@@ -124,23 +192,35 @@ func poolState(np *karpv1.NodePool) (signal, bool) {
 	return signal{}, false
 }
 
-// usage is what counts against a NodePool's limits now: its status, or the
-// capacity of its NodeClaims when more (Karpenter counts launching ones
-// before its status shows them). Read from the API when it can, once per new
-// outage: Karpenter writes its FailedScheduling Events just before it creates
-// the NodeClaims of the same round, so the cache may not have them yet.
-func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) corev1.ResourceList {
+// poolUsage is what counts against a NodePool's limits now, and the
+// smallest node it runs.
+type poolUsage struct {
+	used corev1.ResourceList
+	// smallest is, per resource, the least that any launched NodeClaim of
+	// the pool can give pods (its allocatable; none for one without the
+	// resource), and "nodes" 1; nil when no NodeClaim of the pool has
+	// launched.
+	smallest corev1.ResourceList
+}
+
+// usage reads what counts against a NodePool's limits now: its status, or
+// the capacity of its NodeClaims when more (Karpenter counts launching ones
+// before its status shows them). Read from the API when it can: Karpenter
+// writes its FailedScheduling Events just before it creates the NodeClaims
+// of the same round, so the cache may not have them yet.
+func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
 	used := np.Status.Resources.DeepCopy()
 	if used == nil {
 		used = corev1.ResourceList{}
 	}
+	u := poolUsage{used: used}
 	var reader client.Reader = c.kubeClient
 	if c.opts.APIReader != nil {
 		reader = c.opts.APIReader
 	}
 	var claims karpv1.NodeClaimList
 	if err := reader.List(ctx, &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
-		return used
+		return u
 	}
 	sum := corev1.ResourceList{}
 	for i := range claims.Items {
@@ -151,6 +231,14 @@ func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) corev1.Reso
 		capacity := nc.Status.Capacity
 		if len(capacity) == 0 {
 			capacity = nc.Spec.Resources.Requests
+		} else if alloc := nc.Status.Allocatable; len(alloc) > 0 {
+			// What a node can give pods is never more than what it
+			// counts against the limits: the smaller is the safer
+			// measure of its size (and some providers, such as kwok,
+			// report the pods' requests as the capacity).
+			u.smallest = smaller(u.smallest, alloc)
+		} else {
+			u.smallest = smaller(u.smallest, capacity)
 		}
 		for name, q := range capacity {
 			total := sum[name]
@@ -166,7 +254,58 @@ func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) corev1.Reso
 			used[name] = q
 		}
 	}
-	return used
+	return u
+}
+
+// smaller is the least of each resource in have (nil: none yet) and in
+// what a launched NodeClaim gives; a resource one of them lacks is zero.
+func smaller(have, size corev1.ResourceList) corev1.ResourceList {
+	if have == nil {
+		out := size.DeepCopy()
+		out["nodes"] = resource.MustParse("1")
+		return out
+	}
+	for name, q := range have {
+		if name == "nodes" {
+			continue
+		}
+		if c, ok := size[name]; !ok {
+			have[name] = resource.Quantity{}
+		} else if c.Cmp(q) < 0 {
+			have[name] = c.DeepCopy()
+		}
+	}
+	return have
+}
+
+// onEveryNode are resources every instance type has some of: a limit of
+// theirs with nothing left leaves no instance type.
+var onEveryNode = map[corev1.ResourceName]bool{"nodes": true, corev1.ResourceCPU: true, corev1.ResourceMemory: true}
+
+// limitsBacked reports whether the NodePool's own state says it cannot
+// launch another node: some limit leaves less than the smallest node it
+// runs can give pods of that resource, or nothing at all of a resource
+// every node has, or less than nothing. Karpenter's limits finding (every instance type
+// of the pool exceeds what is left) is written on a pod, where anyone who
+// may create Events in the pod's namespace can write it too; it reaches
+// other workloads only when this holds. A pod that needs more than a pool
+// has left says nothing about the pods that fit in it.
+func limitsBacked(np *karpv1.NodePool, u poolUsage) bool {
+	for name, limit := range np.Spec.Limits {
+		left := limit.DeepCopy()
+		if used, ok := u.used[name]; ok {
+			left.Sub(used)
+		}
+		switch {
+		case left.Sign() < 0, left.Sign() == 0 && onEveryNode[name]:
+			return true
+		case u.smallest != nil:
+			if least := u.smallest[name]; left.Cmp(least) < 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // headroom describes what is left of each of the NodePool's limits given

@@ -92,7 +92,10 @@ func TestLimitsWithHeadroom(t *testing.T) {
 			})
 			other := pendingPod("other", "spot", now.Add(-time.Second), ownedBy("StatefulSet", "db", "sts-uid"))
 			objs := []client.Object{np, other, pendingPod("p1", "spot", now.Add(-5*time.Second), withRequests(corev1.ResourceList{corev1.ResourceCPU: q("2")}))}
-			if tc.claimCPU != "" {
+			if tc.claimCPU == "" {
+				// A node of the pool, launched: 500m left is less.
+				objs = append(objs, launchedClaim("spot-old", "spot", corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi")}))
+			} else {
 				nc := nodeClaim("spot-a", "spot", now.Add(-time.Hour),
 					status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
 					status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})
@@ -407,7 +410,7 @@ func TestObserveEvent(t *testing.T) {
 	if pod, pool := f.ctrl.ObserveEvent(notKarpenter); pod.Name != "" || pool != "" {
 		t.Errorf("the scheduler's Event read: %v %q", pod, pool)
 	}
-	if pe := f.ctrl.podEventsOf(p1.UID); !pe.failedAt.IsZero() {
+	if pe := f.ctrl.podEventsOf(p1); !pe.failedAt.IsZero() {
 		t.Errorf("the scheduler's Event recorded: %+v", pe)
 	}
 	if pod, _ := f.ctrl.ObserveEvent(nil); pod.Name != "" {
@@ -428,7 +431,7 @@ func TestObserveEvent(t *testing.T) {
 	if pod, _ := f.ctrl.ObserveEvent(ev); pod.Name != "" {
 		t.Errorf("the same Event again returned %v", pod)
 	}
-	if pe := f.ctrl.podEventsOf(p1.UID); !pe.failedAt.Equal(now) || pe.failed != exceedSpot {
+	if pe := f.ctrl.podEventsOf(p1); !pe.failedAt.Equal(now) || pe.failed != exceedSpot {
 		t.Errorf("recorded %+v", pe)
 	}
 	// An older Nominated is not read after a newer one.
@@ -437,7 +440,7 @@ func TestObserveEvent(t *testing.T) {
 	if pod, _ := f.ctrl.ObserveEvent(older); pod.Name != "" {
 		t.Errorf("an older Nominated returned %v", pod)
 	}
-	if pe := f.ctrl.podEventsOf(p1.UID); !pe.nominatedAt.Equal(now) {
+	if pe := f.ctrl.podEventsOf(p1); !pe.nominatedAt.Equal(now) {
 		t.Errorf("nominatedAt %v, want %v", pe.nominatedAt, now)
 	}
 	// eventTime is the latest of the Event's times.

@@ -61,10 +61,11 @@ func (c *Controller) recordOutage(pool string, sig signal) {
 // ReconcilePool follows a NodePool's cluster-wide outage: it ends it at once
 // when its evidence is gone (limits raised or usage lower, the pool Ready
 // again, its requirements changed), and keeps it out for another outage when
-// the evidence still holds at its end, so that pods are not sent back to a
-// pool that still cannot launch. An outage without evidence to check (launch
-// failures) ends with its TTL, and a new failure marks it again with a
-// doubled TTL.
+// the cluster's state still backs it at its end (the pool at its limits or
+// not Ready, a launch failure since), so that pods are not sent back to a
+// pool that still cannot launch. Any other outage (no instance types, which
+// only Karpenter's Event says) ends with its TTL, and new evidence marks it
+// again with a doubled TTL.
 func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := capacity.PoolKey(req.Name)
 	out, reason, until := c.tracker.Unavailable(key)
@@ -85,7 +86,7 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 	case !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("getting NodePool %s: %w", req.Name, err)
 	}
-	holds, checkable := c.stillHolds(req.Name, o, np)
+	holds, checkable := c.stillHolds(ctx, req.Name, o, np)
 	now := c.clock.Now()
 	logger := log.FromContext(ctx).WithValues("nodepool", req.Name, "reason", reason)
 	switch {
@@ -116,10 +117,12 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 	return reconcile.Result{}, nil
 }
 
-// stillHolds checks an outage's evidence against the NodePool now (nil:
-// gone). checkable is false for evidence that cannot be checked again
-// without a pod trying (launch failures).
-func (c *Controller) stillHolds(pool string, o outage, np *karpv1.NodePool) (holds, checkable bool) {
+// stillHolds checks an outage's evidence against the cluster's state now
+// (np nil: the NodePool is gone). checkable is false for evidence that
+// cannot be checked again without a pod trying (launch failures), and for
+// evidence that was only ever an Event (no instance types): an Event alone
+// never keeps a pool out longer.
+func (c *Controller) stillHolds(ctx context.Context, pool string, o outage, np *karpv1.NodePool) (holds, checkable bool) {
 	switch o.reason {
 	case ReasonNotReady:
 		_, bad := poolState(np)
@@ -128,9 +131,12 @@ func (c *Controller) stillHolds(pool string, o outage, np *karpv1.NodePool) (hol
 		if np == nil {
 			return true, true
 		}
-		return !o.limits.grown(np), true
+		return !o.limits.grown(np) && limitsBacked(np, c.usage(ctx, np)), true
 	case ReasonNoInstanceTypes:
-		return np == nil || np.Generation == o.generation, true
+		// Its requirements changed: Karpenter looks at them afresh.
+		if np != nil && np.Generation != o.generation {
+			return false, true
+		}
 	case ReasonLaunchFailed:
 		if failed, ok := c.failure(pool); ok && failed.After(o.marked) {
 			return true, true

@@ -53,7 +53,8 @@ func rechecks(reason, result string) float64 {
 	return testutil.ToFloat64(metrics.CapacityRechecksTotal.WithLabelValues(reason, result))
 }
 
-// limitsFixture: spot's cpu limit leaves 500m; Karpenter said the pool
+// limitsFixture: spot's cpu limit leaves 500m, less than its 2 cpu nodes
+// have; Karpenter said the pool
 // exceeds its limits for p1; the pool is out for every workload.
 func limitsFixture(t *testing.T) *fixture {
 	t.Helper()
@@ -62,7 +63,9 @@ func limitsFixture(t *testing.T) *fixture {
 		np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("10")})
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("9500m"), corev1.ResourceMemory: q("20Gi")}
 	})
-	f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
+	// Its nodes have 2 cpu: 500m left is less than one.
+	f := newFixture(t, Options{}, nil, nil, np, launchedClaim("spot-a", "spot", corev1.ResourceList{corev1.ResourceCPU: q("2")}),
+		pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	f.failedScheduling("p1", exceedSpot, now)
 	f.reconcile("p1")
 	if out, reason := f.out(capacity.PoolKey("spot")); !out || reason != ReasonLimits {
@@ -205,19 +208,31 @@ func TestNotReadyOutageRechecked(t *testing.T) {
 	})
 }
 
-// TestNoInstanceTypesOutage: a no_instance_types outage is extended while
-// the NodePool's spec is the one Karpenter judged, and lifted when it
-// changes.
+// noTypesEvent is Karpenter's NoCompatibleInstanceTypes on the NodePool
+// np, in namespace (where Karpenter writes it: PoolEventNamespace).
+func noTypesEvent(namespace string, np *karpv1.NodePool, at time.Time) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: namespace, Name: np.Name + ".noinstancetypes"},
+		InvolvedObject: corev1.ObjectReference{Kind: "NodePool", APIVersion: "karpenter.sh/v1", Name: np.Name, UID: np.UID},
+		Reason:         capacity.EventNoCompatibleInstanceTypes, Message: "NodePool requirements filtered out all compatible available instance types",
+		Source: corev1.EventSource{Component: capacity.KarpenterComponent}, LastTimestamp: metav1.NewTime(at),
+	}
+}
+
+// TestNoInstanceTypesOutage: a no_instance_types outage is lifted when the
+// NodePool's requirements change, and otherwise ends with its TTL: only
+// Karpenter's Event says the pool has no instance type, and an Event alone
+// never keeps a pool out longer, even one repeated during the outage.
+//
+// (It used to be extended for as long as the NodePool's generation stayed
+// the same: one Event kept a pool out for good.)
 func TestNoInstanceTypesOutage(t *testing.T) {
 	spot := capacity.PoolKey("spot")
 	for _, changed := range []bool{false, true} {
 		np := nodePool("spot", metav1.ConditionTrue)
 		np.Generation = 3
 		f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
-		f.ctrl.ObserveEvent(&corev1.Event{
-			InvolvedObject: corev1.ObjectReference{Kind: "NodePool", Name: "spot"}, Reason: capacity.EventNoCompatibleInstanceTypes,
-			Source: corev1.EventSource{Component: capacity.KarpenterComponent}, LastTimestamp: metav1.NewTime(now),
-		})
+		f.ctrl.ObserveEvent(noTypesEvent(PoolEventNamespace, np, now))
 		f.reconcile("p1")
 		if out, reason := f.out(spot); !out || reason != ReasonNoInstanceTypes {
 			t.Fatalf("out %v reason %q; want no_instance_types", out, reason)
@@ -238,11 +253,18 @@ func TestNoInstanceTypesOutage(t *testing.T) {
 			}
 			continue
 		}
+		// Karpenter says it again during the outage.
+		f.clock.SetTime(until.Add(-time.Minute))
+		f.ctrl.ObserveEvent(noTypesEvent(PoolEventNamespace, np, f.clock.Now()))
+		before := rechecks(ReasonNoInstanceTypes, RecheckExpired)
 		f.clock.SetTime(until.Add(-recheckLead))
 		f.reconcilePool()
-		f.clock.SetTime(until.Add(time.Second))
-		if out, _ := f.out(spot); !out {
-			t.Fatal("same requirements, back at the end of the outage")
+		if got := rechecks(ReasonNoInstanceTypes, RecheckExpired) - before; got != 1 {
+			t.Errorf("rechecks_total{no_instance_types,expired} grew by %v, want 1", got)
+		}
+		f.clock.SetTime(until)
+		if out, _ := f.out(spot); out {
+			t.Fatalf("extended on Karpenter's Event alone, until %v", f.until(spot))
 		}
 	}
 }

@@ -43,7 +43,11 @@ func (c *Controller) report(ctx context.Context, pod *corev1.Pod, key capacity.K
 	scope := "cluster"
 	detail := sig.detail
 	if sig.reason == ReasonLimits && sig.np != nil {
-		detail = headroom(sig.np, c.usage(ctx, sig.np), c.requests(ctx, pod)) + "; " + detail
+		used := sig.used
+		if used == nil {
+			used = c.usage(ctx, sig.np).used
+		}
+		detail = headroom(sig.np, used, c.requests(ctx, pod)) + "; " + detail
 	}
 	if key.Scope() != "" {
 		scope = "workload"

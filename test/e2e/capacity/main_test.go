@@ -228,6 +228,10 @@ var pools = []pool{
 	// another namespace's workload (headroom_test.go).
 	{name: "forged-od", caseName: "forged", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "forged-spot", caseName: "forged", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
+	// evidence: a tenant that may create Events forges Karpenter's about
+	// the spot pool and another namespace's pods (evidence_test.go).
+	{name: "evidence-od", caseName: "evidence", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "evidence-spot", caseName: "evidence", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
 	// drift: a spot pool tainted NoSchedule, without the
 	// apportion.dev/tolerate opt-in (drift_test.go).
 	{name: "drift-od", caseName: "drift", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
