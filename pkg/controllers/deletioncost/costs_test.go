@@ -256,3 +256,23 @@ func TestWrittenCostsKeepTheirOrder(t *testing.T) {
 		t.Errorf("written costs %v become %v", costs, again)
 	}
 }
+
+// TestWorkedExampleAfterOutage is the package doc's second example: five
+// pods on-demand while spot was out, then five on spot.
+func TestWorkedExampleAfterOutage(t *testing.T) {
+	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	pods := podsFor(t, s, []int{0, 0, 0, 0, 0, 1, 1, 1, 1, 1})
+	for _, p := range pods[:5] {
+		p.Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	}
+	costs, err := Costs(s, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"p004": -12, "p003": -8, "p009": -7, "p008": -6, "p007": -5, "p002": -4, "p006": -3, "p005": -2, "p001": -1, "p000": 0}
+	for _, p := range pods {
+		if costs[p.UID] != want[p.Name] {
+			t.Errorf("%s: cost %d, want %d", p.Name, costs[p.UID], want[p.Name])
+		}
+	}
+}
