@@ -97,6 +97,9 @@ func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
 		costs[r.pod.UID] = decision.OffPathPodCost(len(offPath) - k)
 	}
 	slices.SortFunc(decided, func(a, b ranked) int { return cmp.Compare(costs[a.pod.UID], costs[b.pod.UID]) })
+	if withinQuotaAllTheWay(s.Method, decided) {
+		return costs // the usual case: nothing goes closer
+	}
 	if victim := victimOrder(s.Method, decided); !asCloseAs(s.Method, decided, victim) {
 		// A group short of its part, among three or more: the highest
 		// positions first would leave the others further off quota than
@@ -106,6 +109,22 @@ func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
 		}
 	}
 	return costs
+}
+
+// withinQuotaAllTheWay reports whether removing the pods in order keeps the
+// split within quota at every size, from all of them down to none.
+func withinQuotaAllTheWay(m *apportion.Method, order []ranked) bool {
+	counts := make([]int64, m.Len())
+	for _, r := range order {
+		counts[r.group]++
+	}
+	for _, r := range order {
+		if !m.WithinQuota(counts, apportion.All) {
+			return false
+		}
+		counts[r.group]--
+	}
+	return true
 }
 
 // asCloseAs reports whether removing the pods in order keeps the split as
