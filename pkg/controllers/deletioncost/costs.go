@@ -127,11 +127,11 @@ func withinQuotaAllTheWay(m *apportion.Method, order []ranked) bool {
 	return true
 }
 
-// asCloseAs reports whether removing the pods in order keeps the split as
-// close to quota at every size as removing them in the other order. Removed
-// highest position first, the pods walk the engine's path back, and a split
-// a group is short on goes down as the engine's Victim takes it (as close as
-// the pods allow) when there are two groups; with more, Victim may do better.
+// asCloseAs reports whether removing the pods in order leaves the split as
+// close to quota at every size as removing them in the other order. With two
+// groups, the highest positions first always do: the group short of its part
+// keeps its pods and the other goes down to its quota. With more, the groups
+// that are not short follow their path, which Victim can beat.
 func asCloseAs(m *apportion.Method, order, other []ranked) bool {
 	counts := make([]int64, m.Len())
 	for _, r := range order {
