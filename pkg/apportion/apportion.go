@@ -80,7 +80,8 @@
 // groups share the pods past their bases equally.
 //
 // The Method (apportion.go) gives Next, Victim, Shares, Sequence and Counts;
-// CountsAt (counts.go) reaches the split at n pods without n steps.
+// CountsAt (counts.go) reaches the split at n pods without n steps, and
+// Position (path.go) where on the path a group's c-th pod comes.
 package apportion
 
 import (
@@ -115,6 +116,7 @@ type Group struct {
 // safe for concurrent use.
 type Method struct {
 	groups []Group
+	path   *path // Position's table, built on first use
 }
 
 // maxValue keeps every product in int64: shares are computed as R*w with R and
@@ -156,7 +158,7 @@ func New(groups []Group) (*Method, error) {
 	if gcd > 0 && sum/gcd > MaxWeightSum {
 		return nil, fmt.Errorf("the weights add up to %d in lowest terms, at most %d is allowed", sum/gcd, MaxWeightSum)
 	}
-	return &Method{groups: append([]Group(nil), groups...)}, nil
+	return &Method{groups: append([]Group(nil), groups...), path: &path{}}, nil
 }
 
 // Len is the number of groups.
@@ -276,6 +278,26 @@ func (m *Method) WithinQuota(counts []int64, avail Set) bool {
 		}
 	}
 	return true
+}
+
+// OffQuota is how far counts are from quota over the available groups: the
+// pods below each group's lower quota plus those above its upper quota (0
+// exactly when WithinQuota).
+func (m *Method) OffQuota(counts []int64, avail Set) int64 {
+	n := m.total(counts, avail)
+	sp := m.splitAt(n, avail)
+	left := n
+	var off int64
+	for i, g := range m.groups {
+		if !avail.Has(i) {
+			continue
+		}
+		base := min(g.Base, left)
+		left -= base
+		q := sp.quota(base, g)
+		off += max(0, q.lower-counts[i]) + max(0, counts[i]-q.upper())
+	}
+	return off
 }
 
 // Next returns the group that should receive one more pod, given the pods

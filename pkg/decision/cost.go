@@ -7,30 +7,51 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/apportion-dev/apportion/pkg/apportion"
 )
 
-// The deletion costs below the split's, which numbers its pods from
-// -(pods-1) up to 0 (the deletion-cost controller's package doc has the
+// The deletion costs (the deletion-cost controller's package doc has the
 // whole scheme): the placement controller writes a new pod's cost with its
-// decision when it can tell what the deletion-cost controller will compute,
-// so both take the numbers from here.
+// decision, so both take the numbers from here. A decided pod's cost is
+// minus its position on the engine's path, which a pod of a workload grown
+// by the engine from none holds: from 0 for the pod kept last down to
+// -(pods-1), and below that for the pods a group holds past what the path
+// gives it at the workload's size, such as pods placed while another group
+// was out of capacity.
 const (
 	// StrayCost is the cost of a pod without a decision, or decided in a
 	// group its strategy no longer has: below every other cost.
 	StrayCost = -(1 << 30)
-	// FallbackCost is the highest cost of a pod placed by capacity
-	// fallback: the one a scale-down removes last among them.
-	FallbackCost = -(1 << 29)
+	// OffPathCost is the highest cost of a decided pod without a position
+	// on the engine's path (a group of weight 0 past its base, a strategy
+	// whose period is too long to tabulate): the one a scale-down removes
+	// last among them. Every position above it.
+	OffPathCost = -(1 << 29)
 )
 
 // SplitCost is the cost of the pod a scale-down removes first from a split of
-// pods pods (fallback pods and strays not counted): the costs number from
-// the bottom, so the last pod left has 0.
+// pods pods that the engine grew: the costs number from the bottom, so the
+// last pod left has 0.
 func SplitCost(pods int) int { return -(pods - 1) }
 
-// FallbackPodCost is the cost of the fallback pod a scale-down removes first
-// among fallbackPods of them: they number down from FallbackCost.
-func FallbackPodCost(fallbackPods int) int { return FallbackCost - (fallbackPods - 1) }
+// GroupCost is the cost of group g's c-th pod (c from 1, its rank in the
+// group counted from the pod a scale-down removes last): minus its position
+// on the engine's path (apportion.Method.Position). ok is false when it has
+// none above OffPathCost; the pod is then numbered among those with
+// OffPathPodCost.
+func GroupCost(m *apportion.Method, g int, c int64) (cost int, ok bool) {
+	pos, ok := m.Position(g, c)
+	if !ok || pos >= -OffPathCost {
+		return 0, false
+	}
+	return -int(pos), true
+}
+
+// OffPathPodCost is the cost of the pod without a position a scale-down
+// removes first among offPathPods of them: they number down from
+// OffPathCost.
+func OffPathPodCost(offPathPods int) int { return OffPathCost - (offPathPods - 1) }
 
 // DeletionCost reads the pod's deletion cost annotation; ok is false when it
 // has none, or one that is not an integer.

@@ -1,37 +1,50 @@
 // Package deletioncost keeps controller.kubernetes.io/pod-deletion-cost on the
 // decided pods of each revision so that, when a workload scales down, the
 // ReplicaSet controller removes pods in an order that keeps every
-// intermediate size within quota.
+// intermediate size within quota, or as close to it as the pods allow.
 //
-// The costs number the pods from the bottom in the order a scale-down should
-// remove them: the pod removed k-th of n gets -(n-k), the pods left after its
-// removal, negated; the first to go has the lowest cost, the last has 0. The
-// order is the one the pods' current costs give, pods without a cost (new
-// ones) first, newest first, as long as removing the pods in that order keeps
-// the split within quota at every size. For a revision the engine grew, the
-// newest pod first is such an order (the engine's own path walked back), and
-// a scale-down leaves one: so a pod added takes -(n-1) and leaves every other
-// cost alone, and the placement controller writes that cost with the
-// decision, in the same patch. When the order leaves quota somewhere (pods
-// placed under an older strategy or while a group was unavailable), the
-// engine's Victim orders the groups instead, within a group still in the
-// order of the current costs. Worked example (the AWS sample webhook's
-// strategy, pods p0..p5 placed od od spot spot od spot):
+// A decided pod counts in the group it runs in, pods placed by capacity
+// fallback included. Within a group the pods are ranked from the one a
+// scale-down removes last (1) up, in the order their current costs give,
+// pods without a cost (new ones) first, newest first; a pod's cost is minus
+// the position of its rank on the engine's path, the number of pods the
+// engine places before the group's pod of that rank when a workload grows
+// from none (apportion.Method.Position). Lowest cost first, a scale-down
+// removes the highest positions first, so the pods left are the engine's
+// split at their number wherever the pods exist: a workload the engine grew
+// walks its path back, from -(n-1) to 0, and a group holding more than its
+// part (on-demand after spot was out) loses pods only while it is above
+// quota, the pods of the other groups staying. A pod added takes its group's
+// next rank and moves no other cost, and a scale-down that removes the
+// lowest cost moves none either, so the placement controller writes a new
+// pod's cost with its decision, in the same patch. Worked example (the AWS
+// sample webhook's strategy, whose path goes od od spot spot od spot spot
+// spot od ...; pods p0..p4 placed on-demand while spot was out, then p5..p9
+// on spot):
 //
-//	removal order:  spot(p5) od(p4) spot(p3) spot(p2) od(p1) od(p0)
-//	cost:           -5       -4     -3       -2       -1     0
-//	on-demand left: 3        2      2        2        1      0
-//	spot left:      2        2      1        0        0      0
+//	removal order:  od(p4) od(p3) spot(p9) spot(p8) spot(p7) od(p2) spot(p6) spot(p5) od(p1) od(p0)
+//	cost:           -12    -8     -7       -6       -5       -4     -3       -2       -1     0
+//	on-demand left: 4      3      3        3        3        2      2        2        1      0
+//	spot left:      5      5      4        3        2        2      1        0        0      0
+//
+// At 10 pods the split cannot be within quota (on-demand's share is 4); from
+// 9 pods down it is.
 //
 // Pods whose group is not in the strategy (placed under an older one) get the
 // lowest cost of all, and so do the revision's strays: pods admitted without
 // a decision (the webhook was down or its call failed open) or released by
 // the gate janitor, and the pods whose decision annotations apportion did not
-// sign (a client wrote them): they are undecided. Pods placed by capacity
-// fallback come next, numbered down from decision.FallbackCost in the same
-// way. Pods still held by the gate are left alone (the placement controller
-// is about to patch them). A revision with no decided pod is not apportion's:
-// its pods are never touched.
+// sign (a client wrote them): they are undecided. Decided pods without a
+// position (a group of weight 0 past its base, or a strategy whose period,
+// its weights' total over their greatest common divisor, passes
+// apportion.MaxPeriod) come next, numbered down from decision.OffPathCost,
+// newest first. With three groups or more, a split one group is short on
+// can be brought closer to quota than the positions go: the engine's Victim
+// then orders the revision, within a group still in the order of the
+// current costs, and the costs number that order from -(n-1) to 0. Pods
+// still held by the gate are left alone (the placement controller is about
+// to patch them). A revision with no decided pod is not apportion's: its
+// pods are never touched.
 //
 // A revision is reconciled a little after the pod events that can change its
 // costs (events.go), so that a burst becomes a few reconciles; a pod placed

@@ -16,12 +16,11 @@ import (
 
 // Costs computes the deletion cost of every pod of one revision; pods with
 // no group of s (undecided, or decided under another strategy) get the
-// lowest, then the pods placed by capacity fallback, then the split, in the
-// order the package doc describes: a scale-down removes the fallback pods
-// before it touches the split. It takes the pods' group and fallback
-// annotations as their decisions (the controller passes the pods whose
-// decisions do not verify without them) and their current costs as the order
-// to keep where it can.
+// lowest, the others the cost of their rank in their group, in the order the
+// package doc describes, pods placed by capacity fallback included. It takes
+// the pods' group annotations as their decisions (the controller passes the
+// pods whose decisions do not verify without them) and their current costs
+// as the order of the pods within each group.
 func Costs(s *strategy.Strategy, pods []*corev1.Pod) (map[types.UID]int, error) {
 	cs, err := compiled.New(s)
 	if err != nil {
@@ -39,9 +38,10 @@ type ranked struct {
 }
 
 // removalOrder puts first the pod a scale-down should remove first, of two
-// pods of one tier: pods without a cost (new, not yet numbered) newest first,
-// then the others in the order of the costs they carry, so that a pod added
-// to a revision leaves the others' places, and costs, alone.
+// pods of one group (or two without a position): pods without a cost (new,
+// not yet numbered) newest first, then the others in the order of the costs
+// they carry, so that a pod added to a revision leaves the others' places,
+// and costs, alone.
 func removalOrder(a, b ranked) int {
 	switch {
 	case a.hasCost != b.hasCost:
@@ -65,7 +65,7 @@ func newestFirst(a, b *corev1.Pod) int {
 // costsOf is Costs of a compiled strategy.
 func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
 	costs := make(map[types.UID]int, len(pods))
-	var split, fallback []ranked
+	groups := make([][]ranked, len(s.Strategy.Groups))
 	for _, p := range pods {
 		gi, ok := s.Index[p.Annotations[annotations.Group]]
 		if !ok {
@@ -74,32 +74,45 @@ func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
 		}
 		r := ranked{pod: p, group: gi}
 		r.cost, r.hasCost = decision.DeletionCost(p)
-		if p.Annotations[annotations.Fallback] != "" {
-			fallback = append(fallback, r)
-		} else {
-			split = append(split, r)
+		groups[gi] = append(groups[gi], r)
+	}
+	// Within a group, the pod a scale-down removes first takes the group's
+	// highest rank, so a pod added (without a cost, or with the one the
+	// placement controller wrote) leaves every other rank alone.
+	var decided, offPath []ranked
+	for g, rs := range groups {
+		slices.SortFunc(rs, removalOrder)
+		decided = append(decided, rs...)
+		for k, r := range rs {
+			if cost, ok := decision.GroupCost(s.Method, g, int64(len(rs)-k)); ok {
+				costs[r.pod.UID] = cost
+			} else {
+				offPath = append(offPath, r)
+			}
 		}
 	}
-	// Fallback pods: below every cost of the split, above the strays.
-	slices.SortFunc(fallback, removalOrder)
-	for k, r := range fallback {
-		costs[r.pod.UID] = decision.FallbackPodCost(len(fallback) - k)
+	// The pods without a position: below every position, above the strays.
+	slices.SortFunc(offPath, removalOrder)
+	for k, r := range offPath {
+		costs[r.pod.UID] = decision.OffPathPodCost(len(offPath) - k)
 	}
-	slices.SortFunc(split, removalOrder)
-	if !withinQuotaAllTheWay(s.Method, split) {
-		split = victimOrder(s.Method, split)
+	slices.SortFunc(decided, func(a, b ranked) int { return cmp.Compare(costs[a.pod.UID], costs[b.pod.UID]) })
+	if withinQuotaAllTheWay(s.Method, decided) {
+		return costs // the usual case: nothing goes closer
 	}
-	for k, r := range split {
-		costs[r.pod.UID] = decision.SplitCost(len(split) - k)
+	if victim := victimOrder(s.Method, decided); !asCloseAs(s.Method, decided, victim) {
+		// A group short of its part, among three or more: the highest
+		// positions first would leave the others further off quota than
+		// the engine's Victim does.
+		for k, r := range victim {
+			costs[r.pod.UID] = decision.SplitCost(len(victim) - k)
+		}
 	}
 	return costs
 }
 
 // withinQuotaAllTheWay reports whether removing the pods in order keeps the
-// split within quota at every size, from all of them down to none. For a
-// revision grown by the engine, the newest pod first is such an order (the
-// engine's own path, walked back), and so is any order a scale-down of it
-// left: that is what lets the costs stay put as pods come and go.
+// split within quota at every size, from all of them down to none.
 func withinQuotaAllTheWay(m *apportion.Method, order []ranked) bool {
 	counts := make([]int64, m.Len())
 	for _, r := range order {
@@ -114,11 +127,29 @@ func withinQuotaAllTheWay(m *apportion.Method, order []ranked) bool {
 	return true
 }
 
+// asCloseAs reports whether removing the pods in order leaves the split as
+// close to quota at every size as removing them in the other order. With two
+// groups, the highest positions first always do: the group short of its part
+// keeps its pods and the other goes down to its quota. With more, the groups
+// that are not short follow their path, which Victim can beat.
+func asCloseAs(m *apportion.Method, order, other []ranked) bool {
+	counts := make([]int64, m.Len())
+	for _, r := range order {
+		counts[r.group]++
+	}
+	otherCounts := slices.Clone(counts)
+	for k := range order {
+		if m.OffQuota(counts, apportion.All) > m.OffQuota(otherCounts, apportion.All) {
+			return false
+		}
+		counts[order[k].group]--
+		otherCounts[other[k].group]--
+	}
+	return true
+}
+
 // victimOrder is the order the engine's Victim removes the pods in, taking
-// within a group the pods in the order they come in: for a split off quota
-// somewhere on the way down (pods placed under an older strategy, or while a
-// group was unavailable), Victim repairs it first and then keeps it within
-// quota.
+// within a group the pods in the order they come in.
 func victimOrder(m *apportion.Method, order []ranked) []ranked {
 	byGroup := make([][]ranked, m.Len())
 	counts := make([]int64, m.Len())

@@ -104,29 +104,34 @@ func TestUnknownGroupGoesFirst(t *testing.T) {
 	}
 }
 
-// TestFallbackPodsGoFirst: pods placed by capacity fallback are removed
-// before every pod of the split (newest first), after the strays; the rest
-// keeps the Victim order.
-func TestFallbackPodsGoFirst(t *testing.T) {
+// TestFallbackPodsCountInTheirGroup: pods placed by capacity fallback
+// count in the group they run in. Spot out for the first four pods (all
+// on-demand), then eight spot pods: on-demand is within quota, so a
+// scale-down takes spot pods first and a fallback pod only once on-demand is
+// above its quota; the stray still goes first of all, and every size on the
+// way down is within quota.
+func TestFallbackPodsCountInTheirGroup(t *testing.T) {
 	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
-	pods := podsFor(t, s, []int{0, 0, 1, 1, 0, 1, 0, 0})
-	pods[6].Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
-	pods[7].Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	pods := podsFor(t, s, []int{0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1})
+	for _, p := range pods[:4] {
+		p.Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	}
 	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stray", UID: "stray"}}
-	costs, err := Costs(s, append(pods, stray))
+	costs, err := Costs(s, append(slices.Clone(pods), stray))
 	if err != nil {
 		t.Fatal(err)
 	}
 	order := append([]*corev1.Pod{stray}, pods...)
 	sort.SliceStable(order, func(a, b int) bool { return costs[order[a].UID] < costs[order[b].UID] })
-	if order[0].Name != "stray" || order[1].Name != "p007" || order[2].Name != "p006" {
-		t.Fatalf("deletion order %v: want the stray, then the fallback pods newest first", names(order))
+	if got := names(order[:5]); !slices.Equal(got, []string{"stray", "p011", "p010", "p009", "p003"}) {
+		t.Fatalf("deletion order %v: want the stray, three spot pods, then the newest fallback pod", names(order))
 	}
-	// The remaining six are the worked example's split, in its Victim order.
-	rest, _ := Costs(s, pods[:6])
-	for i := 3; i < len(order)-1; i++ {
-		if rest[order[i].UID] > rest[order[i+1].UID] {
-			t.Fatalf("after the fallback pods, order %v is not the Victim order", names(order))
+	cs, _ := compiled.New(s)
+	counts := []int64{4, 8}
+	for _, p := range order[1:] {
+		counts[cs.Index[p.Annotations[annotations.Group]]]--
+		if !cs.Method.WithinQuota(counts, apportion.All) {
+			t.Fatalf("deleting by cost (order %v) reached %v, off quota", names(order), counts)
 		}
 	}
 }
@@ -214,9 +219,9 @@ func cost(t *testing.T, p *corev1.Pod) int {
 }
 
 // TestOffQuotaSplitFollowsVictim: a split the newest-first order cannot walk
-// down within quota (four pods in b, then one in a, for equal weights) is
-// ordered by the engine's Victim, which removes b's excess first; the costs
-// it gives are then kept as they are. (At one pod each, the tie goes against
+// down within quota (four pods in b, then one in a, for equal weights) goes
+// down the way the engine's Victim would, b's excess first; the costs it
+// gives are then kept as they are. (At one pod each, the tie goes against
 // the later group.)
 func TestOffQuotaSplitFollowsVictim(t *testing.T) {
 	s, _ := strategy.Parse("g=a,weight=1:g=b,weight=1")
@@ -237,29 +242,6 @@ func TestOffQuotaSplitFollowsVictim(t *testing.T) {
 	}
 }
 
-// TestFallbackPodAddedKeepsTheOthersCosts: a fallback pod added takes the
-// lowest fallback cost, decision.FallbackPodCost, and the other fallback
-// pods keep theirs.
-func TestFallbackPodAddedKeepsTheOthersCosts(t *testing.T) {
-	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
-	pods := podsFor(t, s, []int{0, 0, 1, 0, 0, 0})
-	for _, p := range pods[3:] {
-		p.Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
-	}
-	costs, _ := Costs(s, pods[:5])
-	applyCosts(pods[:5], costs)
-	if c := costs[pods[4].UID]; c != decision.FallbackPodCost(2) {
-		t.Fatalf("newest of two fallback pods: cost %d, want %d", c, decision.FallbackPodCost(2))
-	}
-	pods[5].Annotations[Annotation] = strconv.Itoa(decision.FallbackPodCost(3))
-	after, _ := Costs(s, pods)
-	for _, p := range pods {
-		if after[p.UID] != cost(t, p) {
-			t.Errorf("%s: cost %d becomes %d", p.Name, cost(t, p), after[p.UID])
-		}
-	}
-}
-
 // TestWrittenCostsKeepTheirOrder: costs a client swapped between two pods of
 // one group are kept (the order stays within quota): the controller does not
 // fight over which of two equivalent pods goes first.
@@ -272,5 +254,25 @@ func TestWrittenCostsKeepTheirOrder(t *testing.T) {
 	again, _ := Costs(s, pods)
 	if !maps.Equal(again, costs) {
 		t.Errorf("written costs %v become %v", costs, again)
+	}
+}
+
+// TestWorkedExampleAfterOutage is the package doc's second example: five
+// pods on-demand while spot was out, then five on spot.
+func TestWorkedExampleAfterOutage(t *testing.T) {
+	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	pods := podsFor(t, s, []int{0, 0, 0, 0, 0, 1, 1, 1, 1, 1})
+	for _, p := range pods[:5] {
+		p.Annotations[annotations.Fallback] = "karpenter.sh/capacity-type=spot"
+	}
+	costs, err := Costs(s, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"p004": -12, "p003": -8, "p009": -7, "p008": -6, "p007": -5, "p002": -4, "p006": -3, "p005": -2, "p001": -1, "p000": 0}
+	for _, p := range pods {
+		if costs[p.UID] != want[p.Name] {
+			t.Errorf("%s: cost %d, want %d", p.Name, costs[p.UID], want[p.Name])
+		}
 	}
 }

@@ -13,9 +13,7 @@
 // placement by architecture alone; tally.go, the counts, and strays.go, the
 // pods admitted without a decision counted by their node's labels; write.go,
 // the decision's patch (with the pod's deletion cost when it can be told)
-// and the release without one (decision.Release); fallbacks.go, the
-// revisions' fallback pods, which the deletion costs number apart;
-// expiry.go, the singleton controller that expires pending decisions;
+// and the release without one (decision.Release); expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
 // warm.go, the image cache warmed on the replicas that do not lead;
 // shadow.go, shadow mode: pods decided as usual but not changed, the
@@ -33,7 +31,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -117,7 +114,6 @@ type Controller struct {
 
 	locks      keyedMutex
 	strategies *compiled.Cache
-	fallbacks  *fallbackPods // the revisions' fallback pods, for the deletion costs
 }
 
 // NewController builds the placement controller. notCachedWait bounds how long
@@ -126,8 +122,7 @@ type Controller struct {
 func NewController(clk clock.Clock, kubeClient client.Client, recorder events.EventRecorder, groupCapacity capacity.Capacity, tally *Tally, notCachedWait time.Duration) *Controller {
 	c := &Controller{kubeClient: kubeClient, clock: clk, recorder: apevents.NewRecorder(recorder), capacity: groupCapacity, tally: tally, gateWait: notCachedWait,
 		strategies: compiled.NewCache(compiled.DefaultSize),
-		signer:     decision.RandomSigner(), fallbacks: newFallbackPods()}
-	c.fallbacks.signer = c.signer
+		signer:     decision.RandomSigner()}
 	return c
 }
 
@@ -144,7 +139,6 @@ func (c *Controller) WithStrategies(cache *compiled.Cache) *Controller {
 func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 	if s != nil {
 		c.signer = s
-		c.fallbacks.signer = s
 	}
 	return c
 }
@@ -154,13 +148,6 @@ func (c *Controller) WithSigner(s *decision.Signer) *Controller {
 func (c *Controller) WithAPIReader(r client.Reader) *Controller {
 	c.apiReader = r
 	return c
-}
-
-// PodEventHandler feeds the controller's count of the revisions' fallback
-// pods from a pod informer; Register adds it to the manager's. A controller
-// fed by hand (tests) counts them as soon as it is fed.
-func (c *Controller) PodEventHandler() toolscache.ResourceEventHandler {
-	return c.fallbacks.eventHandler()
 }
 
 // WithPolicies makes workloads without a strategy annotation take the
@@ -194,15 +181,6 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 			return fmt.Errorf("registering the image warmer: %w", err)
 		}
 	}
-	informer, err := m.GetCache().GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return fmt.Errorf("getting the pod informer: %w", err)
-	}
-	registration, err := informer.AddEventHandler(c.PodEventHandler())
-	if err != nil {
-		return fmt.Errorf("counting fallback pods: %w", err)
-	}
-	c.fallbacks.synced = registration.HasSynced
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(Predicate())).
@@ -307,7 +285,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	if info.Shadow() {
 		rev = ShadowRevision(pod.Namespace, key)
 	}
-	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, len(capacityOut) > 0, info.Shadow())
+	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, info.Shadow())
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -339,7 +317,6 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	res, written, err := c.write(ctx, pod, d)
 	if !written {
 		c.tally.Unrecord(pod.UID)
-		c.fallbacks.unrecord(pod.UID)
 		return res, err
 	}
 	log.FromContext(ctx).V(1).Info("placed pod", "group", d.Group.Key(), "nodepool", d.NodePool, "counts", counts)
@@ -348,15 +325,15 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 
 // decide chooses the pod's group (its index, -1 when none is available)
 // under the revision's lock, with the counts it saw and the pod's deletion
-// cost (nil when it cannot be told), and counts the decision (and a fallback
-// one among the revision's fallback pods) as pending before it is written:
+// cost (nil when it cannot be told), and counts the decision (a fallback one
+// too: it counts in the group it runs in) as pending before it is written:
 // the next pod of the revision is decided while this one's patch is in
 // flight, against counts that include it, so a burst is decided as fast as
 // the API server takes patches rather than one round trip at a time. A write
 // that does not land takes the counts back. A shadow decision (rev is the
 // revision's ShadowRevision) is counted the same way, apart from the real
-// ones, and has neither a deletion cost nor a place among the fallback pods.
-func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set, fallback, shadow bool) (g int, counts, strays []int64, cost *int) {
+// ones, and has no deletion cost.
+func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key string, p *compiled.Strategy, avail apportion.Set, shadow bool) (g int, counts, strays []int64, cost *int) {
 	unlock := c.locks.lock(key)
 	defer unlock()
 	counts, strays, seen := c.counts(ctx, rev, p)
@@ -364,14 +341,9 @@ func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key strin
 		return g, counts, strays, nil
 	}
 	if !shadow {
-		cost = c.deletionCost(rev, p, counts, g, fallback)
+		cost = c.deletionCost(p, counts, g)
 	}
-	now := c.clock.Now()
-	group := p.Strategy.Groups[g].Key()
-	c.tally.Record(pod.UID, rev, group, now)
-	if fallback && !shadow {
-		c.fallbacks.record(pod.UID, rev, group, now)
-	}
+	c.tally.Record(pod.UID, rev, p.Strategy.Groups[g].Key(), c.clock.Now())
 	return g, counts, strays, cost
 }
 

@@ -61,9 +61,12 @@ func TestOutOfCapacityPoolPassesToTheNextPool(t *testing.T) {
 	}
 }
 
-// TestDecisionsCarryTheirDeletionCost: a pod placed by quota takes the
-// split's lowest cost, a fallback pod the fallback pods' lowest, counted from
-// the fallback pods the informer shows (one gone, one fewer).
+// TestDecisionsCarryTheirDeletionCost: a pod takes the cost of its rank in
+// the group it runs in, minus its place on the engine's path (od od spot spot
+// od spot spot spot od ...), fallback pods too: the on-demand pods placed
+// while spot is out are on-demand's 3rd and 4th (path places 4 and 8), and
+// once spot is back its pods take spot's next ranks (places 3 and 5), above
+// them in the order a scale-down goes.
 func TestDecisionsCarryTheirDeletionCost(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
@@ -81,17 +84,29 @@ func TestDecisionsCarryTheirDeletionCost(t *testing.T) {
 		}
 	}
 	tracker.Mark(capacity.PoolKey("spot"), "limits")
-	var fallback []*corev1.Pod
-	for i := 3; i < 5; i++ {
+	for i, want := range []int{3: -4, 4: -8} {
+		if i < 3 {
+			continue
+		}
 		pod := f.reconcile(t, f.gatedPod(t, i))
-		fallback = append(fallback, pod)
-		if got := cost(pod); got != decision.FallbackPodCost(i-2) {
-			t.Fatalf("fallback pod %d: cost %d, want %d", i, got, decision.FallbackPodCost(i-2))
+		if pod.Annotations[annotations.Fallback] == "" {
+			t.Fatalf("pod %d not placed by fallback: %v", i, pod.Annotations)
+		}
+		if got := cost(pod); got != want {
+			t.Fatalf("fallback pod %d: cost %d, want %d", i, got, want)
 		}
 	}
-	f.ctrl.PodEventHandler().OnAdd(fallback[0], false)
-	f.ctrl.PodEventHandler().OnDelete(fallback[0])
-	if got := cost(f.reconcile(t, f.gatedPod(t, 5))); got != decision.FallbackPodCost(2) {
-		t.Fatalf("fallback pod after one went: cost %d, want %d", got, decision.FallbackPodCost(2))
+	f.clock.Step(time.Minute + time.Second)
+	for i, want := range []int{5: -3, 6: -5} {
+		if i < 5 {
+			continue
+		}
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if pod.Annotations[annotations.NodePool] != "spot" {
+			t.Fatalf("pod %d after the outage: annotations %v, want spot", i, pod.Annotations)
+		}
+		if got := cost(pod); got != want {
+			t.Fatalf("spot pod %d after the outage: cost %d, want %d", i, got, want)
+		}
 	}
 }

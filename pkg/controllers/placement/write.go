@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
-	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -94,37 +93,17 @@ func (c *Controller) stillGated(ctx context.Context, pod *corev1.Pod) *corev1.Po
 // counts before it (the Tally's: fallback pods included, strays not); nil
 // when it cannot be told, and the deletion-cost controller writes it.
 //
-// A fallback pod goes first among the revision's fallback pods. Any other
-// goes first of the split (the decided pods but the fallback ones) when the
-// split it makes is within quota: the split's costs keep the order of the
-// costs its pods carry while every size on the way down stays within quota,
-// and that order held before this pod (each pod placed took its cost this
-// way, or the deletion-cost controller gave the pods theirs). A split off
-// quota (the fallback pods' groups short of their part once the outage is
-// over) is ordered by the engine's Victim: the pod goes first when Victim
-// takes its group first; otherwise it may land anywhere.
-func (c *Controller) deletionCost(rev string, p *compiled.Strategy, counts []int64, g int, fallback bool) *int {
-	split := make([]int64, len(counts))
-	k, ok := c.fallbacks.counts(rev, p.Index, split, c.clock.Now())
+// A pod's cost is that of its rank in its group, and a pod placed goes first
+// of its group: it takes the group's next rank, whether it is placed by
+// quota or by fallback, and leaves every other pod's cost alone. Only a pod
+// without a position on the engine's path (a group of weight 0 past its
+// base, a period too long to tabulate) is left to the deletion-cost
+// controller, which numbers those pods apart.
+func (c *Controller) deletionCost(p *compiled.Strategy, counts []int64, g int) *int {
+	cost, ok := decision.GroupCost(p.Method, g, counts[g]+1)
 	if !ok {
 		return nil
 	}
-	if fallback {
-		cost := decision.FallbackPodCost(int(k) + 1)
-		return &cost
-	}
-	var n int64
-	for i := range split {
-		if split[i] = counts[i] - split[i]; split[i] < 0 {
-			return nil // the informer showed a fallback pod the tally has not counted yet
-		}
-		n += split[i]
-	}
-	split[g]++
-	if !p.Method.WithinQuota(split, apportion.All) && p.Method.Victim(split, apportion.All) != g {
-		return nil
-	}
-	cost := decision.SplitCost(int(n + 1))
 	return &cost
 }
 

@@ -75,8 +75,10 @@ func firstCreated(pods []corev1.Pod) time.Time {
 // capping spot would. A scale-up to 14 then gives spot 3 more pods that
 // Karpenter cannot launch a node for; the detector marks the pool out at
 // once (after its grace, reason limits) and they run on on-demand. The
-// limit is raised, and after the TTL new pods go to spot again; a
-// scale-down then removes the fallback pods first.
+// limit is raised, and after the TTL new pods go to spot again; the
+// fallback pods count on on-demand, which then holds 8 where its quota at 18
+// is 6, so a scale-down to 15 removes 3 on-demand pods, the ones placed last
+// (fallback pods), and leaves the split within quota.
 func TestLimitsFallBackThenRecover(t *testing.T) {
 	t.Parallel()
 	const name, pool = "limits", "limits-spot"
@@ -111,10 +113,11 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 	}
 	fallback := checkFallbackPods(t, "limits", running)
 
-	// Scale-down: the fallback pods go first.
+	// Scale-down: on-demand's pods above its quota go first, the newest
+	// (fallback) ones.
 	waitDeletionCosts(t, ns, name)
-	target := 18 - len(fallback)
-	scale(t, d, int32(target))
+	const target = 15
+	scale(t, d, target)
 	var left []corev1.Pod
 	framework.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d live pods", target), func() error {
 		if left = livePods(t, ns, name); len(left) != target {
@@ -126,12 +129,17 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 	for _, p := range left {
 		delete(gone, p.UID)
 	}
-	for _, p := range fallback {
-		if !gone[p.UID] {
-			t.Errorf("fallback pod %s survived the scale-down 18 -> %d; removed: %v", p.Name, target, gone)
+	wasFallback := uids(fallback)
+	for uid := range gone {
+		if !wasFallback[uid] {
+			t.Errorf("the scale-down 18 -> %d removed pod %s, not a fallback pod (fallback pods %v)", target, uid, names(fallback))
 		}
 	}
-	t.Logf("scale-down 18 -> %d removed the fallback pods %v; left %v", target, names(fallback), countByNode(t, "limits", left))
+	counts := countByNode(t, "limits", left)
+	if desc, ok := quota(t, seed004, counts); !ok {
+		t.Errorf("after the scale-down 18 -> %d: %s, want within quota", target, desc)
+	}
+	t.Logf("scale-down 18 -> %d removed %d of the fallback pods %v; left %v", target, len(gone), names(fallback), counts)
 }
 
 // fallBackAtTheCap runs the first half of the limits cases: d (seed 004,
