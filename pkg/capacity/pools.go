@@ -253,24 +253,28 @@ func (n *NodeLabelCapacity) Choose(ctx context.Context, s *strategy.Strategy, _ 
 			}
 			n.known[key] = served
 		}
-		var out error
-		if n.Tracker != nil {
-			out = unavailable(n.Tracker, LabelsKey(g.Key()), scope)
-		}
-		switch {
-		case out != nil:
-			errs[i] = fmt.Errorf("%w: nodes with %s: %w", catalog.ErrCapacity, g.Key(), out)
-		case served || n.ScaleFromZero:
-		case len(archs) > 0:
-			errs[i] = fmt.Errorf("no node has the labels %s and one of the architectures %s", g.Key(), archKey)
-		default:
-			errs[i] = fmt.Errorf("no node has the labels %s", g.Key())
-		}
-		if errs[i] != nil && out == nil {
-			errs[i] = n.unused(ctx, g, errs[i])
-		}
+		errs[i] = n.groupError(ctx, g, served, archKey, scope)
 	}
 	return choices, errs, nil
+}
+
+// groupError says why group g cannot be served (nil: it can): out of
+// capacity, or no node with its labels (served: some node has them) and
+// archKey's architectures, naming first the label keys no node carries.
+func (n *NodeLabelCapacity) groupError(ctx context.Context, g strategy.Group, served bool, archKey, scope string) error {
+	if n.Tracker != nil {
+		if out := unavailable(n.Tracker, LabelsKey(g.Key()), scope); out != nil {
+			return fmt.Errorf("%w: nodes with %s: %w", catalog.ErrCapacity, g.Key(), out)
+		}
+	}
+	switch {
+	case served || n.ScaleFromZero:
+		return nil
+	case archKey != "":
+		return n.unused(ctx, g, fmt.Errorf("no node has the labels %s and one of the architectures %s", g.Key(), archKey))
+	default:
+		return n.unused(ctx, g, fmt.Errorf("no node has the labels %s", g.Key()))
+	}
 }
 
 // unused names first in err the group's label keys that no node carries.

@@ -260,7 +260,7 @@ func TestUndefined(t *testing.T) {
 	if err := Unused(ErrNoPool, []string{"a", "b"}, "no node"); err.Error() != `label keys "a", "b" are on no node (typos?); no NodePool can serve the group` {
 		t.Fatalf("Unused, two keys = %v", err)
 	}
-	if err := Unused(ErrNoPool, nil, "no node"); err != ErrNoPool {
+	if err := Unused(ErrNoPool, nil, "no node"); err != ErrNoPool { //nolint:errorlint // no key: the same error, not one wrapping it
 		t.Fatalf("Unused, no key = %v", err)
 	}
 }

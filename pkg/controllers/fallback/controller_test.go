@@ -412,7 +412,7 @@ func TestLimits(t *testing.T) {
 			})
 			objs := []client.Object{np, pendingPod("p1", "spot", now.Add(-Grace))}
 			if tc.node != "" {
-				objs = append(objs, launchedClaim("spot-a", "spot", corev1.ResourceList{corev1.ResourceCPU: q(tc.node)}))
+				objs = append(objs, launchedClaim("spot-a", corev1.ResourceList{corev1.ResourceCPU: q(tc.node)}))
 			}
 			f := newFixture(t, Options{}, nil, nil, objs...)
 			if tc.message != "" {
@@ -430,9 +430,10 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// launchedClaim is a NodeClaim of pool that launched a node of capacity.
-func launchedClaim(name, pool string, capacity corev1.ResourceList) *karpv1.NodeClaim {
-	nc := nodeClaim(name, pool, now.Add(-time.Hour),
+// launchedClaim is a NodeClaim of the spot pool that launched a node of
+// capacity.
+func launchedClaim(name string, capacity corev1.ResourceList) *karpv1.NodeClaim {
+	nc := nodeClaim(name, "spot", now.Add(-time.Hour),
 		status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue},
 		status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
 		status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})

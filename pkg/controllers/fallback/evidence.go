@@ -81,50 +81,67 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 	if ev == nil || !fromKarpenter(ev) {
 		return pod, ""
 	}
-	at := eventTime(ev)
 	obj := ev.InvolvedObject
 	switch {
 	// An Event about a pod lives in the pod's namespace: one written in
 	// another namespace is not Karpenter's. It is kept under the pod's
 	// name and UID in that namespace's own cache.
 	case obj.Kind == "Pod" && obj.UID != "" && obj.Name != "" && obj.Namespace == ev.Namespace && (ev.Reason == capacity.EventFailedScheduling || ev.Reason == capacity.EventNominated):
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		cache := c.podCache(obj.Namespace)
-		ref := podRef{name: obj.Name, uid: obj.UID}
-		pe := podEvents{}
-		if item := cache.Get(ref); item != nil {
-			pe = item.Value()
+		if c.observePodEvent(ev) {
+			return types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, ""
 		}
-		switch ev.Reason {
-		case capacity.EventFailedScheduling:
-			if !at.After(pe.failedAt) && pe.failed == ev.Message {
-				return pod, ""
-			}
-			pe.failedAt, pe.failed = at, ev.Message
-		case capacity.EventNominated:
-			if !at.After(pe.nominatedAt) {
-				return pod, ""
-			}
-			pe.nominatedAt = at
-		}
-		cache.Set(ref, pe, ttlcache.DefaultTTL)
-		return types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, ""
 	// Karpenter writes its Events about a NodePool in one namespace only.
 	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "" &&
 		ev.Namespace == PoolEventNamespace && obj.Namespace == "":
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if !at.After(c.noTypes[obj.Name].at) {
-			return pod, ""
+		if c.observePoolEvent(ev) {
+			return pod, obj.Name
 		}
-		if len(c.noTypes) >= maxPools {
-			c.noTypes = map[string]poolEvents{}
-		}
-		c.noTypes[obj.Name] = poolEvents{at: at, uid: obj.UID}
-		return pod, obj.Name
 	}
 	return pod, ""
+}
+
+// observePodEvent keeps a FailedScheduling or Nominated Event about a pod; it
+// reports whether it says something new.
+func (c *Controller) observePodEvent(ev *corev1.Event) bool {
+	at, obj := eventTime(ev), ev.InvolvedObject
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cache := c.podCache(obj.Namespace)
+	ref := podRef{name: obj.Name, uid: obj.UID}
+	pe := podEvents{}
+	if item := cache.Get(ref); item != nil {
+		pe = item.Value()
+	}
+	switch ev.Reason {
+	case capacity.EventFailedScheduling:
+		if !at.After(pe.failedAt) && pe.failed == ev.Message {
+			return false
+		}
+		pe.failedAt, pe.failed = at, ev.Message
+	case capacity.EventNominated:
+		if !at.After(pe.nominatedAt) {
+			return false
+		}
+		pe.nominatedAt = at
+	}
+	cache.Set(ref, pe, ttlcache.DefaultTTL)
+	return true
+}
+
+// observePoolEvent keeps a NoCompatibleInstanceTypes Event about a NodePool;
+// it reports whether it is newer than the last one.
+func (c *Controller) observePoolEvent(ev *corev1.Event) bool {
+	at, obj := eventTime(ev), ev.InvolvedObject
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !at.After(c.noTypes[obj.Name].at) {
+		return false
+	}
+	if len(c.noTypes) >= maxPools {
+		c.noTypes = map[string]poolEvents{}
+	}
+	c.noTypes[obj.Name] = poolEvents{at: at, uid: obj.UID}
+	return true
 }
 
 // maxPools bounds the NodePools whose Events are kept.

@@ -94,7 +94,7 @@ func TestLimitsWithHeadroom(t *testing.T) {
 			objs := []client.Object{np, other, pendingPod("p1", "spot", now.Add(-5*time.Second), withRequests(corev1.ResourceList{corev1.ResourceCPU: q("2")}))}
 			if tc.claimCPU == "" {
 				// A node of the pool, launched: 500m left is less.
-				objs = append(objs, launchedClaim("spot-old", "spot", corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi")}))
+				objs = append(objs, launchedClaim("spot-old", corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi")}))
 			} else {
 				nc := nodeClaim("spot-a", "spot", now.Add(-time.Hour),
 					status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},

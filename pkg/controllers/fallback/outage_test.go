@@ -64,7 +64,7 @@ func limitsFixture(t *testing.T) *fixture {
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("9500m"), corev1.ResourceMemory: q("20Gi")}
 	})
 	// Its nodes have 2 cpu: 500m left is less than one.
-	f := newFixture(t, Options{}, nil, nil, np, launchedClaim("spot-a", "spot", corev1.ResourceList{corev1.ResourceCPU: q("2")}),
+	f := newFixture(t, Options{}, nil, nil, np, launchedClaim("spot-a", corev1.ResourceList{corev1.ResourceCPU: q("2")}),
 		pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	f.failedScheduling("p1", exceedSpot, now)
 	f.reconcile("p1")

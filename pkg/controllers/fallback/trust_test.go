@@ -108,7 +108,7 @@ func TestLimitsNeedTheState(t *testing.T) {
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("8"), "nodes": q("2")}
 	})
 	node := corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi")}
-	objs := append(tenantWorkload("big", nil), np, launchedClaim("spot-a", "spot", node), launchedClaim("spot-b", "spot", node),
+	objs := append(tenantWorkload("big", nil), np, launchedClaim("spot-a", node), launchedClaim("spot-b", node),
 		pendingPod("p1", "spot", now.Add(-time.Minute)),
 		pendingPod("huge", "spot", now.Add(-time.Minute), inTenant("big"), withRequests(corev1.ResourceList{corev1.ResourceCPU: q("500")})))
 	f := newFixture(t, Options{}, nil, nil, objs...)
@@ -217,7 +217,7 @@ func TestLimitsBacked(t *testing.T) {
 			})
 			objs := []client.Object{np}
 			for i, c := range tc.nodes {
-				objs = append(objs, launchedClaim(fmt.Sprintf("spot-%d", i), "spot", c))
+				objs = append(objs, launchedClaim(fmt.Sprintf("spot-%d", i), c))
 			}
 			f := newFixture(t, Options{}, nil, nil, objs...)
 			if got := limitsBacked(np, f.ctrl.usage(t.Context(), np)); got != tc.want {
@@ -231,7 +231,7 @@ func TestLimitsBacked(t *testing.T) {
 			np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("3")})
 			np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("1500m")}
 		})
-		nc := launchedClaim("spot-a", "spot", corev1.ResourceList{corev1.ResourceCPU: q("1500m")})
+		nc := launchedClaim("spot-a", corev1.ResourceList{corev1.ResourceCPU: q("1500m")})
 		nc.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: q("1900m")}
 		f := newFixture(t, Options{}, nil, nil, np, nc)
 		if !limitsBacked(np, f.ctrl.usage(t.Context(), np)) {
