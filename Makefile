@@ -120,10 +120,26 @@ release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] 
 	@$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
 	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)"
 
+# The unit tests a newcomer runs first: no race detector, and none of the
+# tests that render the chart with helm (built from source, ~10 minutes the
+# first time). CI runs test-race and test-chart after it.
 .PHONY: test
-test: ## Run the unit tests with the race detector
+test: ## Run the unit tests (test-race and test-chart run the rest)
+	$(GO) test -count=1 ./...
+
+.PHONY: test-race
+test-race: ## Run the unit tests with the race detector
 	$(GO) test -race -count=1 ./...
-	cd test/monitoring && $(GO) test -count=1 ./...
+
+# The tests behind the build tag chart render the chart with the helm of
+# test/tools (the one `make tools` builds, or built on first use) and check
+# what it creates, its docs and RBAC table (test/chartrender,
+# test/chartdocs), and its dashboard and alerts against the metrics
+# apportion registers (test/monitoring, a module of its own).
+.PHONY: test-chart
+test-chart: ## Render the chart with helm and check what it creates, its docs, RBAC table, dashboard and alerts
+	$(GO) test -tags chart -count=1 ./test/chartdocs/ ./test/chartrender/
+	cd test/monitoring && $(GO) test -tags chart -count=1 ./...
 
 # The CRDs go twice into the charts: chart/crds/, which helm installs with
 # the apportion chart when they are missing and never upgrades, and
@@ -156,9 +172,9 @@ verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./...
+	$(GO) vet -tags e2e,chart ./...
 	$(GOLANGCI_LINT) run --allow-serial-runners ./...
-	$(GOLANGCI_LINT) run --allow-serial-runners --build-tags e2e ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners --build-tags e2e,chart ./...
 	$(GO) mod tidy -diff
 
 $(GOLANGCI_LINT):
@@ -236,7 +252,7 @@ plan-examples: build ## Preview both example workloads (from the AWS sample webh
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
 .PHONY: helm-lint
-helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them (chart/ in every certificate mode and with the optional parts on), check the docs
+helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them (chart/ in every certificate mode and with the optional parts on)
 	@helm="$$(test/tools/build.sh --quiet)/helm"; \
 	  "$$helm" lint chart/; \
 	  "$$helm" lint chart/ --strict; \
@@ -262,7 +278,6 @@ helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them
 	    --set global.imageRegistry=registry.example.com \
 	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep -q 'pods/eviction' \
 	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }
-	$(GO) test -count=1 ./test/chartdocs/
 
 .PHONY: clean
 clean: ## Remove build output

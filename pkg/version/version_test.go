@@ -41,8 +41,15 @@ func TestGetReportsTheLinkedKarpenter(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "printinfo")
 	const pkg = "github.com/apportion-dev/apportion/pkg/version"
 	ldflags := "-X " + pkg + ".Version=" + want.Version + " -X " + pkg + ".Commit=" + want.Commit + " -X " + pkg + ".BuildDate=" + want.BuildDate
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", bin, "./testdata/printinfo")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	// Built as this test binary was (the same cgo setting, race detector
+	// and paths), so that every package it links is in the build cache
+	// already: with other flags, the first run compiles Karpenter and its
+	// dependencies once more.
+	args := []string{"build", "-ldflags", ldflags, "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "./testdata/printinfo")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building testdata/printinfo: %v\n%s", err, out)
 	}

@@ -1,3 +1,5 @@
+//go:build chart
+
 package chartrender
 
 import (
