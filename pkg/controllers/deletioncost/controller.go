@@ -46,6 +46,19 @@
 // to patch them). A revision with no decided pod is not apportion's: its
 // pods are never touched.
 //
+// Pods decided in shadow mode (a signed apportion.dev/shadow) are left alone
+// while their workload is in shadow mode, by its own mode, its
+// PlacementPolicy's or the default (--default-mode). Once it has left shadow
+// mode without a rollout, the new pods are decided around the running shadow
+// pods, which the placement controller counts in the group their node's
+// labels match; so does the order here: a bound shadow pod ranks in its
+// node's group with the decided pods (one on a node of no group is a stray,
+// one not bound yet is left alone), below the pods decided since, which the
+// placement controller numbered on top of them. Each shadow pod takes a cost
+// once, at the first reconcile after a pod of its revision is decided, and a
+// scale-down then removes pods from a group only while it holds more than
+// its quota, instead of the pods decided since first.
+//
 // A revision is reconciled a little after the pod events that can change its
 // costs (events.go), so that a burst becomes a few reconciles; a pod placed
 // with its cost, or a pod's status changing, changes nothing.
