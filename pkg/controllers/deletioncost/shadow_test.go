@@ -176,6 +176,26 @@ func TestShadowPodsCountOnceRequired(t *testing.T) {
 				if patches != 0 {
 					t.Errorf("a second reconcile wrote %d costs", patches)
 				}
+				// From now on a shadow pod's status changes nothing, its
+				// leaving does, and a pod placed with its cost does not.
+				var sh corev1.Pod
+				if err := c.Get(ctx, client.ObjectKeyFromObject(shadowPods[0]), &sh); err != nil {
+					t.Fatal(err)
+				}
+				ready := sh.DeepCopy()
+				ready.Status.Phase = corev1.PodRunning
+				terminating := ready.DeepCopy()
+				terminating.DeletionTimestamp = &metav1.Time{Time: base}
+				h := ctrl.EventHandler()
+				h.Update(ctx, event.UpdateEvent{ObjectOld: &sh, ObjectNew: ready}, q)
+				h.Update(ctx, event.UpdateEvent{ObjectOld: gated, ObjectNew: placed[len(placed)-1]}, q)
+				if reqs := q.take(); len(reqs) != 0 {
+					t.Errorf("a shadow pod running, a pod placed with its cost: enqueued %v", reqs)
+				}
+				h.Update(ctx, event.UpdateEvent{ObjectOld: ready, ObjectNew: terminating}, q)
+				if reqs := q.take(); len(reqs) != 1 {
+					t.Errorf("a shadow pod terminating: enqueued %v, want its revision", reqs)
+				}
 			}
 		})
 	}
