@@ -284,7 +284,9 @@ func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods, shadows
 		delete(c.decided, rev)
 	} else {
 		c.verified[rev] = now
-		c.decided[rev] = c.decided[rev] // known, its shadow pods counted as before until the mode is read
+		if _, ok := c.decided[rev]; !ok {
+			c.decided[rev] = false // its shadow pods counted once Reconcile has read the mode
+		}
 	}
 	return pods, shadows, decided
 }
