@@ -118,7 +118,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			NodeLabels: !nodePools, ScaleFromZero: o.ScaleFromZero,
 			Signer: d.Signer, APIReader: mgr.GetAPIReader(),
 		}),
-		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithStrategies(strategies),
+		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithDefaultMode(o.DefaultMode).WithStrategies(strategies),
 		drift.NewController(d.Clock, kube, d.Recorder, groupCapacity, drift.Options{
 			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource), workload.WithDefaultMode(o.DefaultMode)}, Strategies: strategies,
 		}),

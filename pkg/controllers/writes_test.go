@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/capacity"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
@@ -87,6 +90,91 @@ func TestWritesPerPlacedPod(t *testing.T) {
 	}
 }
 
+// TestWritesAfterShadowMode: a workload that ran 13 pods in shadow mode,
+// all on spot nodes, left it and grew to 20 pods through the placement
+// controller and the deletion-cost controller. Each new pod is one write
+// (its cost in its placement patch), each shadow pod one (its cost, by its
+// node's group), and nothing else is rewritten: the new pods' costs already
+// counted the shadow pods of their group. The costs then take the split down
+// to 1 as close to quota as the pods allow.
+func TestWritesAfterShadowMode(t *testing.T) {
+	h := newWriteHarness(t, 1)
+	ctx := context.Background()
+	for _, n := range []*corev1.Node{
+		test.Node("od-1", map[string]string{karpv1.CapacityTypeLabelKey: "on-demand"}),
+		test.Node("spot-1", map[string]string{karpv1.CapacityTypeLabelKey: "spot"}),
+	} {
+		if err := h.raw.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.placer.WithNodes(h.raw)
+	rs := h.rs[0]
+	const shadows, grown = 13, 20
+	for i := range shadows {
+		p := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%03d", rs.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", rs.Name, i)),
+			CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 22, 0, 0, i, 0, time.UTC)),
+			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"}}, Owner: rs, NodeName: "spot-1"})
+		decision.WriteShadow(p, decision.Shadow{Group: "karpenter.sh/capacity-type=on-demand", Signature: h.signer.SignShadow(p.UID, "karpenter.sh/capacity-type=on-demand", "")})
+		p.Status.Phase = corev1.PodRunning
+		if err := h.raw.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		h.observe(nil, p)
+	}
+	h.drain(t) // a revision without a decided pod: nothing to do
+	if h.writes != 0 {
+		t.Fatalf("%d writes before any pod was decided", h.writes)
+	}
+	for i := shadows; i < grown; i++ {
+		h.place(t, rs, i)
+		if i%3 == 0 {
+			h.drain(t)
+		}
+	}
+	h.drain(t)
+	if want := (grown - shadows) + shadows; h.writes != want {
+		t.Errorf("%d writes, want %d: one per placed pod and one per shadow pod", h.writes, want)
+	}
+	s, _ := compiled.Parse(seed004)
+	pods := h.revisionPods(t, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: string(rs.UID)}})
+	group := func(p *corev1.Pod) int {
+		if p.Spec.NodeName == "spot-1" {
+			return 1
+		}
+		return s.Index[p.Annotations[annotations.Group]]
+	}
+	cost := func(p *corev1.Pod) int {
+		n, err := strconv.Atoi(p.Annotations[deletioncost.Annotation])
+		if err != nil {
+			t.Fatalf("%s: cost %q", p.Name, p.Annotations[deletioncost.Annotation])
+		}
+		return n
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return cost(a) - cost(b) })
+	counts := make([]int64, 2)
+	for _, p := range pods {
+		counts[group(p)]++
+	}
+	from := slices.Clone(counts)
+	for k, p := range pods[:len(pods)-1] {
+		if k > 0 && cost(p) == cost(pods[k-1]) {
+			t.Errorf("%s and %s share cost %d", pods[k-1].Name, p.Name, cost(p))
+		}
+		counts[group(p)]--
+		n := counts[0] + counts[1]
+		best := int64(-1)
+		for a := max(0, n-from[1]); a <= min(n, from[0]); a++ {
+			if off := s.Method.OffQuota([]int64{a, n - a}, apportion.All); best < 0 || off < best {
+				best = off
+			}
+		}
+		if off := s.Method.OffQuota(counts, apportion.All); off > best {
+			t.Errorf("after removing %s: %v is %d off quota, %d possible from %v", p.Name, counts, off, best, from)
+		}
+	}
+}
+
 type writeHarness struct {
 	kube    client.Client // counts writes
 	raw     client.Client
@@ -94,6 +182,7 @@ type writeHarness struct {
 	placer  *placement.Controller
 	costs   *deletioncost.Controller
 	tracker *capacity.Tracker
+	signer  *decision.Signer
 	queue   *requestSet
 	rs      []*appsv1.ReplicaSet
 	writes  int
@@ -106,7 +195,7 @@ func newWriteHarness(t *testing.T, workloads int) *writeHarness {
 		test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: "od"}, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(karpv1.CapacityTypeLabelKey, "on-demand")}}),
 		test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: "spot"}, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(karpv1.CapacityTypeLabelKey, "spot")}}),
 	}
-	h := &writeHarness{queue: &requestSet{}}
+	h := &writeHarness{queue: &requestSet{}, signer: signer}
 	for w := range workloads {
 		name := fmt.Sprintf("app-%d", w)
 		deploy := test.Deployment(metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID("d-" + name), Annotations: map[string]string{annotations.Strategy: seed004}})

@@ -46,6 +46,19 @@
 // to patch them). A revision with no decided pod is not apportion's: its
 // pods are never touched.
 //
+// Pods decided in shadow mode (a signed apportion.dev/shadow) are left alone
+// while their workload is in shadow mode, by its own mode, its
+// PlacementPolicy's or the default (--default-mode). Once it has left shadow
+// mode without a rollout, the new pods are decided around the running shadow
+// pods, which the placement controller counts in the group their node's
+// labels match; so does the order here: a bound shadow pod ranks in its
+// node's group with the decided pods (one on a node of no group is a stray,
+// one not bound yet is left alone), below the pods decided since, which the
+// placement controller numbered on top of them. Each shadow pod takes a cost
+// once, at the first reconcile after a pod of its revision is decided, and a
+// scale-down then removes pods from a group only while it holds more than
+// its quota, instead of the pods decided since first.
+//
 // A revision is reconciled a little after the pod events that can change its
 // costs (events.go), so that a burst becomes a few reconciles; a pod placed
 // with its cost, or a pod's status changing, changes nothing.
@@ -61,6 +74,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,6 +87,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -104,8 +119,10 @@ type Controller struct {
 	// change without it, so a reconcile checks only the pods written
 	// since the last one.
 	verified map[string]map[types.UID]verdict
-	// decided are the revisions holding a decided pod: only their strays'
-	// events are worth a reconcile.
+	// decided are the revisions holding a decided pod, each with whether
+	// its shadow pods take costs (its workload was not in shadow mode at
+	// the last reconcile): only their strays' events, and the counted
+	// shadow pods', are worth a reconcile.
 	decided map[string]bool
 }
 
@@ -139,7 +156,15 @@ func (c *Controller) WithRecorder(r *apevents.Recorder) *Controller {
 // WithPolicies orders the pods of workloads whose strategy comes from a
 // PlacementPolicy too; src may be nil.
 func (c *Controller) WithPolicies(src workload.PolicySource) *Controller {
-	c.resolve = []workload.Option{workload.WithPolicies(src)} // nil src: annotations only
+	c.resolve = append(c.resolve, workload.WithPolicies(src)) // nil src: annotations only
+	return c
+}
+
+// WithDefaultMode is the mode of the workloads that name none
+// (--default-mode), as the placement controller has it: the shadow pods of a
+// workload in shadow mode are left alone, the others' take costs.
+func (c *Controller) WithDefaultMode(mode string) *Controller {
+	c.resolve = append(c.resolve, workload.WithDefaultMode(mode))
 	return c
 }
 
@@ -181,7 +206,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
 	rev := req.Namespace + "/" + req.Name
-	pods, decided := c.revisionPods(rev, list.Items)
+	pods, shadows, decided := c.revisionPods(rev, list.Items)
 	if decided == 0 {
 		return reconcile.Result{}, nil // not a revision apportion places
 	}
@@ -192,6 +217,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	s, err := c.strategies.Get(info.Strategy)
 	if err != nil {
 		return reconcile.Result{}, nil
+	}
+	c.countShadows(rev, !info.Shadow())
+	if !info.Shadow() {
+		pods = append(pods, c.byNode(ctx, s, shadows)...)
 	}
 	costs := costsOf(s, pods)
 	patched := 0
@@ -213,8 +242,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // revisionPods are the live pods of a revision that take a cost: the decided
-// ones and the strays; decided counts the former.
-func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods []*corev1.Pod, decided int) {
+// ones and the strays; decided counts the former. shadows are its live pods
+// decided in shadow mode, which take a cost only once the workload has left
+// shadow mode.
+func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods, shadows []*corev1.Pod, decided int) {
 	c.mu.Lock()
 	seen := c.verified[rev]
 	c.mu.Unlock()
@@ -236,7 +267,9 @@ func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods []*corev
 			pods = append(pods, p)
 		case v.shadow:
 			// Decided in shadow mode: apportion changes nothing on it,
-			// its deletion cost included.
+			// its deletion cost included, while the workload is in
+			// shadow mode (Reconcile tells).
+			shadows = append(shadows, p)
 		case !decision.HasGate(p):
 			// A stray: admitted without a decision (the webhook was down, or
 			// its call failed open), released by the janitor, or carrying
@@ -251,9 +284,69 @@ func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods []*corev
 		delete(c.decided, rev)
 	} else {
 		c.verified[rev] = now
-		c.decided[rev] = true
+		if _, ok := c.decided[rev]; !ok {
+			c.decided[rev] = false // its shadow pods counted once Reconcile has read the mode
+		}
 	}
-	return pods, decided
+	return pods, shadows, decided
+}
+
+// countShadows records whether the revision's shadow pods take costs.
+func (c *Controller) countShadows(rev string, counted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.decided[rev]; ok {
+		c.decided[rev] = counted
+	}
+}
+
+// byNode are the bound shadow pods of a workload no longer in shadow mode as
+// Costs must see them: pods of the group their node serves, as the
+// placement controller counts them (strays of the revision, by their node),
+// so that a scale-down removes them from a group only while it holds more
+// than its quota. A shadow pod on a node of no group is a stray like any
+// other, first to go; one not bound yet is left alone (the ReplicaSet
+// controller removes pods without a node first whatever their costs).
+func (c *Controller) byNode(ctx context.Context, s *compiled.Strategy, shadows []*corev1.Pod) []*corev1.Pod {
+	if len(shadows) == 0 {
+		return nil
+	}
+	groupOf := split.Matcher(s)
+	nodes := map[string]int{}
+	out := make([]*corev1.Pod, 0, len(shadows))
+	for _, p := range shadows {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		g, ok := nodes[p.Spec.NodeName]
+		if !ok {
+			g = c.nodeGroup(ctx, groupOf, p.Spec.NodeName)
+			nodes[p.Spec.NodeName] = g
+		}
+		q := *p
+		q.Annotations = make(map[string]string, len(p.Annotations)+1)
+		for k, v := range p.Annotations {
+			if k != annotations.Group && k != annotations.Fallback {
+				q.Annotations[k] = v
+			}
+		}
+		if g >= 0 {
+			q.Annotations[annotations.Group] = s.Strategy.Groups[g].Key()
+		}
+		out = append(out, &q)
+	}
+	return out
+}
+
+// nodeGroup is the index of the group the node serves by its labels (the
+// metadata cache's), -1 for none or a node not cached.
+func (c *Controller) nodeGroup(ctx context.Context, groupOf func(map[string]string) int, name string) int {
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return -1
+	}
+	return groupOf(node.Labels)
 }
 
 // isDecided reports whether apportion placed the pod in a group.

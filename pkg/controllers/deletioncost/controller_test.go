@@ -33,8 +33,8 @@ func shadowPod(p *corev1.Pod, group string) *corev1.Pod {
 
 // TestReconcileOrdersStraysFirst: in a revision apportion places, a pod
 // admitted without a decision gets a lower cost than every decided pod, a
-// pod still held by the gate or decided in shadow mode is left alone, and a
-// revision with no decided pod is not touched at all.
+// pod still held by the gate, or decided in shadow mode and not bound yet,
+// is left alone, and a revision with no decided pod is not touched at all.
 func TestReconcileOrdersStraysFirst(t *testing.T) {
 	const seed004 = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 	deploy, _ := test.Workload(map[string]string{annotations.Strategy: seed004})
@@ -58,7 +58,7 @@ func TestReconcileOrdersStraysFirst(t *testing.T) {
 		pod(placed, 0, od, false), pod(placed, 1, od, false), pod(placed, 2, spot, false),
 		pod(placed, 3, "", false),                  // stray
 		pod(placed, 4, "", true),                   // still gated
-		shadowPod(pod(placed, 5, "", false), spot), // decided in shadow mode
+		shadowPod(pod(placed, 5, "", false), spot), // decided in shadow mode, not bound
 		pod(unplaced, 0, "", false), pod(unplaced, 1, "", false),
 		shadowPod(pod(unplaced, 2, "", false), spot),
 	}

@@ -35,20 +35,39 @@ type ranked struct {
 	group   int
 	cost    int
 	hasCost bool
+	shadow  bool // decided in shadow mode, not numbered yet
+}
+
+// Where a pod goes in its group's order, first to last: the pods to number
+// on top of the others, those the order of their costs places, and the
+// shadow pods still without a cost.
+const (
+	rankNew = iota
+	rankCosted
+	rankShadow
+)
+
+func (r ranked) class() int {
+	switch {
+	case r.hasCost:
+		return rankCosted
+	case r.shadow:
+		return rankShadow
+	}
+	return rankNew
 }
 
 // removalOrder puts first the pod a scale-down should remove first, of two
 // pods of one group (or two without a position): pods without a cost (new,
 // not yet numbered) newest first, then the others in the order of the costs
 // they carry, so that a pod added to a revision leaves the others' places,
-// and costs, alone.
+// and costs, alone. Shadow pods without a cost (a workload that just left
+// shadow mode) come last, newest first: they ran before the pods decided
+// since, which the placement controller numbered on top of them.
 func removalOrder(a, b ranked) int {
 	switch {
-	case a.hasCost != b.hasCost:
-		if b.hasCost {
-			return -1
-		}
-		return 1
+	case a.class() != b.class():
+		return cmp.Compare(a.class(), b.class())
 	case a.hasCost && a.cost != b.cost:
 		return cmp.Compare(a.cost, b.cost)
 	}
@@ -74,6 +93,7 @@ func costsOf(s *compiled.Strategy, pods []*corev1.Pod) map[types.UID]int {
 		}
 		r := ranked{pod: p, group: gi}
 		r.cost, r.hasCost = decision.DeletionCost(p)
+		r.shadow = !r.hasCost && decision.HasShadow(p)
 		groups[gi] = append(groups[gi], r)
 	}
 	// Within a group, the pod a scale-down removes first takes the group's

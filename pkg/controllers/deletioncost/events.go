@@ -31,10 +31,14 @@ type Queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 //
 // What may change costs: a decided pod that appears without a cost (placed
 // before the placement controller wrote costs, or one whose cost it could not
-// tell), a decided pod's cost edited, a decided pod leaving (terminating,
-// finished, gone, or its decision no longer verifying), and a stray appearing
-// in a revision that holds decided pods. A pod placed with its cost and the
-// status updates of a running pod change nothing.
+// tell), the first decided pod of a revision (whose shadow pods take costs
+// from then on, its workload having left shadow mode), a decided pod's cost
+// edited, a decided pod leaving (terminating, finished, gone, or its
+// decision no longer verifying), a stray appearing in a revision that holds
+// decided pods, and, in a revision whose shadow pods take costs, such a pod
+// bound, leaving or its cost edited. A pod placed with its cost in a
+// revision already reconciled and the status updates of a running pod change
+// nothing.
 func (c *Controller) EventHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedFuncs[client.Object, reconcile.Request]{
 		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q Queue) {
@@ -55,7 +59,7 @@ func (c *Controller) EventHandler() handler.TypedEventHandler[client.Object, rec
 			// controller-runtime hands over the last known object of a
 			// tombstone; a pod seen terminating was enqueued then.
 			if pod, ok := podcache.View(e.Object); ok {
-				c.enqueue(q, pod, c.live(pod))
+				c.enqueue(q, pod, c.live(pod) || c.countedShadow(pod))
 			}
 		},
 	}
@@ -68,15 +72,40 @@ func (c *Controller) changesCosts(old, pod *corev1.Pod) bool {
 	switch {
 	case is && !was:
 		// Just placed: the placement controller wrote its cost with the
-		// decision when it could tell it.
+		// decision when it could tell it. The first decided pod of a
+		// revision (or the first since it was in shadow mode) is worth a
+		// reconcile all the same: its shadow pods have no cost yet.
 		_, has := pod.Annotations[Annotation]
-		return !has
+		return !has || !c.shadowsCounted(pod)
 	case is:
 		return old.Annotations[Annotation] != pod.Annotations[Annotation]
 	case was:
 		return true // leaving the split
 	}
+	if c.countedShadow(old) || c.countedShadow(pod) {
+		wasLive, isLive := !podutil.IsTerminating(old) && !podutil.IsTerminal(old), !podutil.IsTerminating(pod) && !podutil.IsTerminal(pod)
+		return wasLive != isLive || old.Spec.NodeName != pod.Spec.NodeName || old.Annotations[Annotation] != pod.Annotations[Annotation]
+	}
 	return c.newStray(old, pod)
+}
+
+// shadowsCounted reports whether the pod's revision holds decided pods and
+// its shadow pods take costs: its workload was not in shadow mode at its
+// last reconcile.
+func (c *Controller) shadowsCounted(pod *corev1.Pod) bool {
+	key := workload.OwnerKey(pod)
+	if key == "" {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.decided[pod.Namespace+"/"+key]
+}
+
+// countedShadow reports whether the pod was decided in shadow mode and its
+// revision's shadow pods take costs.
+func (c *Controller) countedShadow(pod *corev1.Pod) bool {
+	return decision.HasShadow(pod) && c.shadowsCounted(pod) && !c.isDecided(pod) && c.isShadow(pod)
 }
 
 // live reports whether the pod is a decided pod that takes a cost.

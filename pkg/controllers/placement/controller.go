@@ -341,7 +341,7 @@ func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key strin
 		return g, counts, strays, nil
 	}
 	if !shadow {
-		cost = c.deletionCost(p, counts, g)
+		cost = c.deletionCost(p, c.withShadowStrays(ctx, rev, p, counts), g)
 	}
 	c.tally.Record(pod.UID, rev, p.Strategy.Groups[g].Key(), c.clock.Now())
 	return g, counts, strays, cost

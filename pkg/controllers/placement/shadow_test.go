@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -205,6 +206,64 @@ func TestShadowPodsAreStraysOnceRequired(t *testing.T) {
 		if g := pod.Annotations[annotations.Group]; g != "karpenter.sh/capacity-type=spot" || !reflect.DeepEqual(rec.Strays, []int64{6, 0}) {
 			t.Errorf("new pod %d: group %q, counts %v, strays %v; want spot, the 6 shadow pods counted as on-demand strays", i, g, rec.Counts, rec.Strays)
 		}
+	}
+}
+
+// TestCostCountsShadowPodsOnceRequired: once the workload has left shadow
+// mode, a pod decided into a group whose nodes run shadow pods takes the
+// cost of the group's next rank past them, as the deletion-cost controller
+// ranks them (the shadow pods by their node): were they left out, the new
+// pod would share a cost with one of them.
+func TestCostCountsShadowPodsOnceRequired(t *testing.T) {
+	signer := decision.RandomSigner()
+	node := test.Node("spot-node", map[string]string{"karpenter.sh/capacity-type": "spot"})
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow},
+		node, nodePool("od", 10, "on-demand"), nodePool("spot", 10, "spot"))
+	f.ctrl.WithSigner(signer).WithNodes(f.client)
+	f.tally.WithSigner(signer)
+	ctx := context.Background()
+	for i := range 2 {
+		pod := f.reconcile(t, f.gatedPod(t, i, ungated))
+		shadowOf(t, signer, pod)
+		pod.Spec.NodeName = "spot-node"
+		if err := f.client.Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		f.tally.Observe(pod)
+	}
+	deploy := &appsv1.Deployment{}
+	if err := f.client.Get(ctx, client.ObjectKey{Namespace: "web", Name: "nginx"}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	delete(deploy.Annotations, annotations.Mode)
+	if err := f.client.Update(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	s, err := compiled.Parse(seed004)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The engine's groups from the running split (the shadow pods on
+	// spot), each pod the next of its group: on spot, past the shadow pods.
+	seen, onSpot := []int64{0, 2}, 0
+	for i := range 6 {
+		g := s.Method.Next(seen, apportion.All)
+		seen[g]++
+		pod := f.reconcile(t, f.gatedPod(t, 10+i))
+		f.tally.Observe(pod)
+		cost, ok := decision.GroupCost(s.Method, g, seen[g])
+		if !ok {
+			t.Fatal("no position")
+		}
+		if got, c := pod.Annotations[annotations.Group], pod.Annotations[corev1.PodDeletionCost]; got != s.Strategy.Groups[g].Key() || c != strconv.Itoa(cost) {
+			t.Errorf("new pod %d: group %q, cost %s; want %s, cost %d (its rank %d in the group)", i, got, c, s.Strategy.Groups[g].Key(), cost, seen[g])
+		}
+		if g == 1 {
+			onSpot++
+		}
+	}
+	if onSpot == 0 {
+		t.Fatal("no new pod went to spot: nothing checked")
 	}
 }
 

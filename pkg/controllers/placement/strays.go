@@ -67,3 +67,22 @@ func (c *Controller) counts(ctx context.Context, rev string, p *compiled.Strateg
 	}
 	return counts, strays, seen
 }
+
+// withShadowStrays are counts plus the revision's bound shadow pods by their
+// node, which the deletion-cost controller ranks with the decided pods of
+// their group once the workload has left shadow mode: a pod decided then
+// takes its group's next rank among both. counts itself when there is none.
+func (c *Controller) withShadowStrays(ctx context.Context, rev string, p *compiled.Strategy, counts []int64) []int64 {
+	if c.nodes == nil {
+		return counts
+	}
+	shadows := c.tally.ShadowStrayCounts(rev, len(counts), c.strayGroup(ctx, p.Strategy))
+	if shadows == nil {
+		return counts
+	}
+	out := make([]int64, len(counts))
+	for i := range counts {
+		out[i] = counts[i] + shadows[i]
+	}
+	return out
+}

@@ -137,8 +137,10 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 	case shadow:
 		// Bound, a pod decided in shadow mode is a stray of the real
 		// revision too: should the workload leave shadow mode without a
-		// rollout, the real decisions count it where it runs.
+		// rollout, the real decisions count it where it runs, and so do
+		// their deletion costs (ShadowStrayCounts).
 		tl.node, tl.strayRev = pod.Spec.NodeName, realRev
+		t.addStray(boundShadows(realRev), tl.node)
 	case group == "" && !t.isPending(pod.UID):
 		// Admitted without a decision (webhook down or failed open,
 		// released by the janitor, or a decision a client wrote):
@@ -279,6 +281,19 @@ func (t *Tally) StrayCounts(rev string, groups int, ng NodeGroups) []int64 {
 	return out
 }
 
+// ShadowStrayCounts counts, among the revision's StrayCounts, its bound pods
+// decided in shadow mode: the deletion-cost controller ranks them in the
+// group of their node with the decided pods once the workload has left
+// shadow mode, so a new pod's cost counts them too.
+func (t *Tally) ShadowStrayCounts(rev string, groups int, ng NodeGroups) []int64 {
+	return t.StrayCounts(boundShadows(rev), groups, ng)
+}
+
+// boundShadows is the key the bound shadow pods of the real revision rev are
+// counted under as well, by node: apart from ShadowRevision, whose shadow
+// decisions count by group.
+func boundShadows(rev string) string { return "bound shadows|" + rev }
+
 // Strays is the number of bound pods of the revision without a decision.
 func (t *Tally) Strays(rev string) int {
 	t.mu.Lock()
@@ -373,6 +388,9 @@ func (t *Tally) uncount(uid types.UID) {
 	old, ok := t.pods[uid]
 	if ok && old.node != "" {
 		t.removeStray(old.strayRev, old.node)
+		if old.rev != old.strayRev { // a shadow pod
+			t.removeStray(boundShadows(old.strayRev), old.node)
+		}
 	}
 	if !ok || old.group == "" {
 		return

@@ -90,7 +90,8 @@ func (c *Controller) stillGated(ctx context.Context, pod *corev1.Pod) *corev1.Po
 
 // deletionCost is the cost the deletion-cost controller will give a pod
 // decided into group g of p, the revision's decided pods per group being
-// counts before it (the Tally's: fallback pods included, strays not); nil
+// counts before it (the Tally's: fallback pods included, and the bound
+// shadow pods by their node, other strays not); nil
 // when it cannot be told, and the deletion-cost controller writes it.
 //
 // A pod's cost is that of its rank in its group, and a pod placed goes first

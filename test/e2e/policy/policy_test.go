@@ -522,6 +522,37 @@ func TestShadowToRequired(t *testing.T) {
 	if d, b := distance(final), distance([]int64{running[0] + blind[0], running[1] + blind[1]}); d > b {
 		t.Errorf("the split %v is %d pods off the quota %v, placing as from an empty split leaves it %d off", final, d, quota, b)
 	}
+
+	// Scaled down to 10, the split is as close to the quota as the 20
+	// pods allow: the shadow pods count in their node's group, so the pods
+	// decided since are not simply the first to go.
+	framework.WaitFor(t, time.Minute, "a deletion cost on every pod", func() error {
+		var pods corev1.PodList
+		if err := env.Kube.List(t.Context(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": "web"}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if _, ok := p.Annotations[corev1.PodDeletionCost]; !ok {
+				return fmt.Errorf("pod %s has no %s yet", p.Name, corev1.PodDeletionCost)
+			}
+		}
+		return nil
+	})
+	scale(t, d, 10)
+	left := make([]int64, 2)
+	for _, p := range waitRunning(t, ns, "web", 10) {
+		left[s.Index[ct+"="+p.capacity]]++
+	}
+	best := int64(-1)
+	for a := max(0, 10-final[1]); a <= min(10, final[0]); a++ {
+		if off := s.Method.OffQuota([]int64{a, 10 - a}, apportion.All); best < 0 || off < best {
+			best = off
+		}
+	}
+	t.Logf("after the scale-down to 10: %v; the quota at 10 %v", left, s.Method.Counts(10))
+	if off := s.Method.OffQuota(left, apportion.All); off > best {
+		t.Errorf("scaled down to 10, the split %v is %d off the quota %v; the pods %v allowed %d", left, off, s.Method.Counts(10), final, best)
+	}
 }
 
 func abs(n int64) int64 { return max(n, -n) }
