@@ -203,20 +203,93 @@ release namespace (apportion's own).
 {{- end }}
 
 {{/*
-namespaceSelector of both webhooks.
+namespaceSelector of the webhooks: root, extra (matchExpressions ANDed in,
+optional).
 */}}
 {{- define "apportion.namespaceSelector" -}}
+{{- $root := .root -}}
+{{- $extra := .extra | default list -}}
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
-      values: {{ include "apportion.excludedNamespaces" . }}
+      values: {{ include "apportion.excludedNamespaces" $root }}
     # Label a namespace apportion.dev/ignore (any value) to leave it alone.
     - key: apportion.dev/ignore
       operator: DoesNotExist
-    {{- with .Values.webhook.namespaceSelectorExpressions }}
+    {{- with $extra }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+    {{- with $root.Values.webhook.namespaceSelectorExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/*
+Whether the pod webhook is scoped (webhook.scope: namespaces): "true" or
+empty. settings.architectures: all places every pod, so every pod must
+reach apportion and nothing is scoped.
+*/}}
+{{- define "apportion.webhookScoped" -}}
+{{- if and (eq .Values.webhook.scope "namespaces") (ne .Values.settings.architectures "all") }}true{{ end }}
+{{- end }}
+
+{{/*
+The CEL match condition of the pod webhook entry outside labelled
+namespaces: the pod carries an apportion.dev/* annotation, a strategy under
+the AWS sample webhooks' names, or a runtime-class profile's
+runtimeClassName.
+*/}}
+{{- define "apportion.podCondition" -}}
+{{- $cond := "has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('apportion.dev/') || k == 'custom-pod-schedule-strategy' || k == 'CustomPodScheduleStrategy')" }}
+{{- $classes := list }}
+{{- range include "apportion.runtimeClassProfiles" . | fromJsonArray }}
+{{- $classes = append $classes (printf "'%s'" .runtimeClassName) }}
+{{- end }}
+{{- if $classes }}
+{{- $cond = printf "(%s) || (has(object.spec.runtimeClassName) && object.spec.runtimeClassName in [%s])" $cond (join ", " $classes) }}
+{{- end }}
+{{- $cond }}
+{{- end }}
+
+{{/*
+One entry of the pod mutating webhook: name, namespaceExpressions (ANDed
+into the namespace selector), condition (a CEL match condition, optional).
+*/}}
+{{- define "apportion.podWebhook" -}}
+{{- $root := .root -}}
+- name: {{ .name }}
+  admissionReviewVersions: ["v1"]
+  {{- include "apportion.clientConfig" (dict "root" $root "path" "/mutate--v1-pod") | nindent 2 }}
+  rules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+      scope: Namespaced
+  failurePolicy: Ignore
+  matchPolicy: Equivalent
+  sideEffects: NoneOnDryRun
+  # Called again when a later webhook changed the pod; apportion's patch is
+  # idempotent.
+  reinvocationPolicy: IfNeeded
+  timeoutSeconds: {{ $root.Values.webhook.timeoutSeconds }}
+  {{- include "apportion.namespaceSelector" (dict "root" $root "extra" .namespaceExpressions) | nindent 2 }}
+  objectSelector:
+    matchExpressions:
+      # Never apportion's own pods (nor its pre-delete Job), nor
+      # Karpenter's: they must start without waiting for a placement leader.
+      - key: app.kubernetes.io/name
+        operator: NotIn
+        values: {{ list (include "apportion.name" $root) "karpenter" | uniq | toJson }}
+      {{- with $root.Values.webhook.objectSelectorExpressions }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+  {{- with .condition }}
+  matchConditions:
+    - name: carries-apportion
+      expression: {{ . | quote }}
+  {{- end }}
 {{- end }}
 
 {{/*

@@ -71,6 +71,13 @@ const (
 	// the chart's webhook namespaceSelector skips it, and so does shadow
 	// mode.
 	Ignore = Prefix + "ignore"
+	// NamespacePlacement, as a namespace label with the value
+	// NamespacePlacementEnabled, sends every pod of the namespace to the pod
+	// webhook when the chart scopes it (webhook.scope: namespaces). apportion
+	// sets it on a namespace when a workload or PlacementPolicy in it opts
+	// in, before admitting that object; users may set it too. Elsewhere
+	// only pods that carry an apportion annotation reach the webhook.
+	NamespacePlacement = Prefix + "placement"
 	// Shadow is written, in shadow mode, on a pod apportion decided but did
 	// not change: JSON of the group, NodePool, architectures and record it
 	// would have written, signed like a decision (decision.Shadow).
@@ -120,6 +127,9 @@ func FirstMode(candidates ...string) string {
 	}
 	return ModeRequired
 }
+
+// NamespacePlacementEnabled is the value of the NamespacePlacement label.
+const NamespacePlacementEnabled = "enabled"
 
 // ArchitecturesAuto, as the value of Architectures on a namespace (label) or
 // a workload or pod template (annotation), asks for architecture-only

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/awslabs/operatorpkg/controller"
 	"github.com/go-logr/logr"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -40,6 +42,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/scope"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -133,10 +136,44 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		cs = append(cs, policystatus.NewController(d.Clock, kube, groupCapacity, d.Policies,
 			policystatus.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
 	}
+	if o.WebhookScope == options.WebhookScopeNamespaces {
+		cs = append(cs, sweepNamespaces(kube, d, o))
+	}
 	if o.Rebalance {
 		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, groupCapacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
 	}
 	return cs
+}
+
+// namespaceSweepInterval is how often the leader labels the namespaces
+// that hold something opted in (scope.Marker.Sweep). The validators label
+// them as objects are admitted; the sweep repairs what they missed.
+const namespaceSweepInterval = 5 * time.Minute
+
+// sweepNamespaces runs scope.Marker.Sweep on the leader, at its start and
+// then every namespaceSweepInterval.
+func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) registerFunc {
+	marker := &scope.Marker{Reader: kube, Writer: kube, Excluded: sets.New(o.Excluded()...)}
+	return func(_ context.Context, m manager.Manager) error {
+		var kinds []schema.GroupVersionKind
+		for _, gvk := range followedKinds {
+			if d.APIs.Served(gvk) {
+				kinds = append(kinds, gvk)
+			}
+		}
+		return m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			for {
+				if err := marker.Sweep(ctx, kube, kinds, d.Policies != nil); err != nil {
+					log.FromContext(ctx).Error(err, "labelling the namespaces that hold opted-in workloads; retried at the next sweep")
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-d.Clock.After(namespaceSweepInterval):
+				}
+			}
+		}))
+	}
 }
 
 // janitor is the gate janitor; with leader election, a pod's gate timeout

@@ -47,8 +47,9 @@ func startInformers(ctx context.Context, mgr manager.Manager, apis *APIWatch, o 
 	if o.LeaderElect {
 		objs = append(objs, &coordinationv1.Lease{})
 	}
-	// Namespaces opt in to architecture placement with a label.
-	if o.Architectures == options.ArchitecturesOptIn {
+	// Namespaces opt in to architecture placement with a label; with the
+	// scoped webhook, apportion labels them when a workload opts in.
+	if o.Architectures == options.ArchitecturesOptIn || o.WebhookScope == options.WebhookScopeNamespaces {
 		objs = append(objs, metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")))
 	}
 	var policies *policy.Source

@@ -64,7 +64,10 @@ type Options struct {
 	// Architectures from images: which pods are inspected (see the
 	// Architectures* constants), how long the placement controller waits
 	// for a look-up, and the image cache's bounds.
-	Architectures         string
+	Architectures string
+	// WebhookScope is how the pod webhook is scoped (WebhookScope*): with
+	// namespaces, apportion labels the namespaces that need it.
+	WebhookScope          string
 	ImageTimeout          time.Duration
 	ImageCacheSize        int
 	IfNotPresentCacheTime time.Duration
@@ -137,6 +140,16 @@ const (
 	ArchitecturesAll = "all"
 	// ArchitecturesOff inspects no image.
 	ArchitecturesOff = "off"
+
+	// WebhookScopeAll: the pod webhook is called for every pod outside the
+	// excluded namespaces (a manual install; the chart's webhook.scope: all).
+	WebhookScopeAll = "all"
+	// WebhookScopeNamespaces: the pod webhook is called for pods of
+	// namespaces labelled apportion.dev/placement: enabled, and for pods
+	// that carry an apportion annotation or a profile's runtimeClassName;
+	// apportion labels a namespace when a workload or PlacementPolicy in it
+	// opts in.
+	WebhookScopeNamespaces = "namespaces"
 )
 
 // AddFlags registers the flags; defaults come from the environment.
@@ -172,6 +185,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CertValidity, "cert-validity", o.envDuration("CERT_VALIDITY", 8760*time.Hour), "validity of a serving certificate generated with --cert-secret-name")
 	fs.DurationVar(&o.CertRenewBefore, "cert-renew-before", o.envDuration("CERT_RENEW_BEFORE", 720*time.Hour), "replace the CA or the serving certificate this long before it expires")
 	fs.StringVar(&o.Architectures, "architectures", env("ARCHITECTURES", ArchitecturesOptIn), "which pods get architectures from their images: opt-in (pods with a strategy, and pods without one whose namespace label or workload annotation apportion.dev/architectures is \"auto\"), all (every pod), off (no image is inspected)")
+	fs.StringVar(&o.WebhookScope, "webhook-scope", env("WEBHOOK_SCOPE", WebhookScopeAll), "how the pod webhook configuration is scoped: all (every pod outside the excluded namespaces) or namespaces (namespaces labelled apportion.dev/placement: enabled, and pods carrying an apportion.dev/* or strategy annotation or a profile's runtimeClassName; apportion then labels a namespace when a workload or PlacementPolicy in it opts in, which needs patch on namespaces)")
 	fs.DurationVar(&o.ImageTimeout, "image-timeout", o.envDuration("IMAGE_TIMEOUT", 3*time.Second), "how long placement waits for a pod's image platforms before placing it without an architecture constraint (keep it well inside --gate-timeout)")
 	fs.IntVar(&o.ImageCacheSize, "image-cache-size", o.envInt("IMAGE_CACHE_SIZE", 10000), "image references whose platforms are kept in memory")
 	fs.DurationVar(&o.IfNotPresentCacheTime, "if-not-present-cache-time", o.envDuration("IF_NOT_PRESENT_CACHE_TIME", 168*time.Hour), "how long the platforms of a tag pulled IfNotPresent (or Never) are cached; digests are cached until evicted")
@@ -309,6 +323,11 @@ func (o *Options) validateArchitectures() []error {
 	case ArchitecturesOptIn, ArchitecturesAll, ArchitecturesOff:
 	default:
 		errs = append(errs, fmt.Errorf("--architectures must be opt-in, all or off, got %q", o.Architectures))
+	}
+	switch o.WebhookScope {
+	case WebhookScopeAll, WebhookScopeNamespaces:
+	default:
+		errs = append(errs, fmt.Errorf("--webhook-scope must be all or namespaces, got %q", o.WebhookScope))
 	}
 	if o.ImageTimeout <= 0 || o.ImageTimeout >= o.GateTimeout {
 		errs = append(errs, fmt.Errorf("--image-timeout (%s) must be positive and below --gate-timeout (%s)", o.ImageTimeout, o.GateTimeout))

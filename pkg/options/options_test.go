@@ -66,6 +66,7 @@ func TestBadInputNamesTheFlag(t *testing.T) {
 		{[]string{"--if-not-present-cache-time=0s"}, "--if-not-present-cache-time"},
 		{[]string{"--pull-always-cache-time=-1s"}, "--pull-always-cache-time"},
 		{[]string{"--image-failure-cache-time=0s"}, "--image-failure-cache-time"},
+		{[]string{"--webhook-scope=namespace"}, "--webhook-scope"},
 		{[]string{"--capacity-timeout=0s"}, "--capacity-timeout"},
 		{[]string{"--capacity-ttl=10m", "--capacity-max-ttl=5m"}, "--capacity-ttl"},
 		{[]string{"--capacity-delete-qps=-1"}, "--capacity-delete-qps"},

@@ -6,11 +6,13 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/scope"
 )
 
 // PolicyValidatorPath is where the PlacementPolicy validator is served.
@@ -21,12 +23,18 @@ const PolicyValidatorPath = "/validate-apportion-placementpolicies"
 // selectors that are not valid label selectors. The CRD's schema checks the
 // rest (forms, enums, minimums). Like the workload validator it fails open:
 // a request it cannot decode is admitted.
-type PolicyValidator struct{}
+//
+// With a Marker (the chart's scoped pod webhook), a valid policy has its
+// namespace labelled before it is admitted: the pods of the workloads it
+// targets carry nothing that says so.
+type PolicyValidator struct {
+	Marker *scope.Marker
+}
 
 var _ admission.Handler = PolicyValidator{}
 
 // Handle implements admission.Handler.
-func (PolicyValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (v PolicyValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -45,6 +53,11 @@ func (PolicyValidator) Handle(ctx context.Context, req admission.Request) admiss
 		}
 		if s.Empty() {
 			return admission.Denied("spec.target.selector: an empty selector would match every workload of the namespace: name the labels")
+		}
+	}
+	if !ptr.Deref(req.DryRun, false) {
+		if err := v.Marker.Mark(ctx, req.Namespace); err != nil {
+			log.FromContext(ctx).Error(err, "admitting the placement policy, its namespace unlabelled", "namespace", req.Namespace, "name", req.Name)
 		}
 	}
 	return admission.Allowed("")

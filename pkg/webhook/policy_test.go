@@ -6,8 +6,16 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/scope"
 )
 
 func TestPolicyValidator(t *testing.T) {
@@ -64,3 +72,46 @@ func TestPolicyValidator(t *testing.T) {
 		})
 	}
 }
+
+// TestValidatorsLabelNamespaces: with a Marker (webhook.scope: namespaces),
+// a workload or PlacementPolicy that opts in has its namespace labelled
+// before it is admitted, so that its first pods reach the pod webhook; a dry
+// run, a refused object or one that does not opt in labels nothing.
+func TestValidatorsLabelNamespaces(t *testing.T) {
+	const policy = `{"spec":{"target":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"strategy":{"text":"` + good + `"}}}`
+	for _, tc := range []struct {
+		name    string
+		handler func(*scope.Marker) admission.Handler
+		obj     string
+		dryRun  bool
+		want    bool
+	}{
+		{"strategy on the workload", workloadValidator, `{"metadata":{"annotations":{"apportion.dev/strategy":"` + good + `"}}}`, false, true},
+		{"strategy on the template", workloadValidator, `{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"custom-pod-schedule-strategy":"` + good + `"}}}}}`, false, true},
+		{"architectures on the workload", workloadValidator, `{"metadata":{"annotations":{"apportion.dev/architectures":"auto"}}}`, false, true},
+		{"dry run", workloadValidator, `{"metadata":{"annotations":{"apportion.dev/strategy":"` + good + `"}}}`, true, false},
+		{"invalid strategy", workloadValidator, `{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=x"}}}`, false, false},
+		{"no strategy", workloadValidator, `{"metadata":{"annotations":{"apportion.dev/mode":"shadow"}}}`, false, false},
+		{"policy", policyValidator, policy, false, true},
+		{"policy, dry run", policyValidator, policy, true, false},
+		{"invalid policy", policyValidator, `{"spec":{"target":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"}}}`, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(ns).Build()
+			marker := &scope.Marker{Reader: c, Writer: c}
+			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create, Namespace: "team", DryRun: &tc.dryRun,
+				Object: runtime.RawExtension{Raw: []byte(tc.obj)}}}
+			resp := tc.handler(marker).Handle(context.Background(), req)
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(ns), ns); err != nil {
+				t.Fatal(err)
+			}
+			if got := ns.Labels[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled; got != tc.want {
+				t.Errorf("namespace labelled %v (labels %v), want %v; allowed %v", got, ns.Labels, tc.want, resp.Allowed)
+			}
+		})
+	}
+}
+
+func workloadValidator(m *scope.Marker) admission.Handler { return WorkloadValidator{Marker: m} }
+func policyValidator(m *scope.Marker) admission.Handler   { return PolicyValidator{Marker: m} }

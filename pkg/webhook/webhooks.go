@@ -8,13 +8,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/scope"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // Config is what the admission webhooks read.
 type Config struct {
 	// Reader is the informer cache.
-	Reader   client.Reader
+	Reader client.Reader
+	// Writer labels namespaces (options.WebhookScopeNamespaces).
+	Writer   client.Writer
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	// Policies gives strategies from PlacementPolicies; nil without their
@@ -27,6 +30,10 @@ type Config struct {
 // at (the chart's webhook configurations name the same paths).
 func Handlers(c Config) map[string]admission.Handler {
 	o := c.Options
+	var marker *scope.Marker
+	if o.WebhookScope == options.WebhookScopeNamespaces {
+		marker = &scope.Marker{Reader: c.Reader, Writer: c.Writer, Excluded: sets.New(o.Excluded()...)}
+	}
 	return map[string]admission.Handler{
 		PodMutatorPath: &PodMutator{
 			Reader: c.Reader,
@@ -39,7 +46,7 @@ func Handlers(c Config) map[string]admission.Handler {
 			Profiles:      o.Profiles(),
 			DefaultMode:   o.DefaultMode,
 		},
-		WorkloadValidatorPath: WorkloadValidator{},
-		PolicyValidatorPath:   PolicyValidator{},
+		WorkloadValidatorPath: WorkloadValidator{Marker: marker},
+		PolicyValidatorPath:   PolicyValidator{Marker: marker},
 	}
 }

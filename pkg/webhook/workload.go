@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/scope"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
@@ -20,7 +22,14 @@ const WorkloadValidatorPath = "/validate-apportion-workloads"
 // `kubectl apply` fails where the mistake is made. It reads only the
 // annotations of the object and of its pod template, which these four kinds
 // keep at the same paths.
-type WorkloadValidator struct{}
+//
+// With a Marker (the chart's scoped pod webhook), a workload that opts in
+// (a valid strategy, or apportion.dev/architectures: auto, on the workload
+// or its pod template) has its namespace labelled before it is admitted, so
+// that its first pods reach the pod webhook.
+type WorkloadValidator struct {
+	Marker *scope.Marker
+}
 
 var _ admission.Handler = WorkloadValidator{}
 
@@ -38,7 +47,7 @@ type workloadAnnotations struct {
 }
 
 // Handle implements admission.Handler.
-func (WorkloadValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (v WorkloadValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -51,6 +60,15 @@ func (WorkloadValidator) Handle(ctx context.Context, req admission.Request) admi
 	if ok {
 		if _, err := strategy.Parse(raw); err != nil {
 			return admission.Denied(src.String() + ": " + err.Error())
+		}
+	}
+	optedIn := scope.OptedIn(w.Metadata.Annotations) || scope.OptedIn(w.Spec.Template.Metadata.Annotations)
+	if optedIn && !ptr.Deref(req.DryRun, false) {
+		// Failing open: the workload is admitted, and the pods its
+		// template does not mark reach the pod webhook once the sweep
+		// labels the namespace.
+		if err := v.Marker.Mark(ctx, req.Namespace); err != nil {
+			log.FromContext(ctx).Error(err, "admitting the workload, its namespace unlabelled", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name)
 		}
 	}
 	// The other knobs are warned about, not refused: each has a safe

@@ -38,6 +38,7 @@ const (
 var rbacDimensions = []dimension{
 	{"certificates.mode", []string{"self-managed", "cert-manager", "provided"}},
 	{"settings.architectures", []string{"opt-in", "all", "off"}},
+	{"webhook.scope", []string{"namespaces", "all"}},
 	{"settings.rebalance", []string{"false", "true"}},
 	{"settings.readPullSecrets", []string{"false", "true"}},
 	// A rate: rbac.yaml tells only zero (off) from any positive rate, so

@@ -1,0 +1,125 @@
+// Package scope keeps the label the chart's scoped pod webhook selects
+// namespaces by (webhook.scope: namespaces): Marker writes it when a
+// workload or PlacementPolicy opts in, from the validating webhooks before
+// the object is admitted, and Sweep writes it for what opted in before
+// (an upgrade, a validator that failed open).
+package scope
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+// OperationLabel is the operation label of
+// apportion_placement_api_errors_total for a namespace label apportion
+// could not write.
+const OperationLabel = "label_namespace"
+
+// Marker labels a namespace apportion.dev/placement: enabled, the
+// label the chart's scoped pod webhook selects namespaces by
+// (webhook.scope: namespaces). The workload and PlacementPolicy validators
+// call it for an object that opts in, before the API server stores the
+// object: the workload's first pods, created after it, then reach the pod
+// webhook. The label is never removed: a namespace that no longer holds
+// anything opted in only costs its pods a webhook call.
+type Marker struct {
+	// Reader is the metadata cache of namespaces: a namespace labelled
+	// already costs no API call.
+	Reader client.Reader
+	// Writer patches the namespace.
+	Writer client.Writer
+	// Excluded namespaces are never labelled, nor are namespaces labelled
+	// apportion.dev/ignore: apportion leaves them alone.
+	Excluded sets.Set[string]
+}
+
+// Mark labels the namespace unless it is labelled already, excluded or
+// ignored. A namespace the cache does not hold yet (created a moment ago)
+// is patched all the same.
+func (m *Marker) Mark(ctx context.Context, namespace string) error {
+	if m == nil || namespace == "" || m.Excluded.Has(namespace) {
+		return nil
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := m.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err == nil {
+		if _, ignored := ns.Labels[annotations.Ignore]; ignored || ns.Labels[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled {
+			return nil
+		}
+	}
+	// A merge patch of the one label: nothing else of the namespace is
+	// read or written. An ignore label written since the cache's copy is
+	// left as it is; the label is then only unused.
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, annotations.NamespacePlacement, annotations.NamespacePlacementEnabled)
+	ns = &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	ns.Name = namespace
+	if err := m.Writer.Patch(ctx, ns, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		metrics.APIErrorsTotal.WithLabelValues(OperationLabel).Inc()
+		return fmt.Errorf("labelling namespace %s %s=%s: %w", namespace, annotations.NamespacePlacement, annotations.NamespacePlacementEnabled, err)
+	}
+	return nil
+}
+
+// Sweep labels every namespace that holds a workload opted in by its own
+// annotations (a strategy, or apportion.dev/architectures: auto) or a
+// PlacementPolicy, from the caches: what opted in before the scoped webhook
+// was installed, or while a validator failed open. kinds are the workload
+// kinds served (metadata caches); policies is false without their CRD. A
+// strategy on a pod template alone needs no label: the pods carry it. It
+// returns the first error after trying every namespace.
+func (m *Marker) Sweep(ctx context.Context, r client.Reader, kinds []schema.GroupVersionKind, policies bool) error {
+	namespaces := sets.New[string]()
+	for _, gvk := range kinds {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("listing %s: %w", gvk.Kind, err)
+		}
+		for i := range list.Items {
+			if OptedIn(list.Items[i].Annotations) {
+				namespaces.Insert(list.Items[i].Namespace)
+			}
+		}
+	}
+	if policies {
+		list := &v1alpha1.PlacementPolicyList{}
+		if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("listing PlacementPolicies: %w", err)
+		}
+		for i := range list.Items {
+			namespaces.Insert(list.Items[i].Namespace)
+		}
+	}
+	var first error
+	for _, ns := range sets.List(namespaces) {
+		if err := m.Mark(ctx, ns); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// OptedIn reports whether a workload's (or its pod template's) annotations
+// opt it in: a strategy under any of its names, or
+// apportion.dev/architectures: auto. A strategy that does not parse counts
+// too: the pods are then admitted without the gate, with a warning.
+func OptedIn(annots map[string]string) bool {
+	if _, _, ok := strategy.Find(annots, nil); ok {
+		return true
+	}
+	return workload.IsArchitecturesAuto(annots[annotations.Architectures])
+}

@@ -1,0 +1,160 @@
+package scope
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+const strategyText = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+
+func namespace(name string, labels map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+// newMarker is a Marker over a fake API holding objs; patches counts the
+// patches it sends.
+func newMarker(t *testing.T, objs ...client.Object) (*Marker, client.Client, *int) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	patches := new(int)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			*patches++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	return &Marker{Reader: c, Writer: c, Excluded: sets.New("kube-system", "apportion-system")}, c, patches
+}
+
+func labelled(t *testing.T, c client.Client, name string) map[string]string {
+	t.Helper()
+	ns := &corev1.Namespace{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Labels
+}
+
+// Mark labels a namespace once, and never an excluded or ignored one.
+func TestMark(t *testing.T) {
+	m, c, patches := newMarker(t,
+		namespace("team", map[string]string{"owner": "a"}),
+		namespace("done", map[string]string{annotations.NamespacePlacement: annotations.NamespacePlacementEnabled}),
+		namespace("ignored", map[string]string{annotations.Ignore: ""}),
+		namespace("kube-system", nil),
+	)
+	ctx := context.Background()
+	for _, ns := range []string{"team", "team", "done", "ignored", "kube-system"} {
+		if err := m.Mark(ctx, ns); err != nil {
+			t.Fatalf("Mark(%s): %v", ns, err)
+		}
+	}
+	if got := labelled(t, c, "team"); got[annotations.NamespacePlacement] != annotations.NamespacePlacementEnabled || got["owner"] != "a" {
+		t.Errorf("namespace team has labels %v, want %s=%s added to its own", got, annotations.NamespacePlacement, annotations.NamespacePlacementEnabled)
+	}
+	for _, ns := range []string{"ignored", "kube-system"} {
+		if _, ok := labelled(t, c, ns)[annotations.NamespacePlacement]; ok {
+			t.Errorf("namespace %s labelled, want it left alone", ns)
+		}
+	}
+	// team once (the second Mark reads the label), done never.
+	if *patches != 1 {
+		t.Errorf("%d patches, want 1", *patches)
+	}
+	if err := m.Mark(ctx, "gone"); err == nil {
+		t.Error("Mark of a namespace that does not exist: no error")
+	}
+	var nilMarker *Marker
+	if err := nilMarker.Mark(ctx, "team"); err != nil {
+		t.Errorf("a nil Marker (webhook.scope: all): %v", err)
+	}
+}
+
+// Sweep labels the namespaces whose workloads opt in by their own
+// annotations or hold a PlacementPolicy; a strategy on a pod template alone
+// is carried by the pods, and is not in the metadata caches anyway.
+func TestSweep(t *testing.T) {
+	deploy := func(ns, name string, meta, template map[string]string) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: meta}}
+		d.Spec.Template.Annotations = template
+		return d
+	}
+	m, c, _ := newMarker(t,
+		namespace("strategy", nil), namespace("legacy", nil), namespace("template", nil), namespace("arch", nil),
+		namespace("policy", nil), namespace("plain", nil), namespace("kube-system", nil),
+		deploy("strategy", "web", map[string]string{annotations.Strategy: strategyText}, nil),
+		deploy("legacy", "web", map[string]string{annotations.LegacyStrategy: strategyText}, nil),
+		deploy("template", "web", nil, map[string]string{annotations.Strategy: strategyText}),
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "arch", Name: "db", Annotations: map[string]string{annotations.Architectures: "Auto"}}},
+		&v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "policy", Name: "p"}},
+		deploy("plain", "web", map[string]string{annotations.Mode: annotations.ModeShadow}, nil),
+		deploy("kube-system", "dns", map[string]string{annotations.Strategy: strategyText}, nil),
+	)
+	if err := m.Sweep(context.Background(), c, []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK}, true); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"strategy": true, "legacy": true, "template": false, "arch": true, "policy": true, "plain": false, "kube-system": false}
+	for ns, w := range want {
+		if got := labelled(t, c, ns)[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled; got != w {
+			t.Errorf("namespace %s labelled: %v, want %v", ns, got, w)
+		}
+	}
+}
+
+// A namespace that cannot be labelled does not stop the others; the first
+// error is returned.
+func TestSweepReportsErrors(t *testing.T) {
+	m, c, _ := newMarker(t,
+		namespace("a", nil),
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "web", Annotations: map[string]string{annotations.Strategy: strategyText}}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "missing", Name: "web", Annotations: map[string]string{annotations.Strategy: strategyText}}},
+	)
+	err := m.Sweep(context.Background(), c, []schema.GroupVersionKind{workload.DeploymentGVK}, false)
+	if err == nil {
+		t.Fatal("no error for a namespace that cannot be labelled")
+	}
+	if labelled(t, c, "a")[annotations.NamespacePlacement] != annotations.NamespacePlacementEnabled {
+		t.Error("namespace a left unlabelled after an error on another")
+	}
+}
+
+func TestOptedIn(t *testing.T) {
+	for _, tc := range []struct {
+		annots map[string]string
+		want   bool
+	}{
+		{nil, false},
+		{map[string]string{annotations.Strategy: strategyText}, true},
+		{map[string]string{annotations.LegacyCamelStrategy: strategyText}, true},
+		{map[string]string{annotations.LegacyCamelStrategy: strategyText, annotations.LegacyEnabled: "false"}, false},
+		{map[string]string{annotations.Strategy: "not a strategy"}, true},
+		{map[string]string{annotations.Architectures: " auto "}, true},
+		{map[string]string{annotations.Architectures: "amd64"}, false},
+		{map[string]string{annotations.Mode: annotations.ModeShadow, annotations.Skip: "true"}, false},
+	} {
+		if got := OptedIn(tc.annots); got != tc.want {
+			t.Errorf("OptedIn(%v) = %v, want %v", tc.annots, got, tc.want)
+		}
+	}
+}
