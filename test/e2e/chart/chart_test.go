@@ -37,8 +37,8 @@ const (
 )
 
 // TestChart walks one release through its life: install, placement through
-// the Service, validation, workloads that did not opt in left alone, RBAC
-// (least privilege: no Secret read outside the release), an upgrade that
+// the Service, validation, workloads that did not opt in left alone, the
+// pod webhook called only where it is needed, RBAC (least privilege: no Secret read outside the release), an upgrade that
 // forces short certificate lifetimes and the rotations that follow, a
 // SIGTERM of the leader in a burst, the leader lost in a burst (SIGKILL and
 // a force-deleted pod), the CRD handed to an apportion-crd release and
@@ -55,6 +55,7 @@ func TestChart(t *testing.T) {
 		{"Seed004ThroughService", testSeed004},
 		{"InvalidStrategyRefused", testInvalidStrategy},
 		{"UnannotatedWorkloadsUntouched", testUnannotatedUntouched},
+		{"WebhookScope", testWebhookScope},
 		{"RBACAllowlist", testRBAC},
 		{"CanIGetSecrets", testCanIGetSecrets},
 		{"UpgradeAndCertificateRotation", testRotation},
