@@ -55,8 +55,9 @@ const podIPPrefix = "10.254.0."
 //     and as its only credentials a kubeconfig holding a token requested for
 //     the pod's ServiceAccount (TokenRequest, bound to the pod);
 //   - writes the pod's status as the kubelet would: Running and Ready once
-//     the readiness probe answers, Succeeded or Failed when a pod of a Job
-//     exits;
+//     the readiness probe answers, then not Ready and Ready again as the
+//     probe keeps failing and passing (its period, timeout and thresholds),
+//     Succeeded or Failed when a pod of a Job exits;
 //   - on deletion, waits the preStop sleep, sends SIGTERM and, after the
 //     rest of the grace period, SIGKILL; once the process has exited it
 //     removes the pod object, so the pod (and the token bound to it) lasts
@@ -582,21 +583,11 @@ func (k *Kubelet) kubeconfigFor(ctx context.Context, pod *corev1.Pod, podDir str
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
-// waitReady polls the readiness probe and marks the pod Running and Ready
-// when it answers; a pod without a probe is Ready once started.
+// waitReady polls the readiness probe until it first answers and marks the
+// pod Running and Ready (a pod without a probe is Ready once started); then
+// it keeps probing as the kubelet does (probeLoop) until the process exits.
 func (k *Kubelet) waitReady(pod *corev1.Pod, ctr corev1.Container, p *PodProcess) {
-	url := ""
-	if pr := ctr.ReadinessProbe; pr != nil && pr.HTTPGet != nil {
-		port := pr.HTTPGet.Port.IntValue()
-		if pr.HTTPGet.Port.Type == intstr.String {
-			for _, cp := range ctr.Ports {
-				if cp.Name == pr.HTTPGet.Port.StrVal {
-					port = int(cp.ContainerPort)
-				}
-			}
-		}
-		url = "http://" + net.JoinHostPort(p.IP, strconv.Itoa(port)) + pr.HTTPGet.Path
-	}
+	url := probeURL(ctr, p.IP)
 	hc := k.c.HTTPClient()
 	hc.Timeout = 2 * time.Second
 	for {
@@ -608,16 +599,128 @@ func (k *Kubelet) waitReady(pod *corev1.Pod, ctr corev1.Container, p *PodProcess
 		if url == "" {
 			break
 		}
-		if resp, err := hc.Get(url); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if probe(hc, url) {
+			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	k.markReady(pod, p)
 	p.ready.Store(true)
+	if url != "" {
+		k.probeLoop(pod, ctr.ReadinessProbe, url, p)
+	}
+}
+
+// probeURL is the address of the container's HTTP readiness probe at ip,
+// or "" without one.
+func probeURL(ctr corev1.Container, ip string) string {
+	pr := ctr.ReadinessProbe
+	if pr == nil || pr.HTTPGet == nil {
+		return ""
+	}
+	port := pr.HTTPGet.Port.IntValue()
+	if pr.HTTPGet.Port.Type == intstr.String {
+		for _, cp := range ctr.Ports {
+			if cp.Name == pr.HTTPGet.Port.StrVal {
+				port = int(cp.ContainerPort)
+			}
+		}
+	}
+	return "http://" + net.JoinHostPort(ip, strconv.Itoa(port)) + pr.HTTPGet.Path
+}
+
+// probe reports whether url answers 200 within hc's timeout.
+func probe(hc *http.Client, url string) bool {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// probeLoop probes every periodSeconds with timeoutSeconds, as the kubelet
+// does once the pod is Ready: failureThreshold failures in a row mark the
+// pod not Ready (the EndpointSlice controller then takes its address out of
+// the Service), successThreshold successes in a row mark it Ready again. A
+// frozen process accepts connections (the kernel does) but never answers:
+// its probes time out. The loop ends when the process exits.
+func (k *Kubelet) probeLoop(pod *corev1.Pod, pr *corev1.Probe, url string, p *PodProcess) {
+	st := newReadiness(pr)
+	hc := k.c.HTTPClient()
+	hc.Timeout = st.timeout
+	t := time.NewTicker(st.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.Exited:
+			return
+		case <-t.C:
+		}
+		ok := probe(hc, url)
+		changed, ready := st.observe(ok)
+		if !changed || p.done() {
+			continue
+		}
+		if ready {
+			k.logf("%s/%s: readiness probe passed %d times in a row: Ready", pod.Namespace, pod.Name, st.successThreshold)
+			p.ready.Store(true)
+			k.markReady(pod, p)
+			continue
+		}
+		k.logf("%s/%s: readiness probe failed %d times in a row: not Ready", pod.Namespace, pod.Name, st.failureThreshold)
+		// First, so that syncPod does not take the pod's not-Ready
+		// status for the node lifecycle controller's and undo it.
+		p.ready.Store(false)
+		k.markNotReady(pod, p)
+	}
+}
+
+// readiness counts a readiness probe's results as the kubelet does, with
+// the kubelet's defaults for unset fields.
+type readiness struct {
+	period, timeout                    time.Duration
+	failureThreshold, successThreshold int
+	ready                              bool
+	failures, successes                int
+}
+
+func newReadiness(pr *corev1.Probe) *readiness {
+	r := &readiness{period: 10 * time.Second, timeout: time.Second, failureThreshold: 3, successThreshold: 1, ready: true}
+	if pr.PeriodSeconds > 0 {
+		r.period = time.Duration(pr.PeriodSeconds) * time.Second
+	}
+	if pr.TimeoutSeconds > 0 {
+		r.timeout = time.Duration(pr.TimeoutSeconds) * time.Second
+	}
+	if pr.FailureThreshold > 0 {
+		r.failureThreshold = int(pr.FailureThreshold)
+	}
+	if pr.SuccessThreshold > 0 {
+		r.successThreshold = int(pr.SuccessThreshold)
+	}
+	return r
+}
+
+// observe counts one probe result and reports whether the pod's readiness
+// changed with it, and what it is now.
+func (r *readiness) observe(ok bool) (changed, ready bool) {
+	if ok {
+		r.failures = 0
+		r.successes++
+		if !r.ready && r.successes >= r.successThreshold {
+			r.ready = true
+			return true, true
+		}
+		return false, r.ready
+	}
+	r.successes = 0
+	r.failures++
+	if r.ready && r.failures >= r.failureThreshold {
+		r.ready = false
+		return true, false
+	}
+	return false, r.ready
 }
 
 // markReady writes the pod as Running and Ready.
@@ -631,6 +734,21 @@ func (k *Kubelet) markReady(pod *corev1.Pod, p *PodProcess) {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.Started)}},
 		}}
 		setConditions(st, corev1.ConditionTrue)
+	})
+}
+
+// markNotReady writes the pod as Running but not Ready: its process runs
+// and fails its readiness probe.
+func (k *Kubelet) markNotReady(pod *corev1.Pod, p *PodProcess) {
+	ctr := pod.Spec.Containers[0]
+	k.setStatus(pod, p, func(st *corev1.PodStatus) {
+		st.Phase = corev1.PodRunning
+		st.StartTime = ptr.To(metav1.NewTime(p.Started))
+		st.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: ctr.Name, Image: ctr.Image, ImageID: p.ImageID, Ready: false, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.Started)}},
+		}}
+		setConditions(st, corev1.ConditionFalse)
 	})
 }
 
