@@ -41,7 +41,7 @@ const (
 // pod webhook called only where it is needed, RBAC (least privilege: no Secret read outside the release), an upgrade that
 // forces short certificate lifetimes and the rotations that follow, a
 // SIGTERM of the leader in a burst, the leader lost in a burst (SIGKILL and
-// a force-deleted pod), the CRD handed to an apportion-crd release and
+// a force-deleted pod), the leader frozen in a burst (SIGSTOP), the CRD handed to an apportion-crd release and
 // upgraded by it, uninstall, and then a release built with make release,
 // pushed to a registry in the cluster and installed from it with
 // `helm install oci://...`. The steps share the release, so they run in
@@ -61,6 +61,7 @@ func TestChart(t *testing.T) {
 		{"UpgradeAndCertificateRotation", testRotation},
 		{"SIGTERMLeaderDuringBurst", testSIGTERM},
 		{"ForceDeletedLeaderDuringBurst", testForceDeletedLeader},
+		{"FrozenLeaderDuringBurst", testFrozenLeader},
 		{"CRDUpgrade", testCRDUpgrade},
 		{"Uninstall", testUninstall},
 		{"InstallFromOCIRegistry", testInstallFromOCIRegistry},
@@ -132,7 +133,7 @@ func testInstall(t *testing.T) {
 		return nil
 	})
 	for _, w := range mwc.Webhooks {
-		if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy || *w.TimeoutSeconds != 5 {
+		if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy || *w.TimeoutSeconds != 2 {
 			t.Errorf("mutating webhook %s: failurePolicy %s, reinvocation %s, timeout %d", w.Name, *w.FailurePolicy, *w.ReinvocationPolicy, *w.TimeoutSeconds)
 		}
 	}
