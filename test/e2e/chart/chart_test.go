@@ -457,20 +457,38 @@ func testSIGTERM(t *testing.T) {
 // failingOpen sums up the API server's "failing open" warnings about
 // apportion's webhooks logged since start: how many, and why.
 func failingOpen(start time.Time) string {
-	b, err := os.ReadFile(filepath.Join(env.c.LogDir(), "kube-apiserver.log"))
+	reasons, first, last, err := failingOpenReasons(start)
 	if err != nil {
 		return err.Error()
 	}
-	reasons := map[string]int{}
-	var first, last string
+	if len(reasons) == 0 {
+		return "  none"
+	}
+	var out []string
+	for r, n := range reasons {
+		out = append(out, fmt.Sprintf("  %d× %s", n, r))
+	}
+	sort.Strings(out)
+	return fmt.Sprintf("  from %s to %s\n%s", first, last, strings.Join(out, "\n"))
+}
+
+// failingOpenReasons counts the API server's "failing open" warnings about
+// apportion's webhooks logged since start by reason, with the times of the
+// first and the last.
+func failingOpenReasons(start time.Time) (reasons map[string]int, first, last string, err error) {
+	b, err := os.ReadFile(filepath.Join(env.c.LogDir(), "kube-apiserver.log"))
+	if err != nil {
+		return nil, "", "", err
+	}
+	reasons = map[string]int{}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		_, msg, ok := strings.Cut(line, "failing open ")
 		if !ok || !strings.Contains(msg, "apportion.dev") || len(line) < 21 {
 			continue
 		}
 		// klog: "W1123 07:16:30.900327 ..."; the year is the test's.
-		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.UTC)
-		if err != nil || at.AddDate(start.UTC().Year(), 0, 0).Before(start.UTC()) {
+		at, perr := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.UTC)
+		if perr != nil || at.AddDate(start.UTC().Year(), 0, 0).Before(start.UTC()) {
 			continue
 		}
 		if first == "" {
@@ -482,15 +500,7 @@ func failingOpen(start time.Time) string {
 		}
 		reasons[msg]++
 	}
-	if len(reasons) == 0 {
-		return "  none"
-	}
-	var out []string
-	for r, n := range reasons {
-		out = append(out, fmt.Sprintf("  %d× %s", n, r))
-	}
-	sort.Strings(out)
-	return fmt.Sprintf("  from %s to %s\n%s", first, last, strings.Join(out, "\n"))
+	return reasons, first, last, nil
 }
 
 // endpointDrop reports, once, how long after since the Service's
