@@ -258,7 +258,7 @@ helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them
 	  "$$helm" lint chart/ --strict; \
 	  "$$helm" lint chart-crd/ --strict; \
 	  echo "helm template: apportion-crd"; \
-	  "$$helm" template apportion-crd chart-crd/ -n apportion-system --kube-version 1.29.0 | grep -q 'helm.sh/resource-policy: keep' \
+	  "$$helm" template apportion-crd chart-crd/ -n apportion-system --kube-version 1.29.0 | grep 'helm.sh/resource-policy: keep' >/dev/null \
 	    || { echo "helm template: the CRDs of chart-crd/ lack helm.sh/resource-policy: keep (run make generate)" >&2; exit 1; }; \
 	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
 	  for kube in 1.32.0 1.36.0; do \
@@ -276,7 +276,7 @@ helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them
 	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
 	    --set hostNetwork=true,serviceMonitor.enabled=true,grafanaDashboard.enabled=true,prometheusRule.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
 	    --set global.imageRegistry=registry.example.com \
-	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep -q 'pods/eviction' \
+	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep 'pods/eviction' >/dev/null \
 	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }
 
 .PHONY: clean
