@@ -263,21 +263,7 @@ func (s split) quota(base int64, g Group) quota {
 // WithinQuota reports whether counts are within quota over the available
 // groups (counts of unavailable groups are ignored).
 func (m *Method) WithinQuota(counts []int64, avail Set) bool {
-	n := m.total(counts, avail)
-	sp := m.splitAt(n, avail)
-	left := n
-	for i, g := range m.groups {
-		if !avail.Has(i) {
-			continue
-		}
-		base := min(g.Base, left)
-		left -= base
-		q := sp.quota(base, g)
-		if counts[i] < q.lower || counts[i] > q.upper() {
-			return false
-		}
-	}
-	return true
+	return m.OffQuota(counts, avail) == 0
 }
 
 // OffQuota is how far counts are from quota over the available groups: the

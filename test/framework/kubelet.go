@@ -724,31 +724,27 @@ func (r *readiness) observe(ok bool) (changed, ready bool) {
 }
 
 // markReady writes the pod as Running and Ready.
-func (k *Kubelet) markReady(pod *corev1.Pod, p *PodProcess) {
-	ctr := pod.Spec.Containers[0]
-	k.setStatus(pod, p, func(st *corev1.PodStatus) {
-		st.Phase = corev1.PodRunning
-		st.StartTime = ptr.To(metav1.NewTime(p.Started))
-		st.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: ctr.Name, Image: ctr.Image, ImageID: p.ImageID, Ready: true, Started: ptr.To(true),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.Started)}},
-		}}
-		setConditions(st, corev1.ConditionTrue)
-	})
-}
+func (k *Kubelet) markReady(pod *corev1.Pod, p *PodProcess) { k.markRunning(pod, p, true) }
 
 // markNotReady writes the pod as Running but not Ready: its process runs
 // and fails its readiness probe.
-func (k *Kubelet) markNotReady(pod *corev1.Pod, p *PodProcess) {
+func (k *Kubelet) markNotReady(pod *corev1.Pod, p *PodProcess) { k.markRunning(pod, p, false) }
+
+// markRunning writes the pod as Running, Ready or not.
+func (k *Kubelet) markRunning(pod *corev1.Pod, p *PodProcess, ready bool) {
 	ctr := pod.Spec.Containers[0]
+	cond := corev1.ConditionFalse
+	if ready {
+		cond = corev1.ConditionTrue
+	}
 	k.setStatus(pod, p, func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodRunning
 		st.StartTime = ptr.To(metav1.NewTime(p.Started))
 		st.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: ctr.Name, Image: ctr.Image, ImageID: p.ImageID, Ready: false, Started: ptr.To(true),
+			Name: ctr.Name, Image: ctr.Image, ImageID: p.ImageID, Ready: ready, Started: ptr.To(true),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.Started)}},
 		}}
-		setConditions(st, corev1.ConditionFalse)
+		setConditions(st, cond)
 	})
 }
 
