@@ -16,6 +16,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/controllers"
 	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/internal/lazylog"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/version"
 	"github.com/apportion-dev/apportion/pkg/webhook"
@@ -64,7 +65,7 @@ func serve(o *options.Options, stdout io.Writer) error {
 		return fmt.Errorf("loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
 	}
 	level := map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel, "error": zapcore.ErrorLevel}[o.LogLevel]
-	logger := zap.New(zap.WriteTo(stdout), zap.Level(level))
+	logger := lazylog.New(zap.New(zap.WriteTo(stdout), zap.Level(level)))
 	ctrl.SetLogger(logger)
 	ctx := log.IntoContext(ctrl.SetupSignalHandler(), logger)
 	logger.Info("apportion webhook", "version", version.String())

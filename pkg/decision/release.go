@@ -24,7 +24,11 @@ const (
 func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod) error {
 	patched := pod.DeepCopy()
 	RemoveGate(patched)
-	if err := kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); err != nil {
+	patch, err := Patch(pod, patched, true)
+	if err == nil {
+		err = kubeClient.Patch(ctx, patched, patch)
+	}
+	if err != nil {
 		return fmt.Errorf("removing the placement gate: %w", err)
 	}
 	return nil

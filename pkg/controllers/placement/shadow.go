@@ -204,12 +204,13 @@ func (c *Controller) writeShadow(ctx context.Context, pod *corev1.Pod, d decisio
 		gated := decision.HasGate(pod)
 		patched := pod.DeepCopy()
 		decision.WriteShadow(patched, sh)
-		from := client.MergeFrom(pod)
 		if gated {
 			decision.RemoveGate(patched)
-			from = client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
 		}
-		err := c.kubeClient.Patch(ctx, patched, from)
+		patch, err := decision.Patch(pod, patched, gated)
+		if err == nil {
+			err = c.kubeClient.Patch(ctx, patched, patch)
+		}
 		switch {
 		case err == nil:
 			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(sh.Group), metrics.NodePools.Value(sh.NodePool), ResultShadow).Inc()

@@ -44,7 +44,10 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 	for attempt := 0; ; attempt++ {
 		patched := pod.DeepCopy()
 		decision.Apply(patched, d)
-		err := c.kubeClient.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
+		patch, err := decision.Patch(pod, patched, true)
+		if err == nil {
+			err = c.kubeClient.Patch(ctx, patched, patch)
+		}
 		switch {
 		case err == nil:
 			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
