@@ -427,8 +427,16 @@ func appendContainerEnv(env []string, pod *corev1.Pod, ctr corev1.Container, ip 
 			switch {
 			case e.ValueFrom.FieldRef != nil:
 				v = fieldRef(pod, ip, e.ValueFrom.FieldRef.FieldPath)
+			case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
+				// In bytes (no divisor); without a limit the kubelet gives the
+				// node's allocatable memory: here the variable is left unset.
+				q, ok := ctr.Resources.Limits[corev1.ResourceMemory]
+				if !ok {
+					continue
+				}
+				v = strconv.FormatInt(q.Value(), 10)
 			default:
-				return nil, fmt.Errorf("env %s: only value and fieldRef are emulated", e.Name)
+				return nil, fmt.Errorf("env %s: only value, fieldRef and limits.memory are emulated", e.Name)
 			}
 		}
 		v = remap(v, mounts)
