@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,9 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/utils/ptr"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -54,6 +59,50 @@ func deployment(ns, image string, w workload) *appsv1.Deployment {
 	return d
 }
 
+// groupLabel tells apart the Deployments of one workload in the pinned
+// burst.
+const groupLabel = "bench.apportion.dev/group"
+
+// pinnedDeployments are w as the same pods without apportion, placed by
+// hand: one Deployment per group of its strategy, with the group's labels
+// as nodeSelector and the group's count of the quota at replicas, all
+// labelled app=w.name. The control plane's time for them is what the
+// placement itself costs, apportion aside.
+func pinnedDeployments(ns, image string, w workload, replicas int) ([]*appsv1.Deployment, error) {
+	s, err := strategy.Parse(w.strategy)
+	if err != nil {
+		return nil, err
+	}
+	m, err := plan.Method(s)
+	if err != nil {
+		return nil, err
+	}
+	counts := m.CountsAt(int64(replicas), apportion.All)
+	var out []*appsv1.Deployment
+	for g, group := range s.Groups {
+		d := deployment(ns, image, w)
+		delete(d.Annotations, annotations.Strategy)
+		d.Name = fmt.Sprintf("%s-g%d", w.name, g)
+		d.Spec.Selector.MatchLabels[groupLabel] = strconv.Itoa(g)
+		d.Spec.Template.Labels[groupLabel] = strconv.Itoa(g)
+		d.Spec.Template.Spec.NodeSelector = map[string]string{}
+		for _, l := range group.Labels {
+			d.Spec.Template.Spec.NodeSelector[l.Key] = l.Value
+		}
+		d.Spec.Replicas = ptr.To(int32(counts[g]))
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// The three bursts: the pods anywhere, the same split placed by hand, and
+// placed by apportion.
+const (
+	modeWithout = "without"
+	modePinned  = "pinned"
+	modeWith    = "with"
+)
+
 // burstResult is what one burst measured, from the bench's pod watch.
 type burstResult struct {
 	Apportion bool `json:"apportion"`
@@ -85,27 +134,48 @@ type burstResult struct {
 // burst runs one burst in its own namespace: the Deployments created at
 // zero, then all scaled at once, until every pod runs or the run timeout
 // passes. ns is left with its pods for the caller to measure and free.
-func (b *bench) burst(ctx context.Context, ns string, apportion bool, started func()) (*burstResult, error) {
+func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*burstResult, error) {
 	labels := map[string]string{}
-	if !apportion {
+	if mode != modeWith {
 		labels[framework.IgnoreLabel] = "true"
 	}
 	if err := b.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
 	ws := workloads(b.o.workloads)
-	err := forEach(ctx, ws, func(ctx context.Context, w workload) error {
-		return b.kube.Create(ctx, deployment(ns, b.image, w))
+	var deployments []*appsv1.Deployment
+	for _, w := range ws {
+		if mode != modePinned {
+			deployments = append(deployments, deployment(ns, b.image, w))
+			continue
+		}
+		ds, err := pinnedDeployments(ns, b.image, w, b.o.replicas)
+		if err != nil {
+			return nil, fmt.Errorf("workload %s: %w", w.name, err)
+		}
+		deployments = append(deployments, ds...)
+	}
+	// Created at zero, then scaled all at once.
+	replicas := map[string]int32{}
+	for _, d := range deployments {
+		replicas[d.Name] = *d.Spec.Replicas
+		if mode != modePinned {
+			replicas[d.Name] = int32(b.o.replicas)
+		}
+		d.Spec.Replicas = ptr.To(int32(0))
+	}
+	err := forEach(ctx, deployments, func(ctx context.Context, d *appsv1.Deployment) error {
+		return b.kube.Create(ctx, d)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the Deployments: %w", err)
 	}
 	want := b.o.workloads * b.o.replicas
-	say("%s: scaling %d Deployments from 0 to %d (%d pods)", ns, len(ws), b.o.replicas, want)
+	say("%s: scaling %d Deployments from 0 (%d pods)", ns, len(deployments), want)
 	t0 := time.Now()
-	scale := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, b.o.replicas))
-	err = forEach(ctx, ws, func(ctx context.Context, w workload) error {
-		return b.kube.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name}}, scale)
+	err = forEach(ctx, deployments, func(ctx context.Context, d *appsv1.Deployment) error {
+		scale := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas[d.Name]))
+		return b.kube.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: d.Name}}, scale)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scaling the Deployments: %w", err)
@@ -115,7 +185,7 @@ func (b *bench) burst(ctx context.Context, ns string, apportion bool, started fu
 	}
 	b.waitBurst(ctx, ns, want, t0)
 	res := measureBurst(b.watch.records(ns), want, t0)
-	res.Apportion = apportion
+	res.Apportion = mode == modeWith
 	nodes, err := b.nodeLabels(ctx)
 	if err != nil {
 		return res, err

@@ -37,6 +37,15 @@ type options struct {
 	cpuProfile    string
 	profileFor    time.Duration
 	only          string
+	pinned        bool
+}
+
+// runs reports whether the burst of mode is run.
+func (o options) runs(mode string) bool {
+	if o.only != "" {
+		return o.only == mode
+	}
+	return mode != modePinned || o.pinned
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -53,7 +62,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.jsonFile, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the placement leader, taken during the burst with apportion, to this file")
 	fs.DurationVar(&o.profileFor, "cpu-profile-duration", 30*time.Second, "length of the --cpu-profile")
-	fs.StringVar(&o.only, "only", "", `run one burst only: "with" or "without" apportion`)
+	fs.StringVar(&o.only, "only", "", `run one burst only: "with" or "without" apportion, or "pinned" (the same splits by nodeSelector, without apportion)`)
+	fs.BoolVar(&o.pinned, "pinned", true, "also run the burst pinned by hand: each workload as one Deployment per group, with the group's labels as nodeSelector and its count of the quota, without apportion (what the placement itself costs the control plane)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -64,8 +74,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("--workloads and --replicas must be at least 1")
 	case o.apportion < 1:
 		return o, errors.New("--replicas-apportion must be at least 1")
-	case o.only != "" && o.only != "with" && o.only != "without":
-		return o, fmt.Errorf(`--only must be "with" or "without", got %q`, o.only)
+	case o.only != "" && o.only != modeWith && o.only != modeWithout && o.only != modePinned:
+		return o, fmt.Errorf(`--only must be "with", "without" or "pinned", got %q`, o.only)
 	}
 	return o, nil
 }

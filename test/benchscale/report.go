@@ -17,14 +17,16 @@ func report(w io.Writer, res *result) error {
 	for _, s := range res.Strategies {
 		fmt.Fprintf(tw, "  strategy in turn: %s\n", s)
 	}
-	fmt.Fprintln(tw, "\n\twithout apportion\twith apportion\twith/without")
+	fmt.Fprintln(tw, "\n\twithout apportion\tpinned by hand\twith apportion\twith/without\twith/pinned")
 	row := func(name string, get func(*burstResult) float64, unit string, ratio bool) {
-		a, b := value(res.Without, get), value(res.With, get)
-		r := "-"
-		if ratio && a > 0 && b > 0 {
-			r = fmt.Sprintf("%.2f", b/a)
+		a, p, b := value(res.Without, get), value(res.Pinned, get), value(res.With, get)
+		ratioOf := func(x, y float64) string {
+			if ratio && x > 0 && y > 0 {
+				return fmt.Sprintf("%.2f", x/y)
+			}
+			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, num(a, unit), num(b, unit), r)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, num(a, unit), num(p, unit), num(b, unit), ratioOf(b, a), ratioOf(b, p))
 	}
 	row("every pod Running after", func(r *burstResult) float64 { return r.ToRunning }, "s", true)
 	row("every pod scheduled after", func(r *burstResult) float64 { return r.ToScheduled }, "s", true)
@@ -32,7 +34,7 @@ func report(w io.Writer, res *result) error {
 	row("decisions per second", func(r *burstResult) float64 { return r.DecisionsPerSecond }, "/s", false)
 	row("longest gate wait (pods: seen to decided)", func(r *burstResult) float64 { return r.MaxGateWait }, "s", false)
 	row("longest create to PodScheduled (1 s resolution)", func(r *burstResult) float64 { return r.MaxCreateToScheduled }, "s", true)
-	fmt.Fprintf(tw, "reached\t%s\t%s\t\n", reached(res.Without), reached(res.With))
+	fmt.Fprintf(tw, "reached\t%s\t%s\t%s\t\t\n", reached(res.Without), reached(res.Pinned), reached(res.With))
 	if res.Cost != nil {
 		reportCost(tw, res.With, res.Cost)
 	}

@@ -18,6 +18,7 @@ type result struct {
 	ApportionReplicas int            `json:"apportionReplicas"`
 	Strategies        []string       `json:"strategies"`
 	Without           *burstResult   `json:"without,omitempty"`
+	Pinned            *burstResult   `json:"pinned,omitempty"`
 	With              *burstResult   `json:"with,omitempty"`
 	Cost              *apportionCost `json:"apportion,omitempty"`
 	CPUProfile        string         `json:"cpuProfile,omitempty"`
@@ -47,18 +48,25 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 // bursts runs the burst without apportion, frees its capacity, then runs
 // the burst with apportion (or the one --only names).
 func (b *bench) bursts(ctx context.Context, res *result) error {
-	var err error
-	if b.o.only != "with" {
-		if res.Without, err = b.burst(ctx, "bench-without", false, nil); err != nil {
+	for _, run := range []struct {
+		mode string
+		into **burstResult
+	}{{modeWithout, &res.Without}, {modePinned, &res.Pinned}} {
+		if !b.o.runs(run.mode) {
+			continue
+		}
+		ns := "bench-" + run.mode
+		var err error
+		if *run.into, err = b.burst(ctx, ns, run.mode, nil); err != nil {
 			return err
 		}
-		if b.o.only == "" {
-			if err := b.free(ctx, "bench-without"); err != nil {
+		if b.o.runs(modeWith) || (run.mode == modeWithout && b.o.runs(modePinned)) {
+			if err := b.free(ctx, ns); err != nil {
 				return err
 			}
 		}
 	}
-	if b.o.only != "without" {
+	if b.o.runs(modeWith) {
 		return b.runWith(ctx, res)
 	}
 	return nil
@@ -93,7 +101,7 @@ func (b *bench) runWith(ctx context.Context, res *result) error {
 		res.CPUProfile = b.o.cpuProfile
 		started = func() { go func() { profiled <- b.profileLeader(ctx, b.o.cpuProfile, b.o.profileFor) }() }
 	}
-	if res.With, err = b.burst(ctx, "bench-with", true, started); err != nil {
+	if res.With, err = b.burst(ctx, "bench-with", modeWith, started); err != nil {
 		return err
 	}
 	b.settle(ctx)
@@ -128,6 +136,9 @@ func verdict(res *result) error {
 	}
 	if res.Without != nil && res.Without.Reached == "" {
 		errs = append(errs, fmt.Errorf("without apportion, not every pod was scheduled before the run timeout"))
+	}
+	if res.Pinned != nil && res.Pinned.Reached == "" {
+		errs = append(errs, fmt.Errorf("pinned by hand, not every pod was scheduled before the run timeout"))
 	}
 	return errors.Join(errs...)
 }
