@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -128,7 +128,10 @@ type burstResult struct {
 	MaxGateWait          float64 `json:"maxGateWaitSeconds,omitempty"`
 	MaxCreateToScheduled float64 `json:"maxCreateToScheduledSeconds"`
 	Splits               []split `json:"splits"`
-	OffQuota             int     `json:"workloadsOffQuota"`
+	// CPU is the CPU seconds each of the cluster's processes used from
+	// the scale-up until the burst ended.
+	CPU      map[string]float64 `json:"cpuSeconds,omitempty"`
+	OffQuota int                `json:"workloadsOffQuota"`
 }
 
 // burst runs one burst in its own namespace: the Deployments created at
@@ -173,6 +176,7 @@ func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*bu
 	want := b.o.workloads * b.o.replicas
 	say("%s: scaling %d Deployments from 0 (%d pods)", ns, len(deployments), want)
 	t0 := time.Now()
+	cpu0 := cpuTimes(b.c.PIDs())
 	err = forEach(ctx, deployments, func(ctx context.Context, d *appsv1.Deployment) error {
 		scale := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas[d.Name]))
 		return b.kube.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: d.Name}}, scale)
@@ -184,7 +188,9 @@ func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*bu
 		started()
 	}
 	b.waitBurst(ctx, ns, want, t0)
+	cpu := cpuSince(cpu0, cpuTimes(b.c.PIDs()))
 	res := measureBurst(b.watch.records(ns), want, t0)
+	res.CPU = cpu
 	res.Apportion = mode == modeWith
 	nodes, err := b.nodeLabels(ctx)
 	if err != nil {

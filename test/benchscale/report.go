@@ -35,6 +35,7 @@ func report(w io.Writer, res *result) error {
 	row("longest gate wait (pods: seen to decided)", func(r *burstResult) float64 { return r.MaxGateWait }, "s", false)
 	row("longest create to PodScheduled (1 s resolution)", func(r *burstResult) float64 { return r.MaxCreateToScheduled }, "s", true)
 	fmt.Fprintf(tw, "reached\t%s\t%s\t%s\t\t\n", reached(res.Without), reached(res.Pinned), reached(res.With))
+	reportCPU(tw, res)
 	if res.Cost != nil {
 		reportCost(tw, res.With, res.Cost)
 	}
@@ -174,3 +175,42 @@ func sortedKeys(m map[string]float64) []string {
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
+
+// reportCPU prints the CPU seconds of every process of the cluster in each
+// burst: on a machine the whole cluster shares, what apportion adds is
+// also what the others do not get.
+func reportCPU(w io.Writer, res *result) {
+	names := map[string]bool{}
+	for _, r := range []*burstResult{res.Without, res.Pinned, res.With} {
+		if r != nil {
+			for n := range r.CPU {
+				names[n] = true
+			}
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	fmt.Fprintln(w, "\nCPU seconds during the burst, by process\twithout apportion\tpinned by hand\twith apportion\t\t")
+	total := [3]float64{}
+	for _, n := range sorted {
+		fmt.Fprintf(w, "  %s", n)
+		for i, r := range []*burstResult{res.Without, res.Pinned, res.With} {
+			v := math.NaN()
+			if r != nil {
+				if c, ok := r.CPU[n]; ok {
+					v = c
+					total[i] += c
+				}
+			}
+			fmt.Fprintf(w, "\t%s", num(v, "s"))
+		}
+		fmt.Fprintln(w, "\t\t")
+	}
+	fmt.Fprintf(w, "  all\t%s\t%s\t%s\t\t\n", num(total[0], "s"), num(total[1], "s"), num(total[2], "s"))
+}

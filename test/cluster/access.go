@@ -109,3 +109,18 @@ func (c *Cluster) IssueServingCert(dir string, hosts ...string) (certFile, keyFi
 
 // CABundle is the PEM certificate of the cluster's CA.
 func (c *Cluster) CABundle() []byte { return c.pki.certPEM }
+
+// PIDs are the process IDs of the cluster's running processes (etcd, the
+// control plane, Karpenter, kwok and those started with StartProcess), by
+// name: what a benchmark reads the CPU time of.
+func (c *Cluster) PIDs() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.procs))
+	for _, p := range c.procs {
+		if p.cmd.Process != nil {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}
