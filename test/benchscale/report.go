@@ -119,13 +119,17 @@ func reportCost(tw io.Writer, with *burstResult, c *apportionCost) {
 
 // reportSplits prints the quota check of every workload, with the worst.
 func reportSplits(tw io.Writer, res *result) {
-	for _, r := range []*burstResult{res.With, res.Without} {
+	for _, b := range []struct {
+		r     *burstResult
+		label string
+	}{
+		{res.With, "with apportion"},
+		{res.Pinned, "pinned by hand (for comparison; not checked)"},
+		{res.Without, "without apportion (for comparison; not checked)"},
+	} {
+		r, label := b.r, b.label
 		if r == nil {
 			continue
-		}
-		label := "with apportion"
-		if !r.Apportion {
-			label = "without apportion (for comparison; not checked)"
 		}
 		fmt.Fprintf(tw, "\nSplit by node labels, %s: %d of %d workloads within quota\n", label, len(r.Splits)-r.OffQuota, len(r.Splits))
 		if w, ok := worst(r.Splits); ok {
