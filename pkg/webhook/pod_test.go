@@ -28,6 +28,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/profiles"
 	"github.com/apportion-dev/apportion/pkg/test"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 type alive bool
@@ -548,8 +549,8 @@ func TestPodMutatorProfileFailsOpen(t *testing.T) {
 
 type policies struct{ strategy, mode string }
 
-func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (string, string, string, bool) {
-	return p.strategy, p.mode, "web/policy", p.strategy != ""
+func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
+	return workload.Policy{Strategy: p.strategy, Mode: p.mode, Name: "web/policy"}, p.strategy != "", nil
 }
 
 // TestPodMutatorPolicies: with a PolicySource, a workload without a
