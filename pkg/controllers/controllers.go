@@ -163,7 +163,7 @@ func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 		}
 		return m.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			for {
-				if err := marker.Sweep(ctx, kube, kinds, d.Policies != nil); err != nil {
+				if err := marker.Sweep(ctx, kube, kinds, d.Policies != nil, d.Policies); err != nil {
 					log.FromContext(ctx).Error(err, "labelling the namespaces that hold opted-in workloads; retried at the next sweep")
 				}
 				select {
