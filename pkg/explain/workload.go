@@ -2,6 +2,7 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -38,6 +40,10 @@ type WorkloadReport struct {
 	// the workload or its pod template, or a PlacementPolicy).
 	Strategy string `json:"strategy,omitempty"`
 	Source   string `json:"source,omitempty"`
+	// Why says why Source wins when policies are in play: the
+	// ClusterPlacementPolicies it wins over, or that place the workload
+	// and in which rank, ties included.
+	Why string `json:"why,omitempty"`
 	// Mode is required, preferred or shadow; ModeSource where it is set
 	// ("" for the install's default).
 	Mode       string `json:"mode"`
@@ -322,21 +328,49 @@ func revisionOf(p *corev1.Pod) string {
 // template's win for the mode), else the oldest PlacementPolicy targeting it.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
 	raw, src, found := strategy.Find(o.meta.Annotations, o.template.Annotations)
-	if found {
-		r.Strategy, r.Source = raw, describeSource(o, src)
-	} else if c.Policies {
-		p, err := c.policy(ctx, o)
-		if err != nil {
+	var ranked []*v1alpha1.ClusterPlacementPolicy
+	if c.ClusterPolicies {
+		var err error
+		if ranked, r.Why, err = c.clusterPolicies(ctx, o); err != nil {
 			return err
 		}
-		if p != nil {
-			r.Source = "PlacementPolicy " + p.Namespace + "/" + p.Name
-			if r.Strategy, err = policy.Strategy(&p.Spec); err != nil {
-				r.Problem = fmt.Sprintf("the PlacementPolicy's strategy is invalid: %v", err)
-			}
-			if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
-				r.Mode, r.ModeSource = m, r.Source+" spec.mode"
-			}
+	}
+	var namespaced *v1alpha1.PlacementPolicy
+	if !found && c.Policies {
+		var err error
+		if namespaced, err = c.policy(ctx, o); err != nil {
+			return err
+		}
+	}
+	switch {
+	case found:
+		r.Strategy, r.Source = raw, describeSource(o, src)
+		if len(ranked) > 0 {
+			r.Why = "its own annotation wins over " + names(ranked)
+		}
+	case namespaced != nil:
+		p := namespaced
+		r.Source = "PlacementPolicy " + p.Namespace + "/" + p.Name
+		var err error
+		if r.Strategy, err = policy.Strategy(&p.Spec); err != nil {
+			r.Problem = fmt.Sprintf("the PlacementPolicy's strategy is invalid: %v", err)
+		}
+		if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
+			r.Mode, r.ModeSource = m, r.Source+" spec.mode"
+		}
+		if len(ranked) > 0 {
+			r.Why = "a PlacementPolicy of the namespace wins over " + names(ranked)
+		}
+	case len(ranked) > 0:
+		p := ranked[0]
+		r.Source = "ClusterPlacementPolicy " + p.Name
+		r.Why = clusterWhy(o, ranked)
+		var err error
+		if r.Strategy, err = policy.ClusterStrategy(&p.Spec); err != nil {
+			r.Problem = fmt.Sprintf("the ClusterPlacementPolicy's strategy is invalid: %v", err)
+		}
+		if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
+			r.Mode, r.ModeSource = m, r.Source+" spec.mode"
 		}
 	}
 	for _, level := range []struct {
@@ -348,13 +382,70 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 			r.Mode, r.ModeSource = m, level.where+"["+annotations.Mode+"]"
 		}
 	}
+	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
 	switch {
-	case isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip]):
+	case skip && !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed():
+		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
+	case skip:
 		r.Problem = "opted out (" + annotations.Skip + `: "true")`
 	case r.Strategy == "" && r.Problem == "":
-		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy targets it"
+		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
 	return nil
+}
+
+// clusterPolicies are the ClusterPlacementPolicies covering o, highest
+// ranked first, read with the user's credentials. When they or the
+// namespace cannot be read, note says so (and explain goes on without
+// them). The installation's excluded namespaces are not known here; the
+// system ones are.
+func (c *Cluster) clusterPolicies(ctx context.Context, o *object) (ranked []*v1alpha1.ClusterPlacementPolicy, note string, err error) {
+	src := policy.NewSource(c.Reader).WithClusterPolicies(nil)
+	ranked, err = src.Covering(ctx, o.meta.Namespace, o.meta)
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, "ClusterPlacementPolicies not checked: " + err.Error(), nil
+	case errors.Is(err, workload.ErrNotCached):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", err
+	}
+	return ranked, "", nil
+}
+
+// clusterWhy says why ranked[0] places o: a tie, and what it wins over.
+func clusterWhy(o *object, ranked []*v1alpha1.ClusterPlacementPolicy) string {
+	p := ranked[0]
+	why := fmt.Sprintf("no annotation and no PlacementPolicy of namespace %s; it covers the namespace by its labels, priority %d", o.meta.Namespace, p.Spec.Priority)
+	var tied, lower []*v1alpha1.ClusterPlacementPolicy
+	for _, q := range ranked[1:] {
+		if q.Spec.Priority == p.Spec.Priority {
+			tied = append(tied, q)
+		} else {
+			lower = append(lower, q)
+		}
+	}
+	if len(tied) > 0 {
+		why += "; ties with " + names(tied) + ": the oldest, then the first by name, wins"
+	}
+	if len(lower) > 0 {
+		why += "; over " + names(lower)
+	}
+	return why
+}
+
+// names are the cluster policies as "ClusterPlacementPolicy a (priority
+// 2), b (priority 1)".
+func names(ps []*v1alpha1.ClusterPlacementPolicy) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%s (priority %d)", p.Name, p.Spec.Priority)
+	}
+	kind := "ClusterPlacementPolicy "
+	if len(ps) > 1 {
+		kind = "ClusterPlacementPolicies "
+	}
+	return kind + strings.Join(parts, ", ")
 }
 
 func describeSource(o *object, src strategy.Source) string {
