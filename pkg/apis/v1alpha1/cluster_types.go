@@ -34,7 +34,8 @@ type ClusterPlacementPolicySpec struct {
 	// highest wins. Of equal priorities the oldest wins (then the first by
 	// name), and both policies report the tie.
 	// +optional
-	Priority int32 `json:"priority,omitempty"`
+	// +kubebuilder:default=0
+	Priority int32 `json:"priority"`
 
 	// AllowSkip says whether a workload owner may opt out with
 	// apportion.dev/skip: "true" on the workload or its pod template. When
