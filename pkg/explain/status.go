@@ -49,18 +49,8 @@ func (c *Cluster) Status(ctx context.Context, namespace string) ([]*WorkloadRepo
 // annotation (on the object or its pod template), and every workload of a
 // namespace that holds PlacementPolicies.
 func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, error) {
-	withPolicies := map[string]bool{}
-	if c.Policies {
-		var list metav1.PartialObjectMetadataList
-		list.SetGroupVersionKind(v1alpha1.PlacementPolicyGVK.GroupVersion().WithKind("PlacementPolicyList"))
-		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-			return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
-		}
-		for _, p := range list.Items {
-			withPolicies[p.Namespace] = true
-		}
-	}
-	if err := c.coveredNamespaces(ctx, namespace, withPolicies); err != nil {
+	withPolicies, err := c.namespacesWithPolicies(ctx, namespace)
+	if err != nil {
 		return nil, err
 	}
 	keep := func(m *metav1.ObjectMeta, template map[string]string) bool {
@@ -126,6 +116,23 @@ func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, erro
 		return strings.Compare(a.Namespace+"/"+a.Kind+"/"+a.Name, b.Namespace+"/"+b.Kind+"/"+b.Name)
 	})
 	return refs, nil
+}
+
+// namespacesWithPolicies are the namespaces (only namespace, when set) that
+// hold PlacementPolicies or that a ClusterPlacementPolicy covers.
+func (c *Cluster) namespacesWithPolicies(ctx context.Context, namespace string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if c.Policies {
+		var list metav1.PartialObjectMetadataList
+		list.SetGroupVersionKind(v1alpha1.PlacementPolicyGVK.GroupVersion().WithKind("PlacementPolicyList"))
+		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
+		}
+		for _, p := range list.Items {
+			out[p.Namespace] = true
+		}
+	}
+	return out, c.coveredNamespaces(ctx, namespace, out)
 }
 
 // coveredNamespaces adds to into the namespaces a ClusterPlacementPolicy

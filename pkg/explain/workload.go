@@ -325,22 +325,13 @@ func revisionOf(p *corev1.Pod) string {
 }
 
 // strategyOf finds o's strategy and mode: its annotations (the pod
-// template's win for the mode), else the oldest PlacementPolicy targeting it.
+// template's win for the mode), else the oldest PlacementPolicy targeting
+// it, else the highest-ranked ClusterPlacementPolicy covering it.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
 	raw, src, found := strategy.Find(o.meta.Annotations, o.template.Annotations)
-	var ranked []*v1alpha1.ClusterPlacementPolicy
-	if c.ClusterPolicies {
-		var err error
-		if ranked, r.Why, err = c.clusterPolicies(ctx, o); err != nil {
-			return err
-		}
-	}
-	var namespaced *v1alpha1.PlacementPolicy
-	if !found && c.Policies {
-		var err error
-		if namespaced, err = c.policy(ctx, o); err != nil {
-			return err
-		}
+	namespaced, ranked, err := c.policies(ctx, o, !found, r)
+	if err != nil {
+		return err
 	}
 	switch {
 	case found:
@@ -349,29 +340,15 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 			r.Why = "its own annotation wins over " + names(ranked)
 		}
 	case namespaced != nil:
-		p := namespaced
-		r.Source = "PlacementPolicy " + p.Namespace + "/" + p.Name
-		var err error
-		if r.Strategy, err = policy.Strategy(&p.Spec); err != nil {
-			r.Problem = fmt.Sprintf("the PlacementPolicy's strategy is invalid: %v", err)
-		}
-		if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
-			r.Mode, r.ModeSource = m, r.Source+" spec.mode"
-		}
+		raw, err := policy.Strategy(&namespaced.Spec)
+		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, raw, err, namespaced.Spec.Mode)
 		if len(ranked) > 0 {
 			r.Why = "a PlacementPolicy of the namespace wins over " + names(ranked)
 		}
 	case len(ranked) > 0:
-		p := ranked[0]
-		r.Source = "ClusterPlacementPolicy " + p.Name
+		raw, err := policy.ClusterStrategy(&ranked[0].Spec)
+		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
 		r.Why = clusterWhy(o, ranked)
-		var err error
-		if r.Strategy, err = policy.ClusterStrategy(&p.Spec); err != nil {
-			r.Problem = fmt.Sprintf("the ClusterPlacementPolicy's strategy is invalid: %v", err)
-		}
-		if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
-			r.Mode, r.ModeSource = m, r.Source+" spec.mode"
-		}
 	}
 	for _, level := range []struct {
 		annotations map[string]string
@@ -392,6 +369,37 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
 	return nil
+}
+
+// setPolicy reports a policy's strategy and mode as the workload's; source
+// names the policy, "Kind name".
+func setPolicy(r *WorkloadReport, source, raw string, err error, mode v1alpha1.Mode) {
+	r.Source, r.Strategy = source, raw
+	if err != nil {
+		kind, _, _ := strings.Cut(source, " ")
+		r.Problem = fmt.Sprintf("the %s's strategy is invalid: %v", kind, err)
+	}
+	if m, ok := annotations.ParseMode(string(mode)); ok {
+		r.Mode, r.ModeSource = m, source+" spec.mode"
+	}
+}
+
+// policies are the oldest PlacementPolicy targeting o (when namespaced is
+// true: o has no strategy of its own) and the ClusterPlacementPolicies
+// covering it, ranked; r.Why notes cluster policies it could not read.
+func (c *Cluster) policies(ctx context.Context, o *object, namespaced bool, r *WorkloadReport) (*v1alpha1.PlacementPolicy, []*v1alpha1.ClusterPlacementPolicy, error) {
+	var ranked []*v1alpha1.ClusterPlacementPolicy
+	if c.ClusterPolicies {
+		var err error
+		if ranked, r.Why, err = c.clusterPolicies(ctx, o); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !namespaced || !c.Policies {
+		return nil, ranked, nil
+	}
+	p, err := c.policy(ctx, o)
+	return p, ranked, err
 }
 
 // clusterPolicies are the ClusterPlacementPolicies covering o, highest

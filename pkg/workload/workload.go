@@ -251,17 +251,9 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	// The pod's own annotations are its template's: the template level.
 	info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
 	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip])
-	policyMode := ""
-	if !info.Found && o.policies != nil {
-		p, ok, err := o.policies.Policy(ctx, namespace, top)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			info.Strategy, info.Source, info.Found, policyMode = p.Strategy, strategy.Source{Policy: p.Name, Cluster: p.Cluster}, true, p.Mode
-			// A cluster policy may keep its workloads from opting out.
-			info.Skip = info.Skip && !p.NoSkip
-		}
+	policyMode, err := o.fromPolicy(ctx, namespace, top, info)
+	if err != nil {
+		return nil, err
 	}
 	info.Mode = annotations.FirstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], policyMode, o.defaultMode)
 	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
@@ -272,6 +264,22 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
 	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
 	return info, nil
+}
+
+// fromPolicy gives info the strategy of the policy that applies to top, when
+// it has none of its own, and returns the policy's mode.
+func (o *resolveOptions) fromPolicy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata, info *Info) (string, error) {
+	if info.Found || o.policies == nil {
+		return "", nil
+	}
+	p, ok, err := o.policies.Policy(ctx, namespace, top)
+	if err != nil || !ok {
+		return "", err
+	}
+	info.Strategy, info.Source, info.Found = p.Strategy, strategy.Source{Policy: p.Name, Cluster: p.Cluster}, true
+	// A cluster policy may keep its workloads from opting out.
+	info.Skip = info.Skip && !p.NoSkip
+	return p.Mode, nil
 }
 
 func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {

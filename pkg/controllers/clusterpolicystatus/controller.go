@@ -287,9 +287,26 @@ func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPoli
 		}
 	}
 	slices.SortFunc(ranked, policy.Ranked)
+	o.ties(p, ranked, ns, top)
+	if len(ranked) == 0 || ranked[0].UID != p.UID {
+		return nil
+	}
+	places, err := c.places(ctx, p, ns, top)
+	if places {
+		o.placed++
+	}
+	return err
+}
+
+// ties records the policies of p's priority that cover top with p, when
+// that priority is the highest there: the tie decides who places top.
+func (o *observed) ties(p *v1alpha1.ClusterPlacementPolicy, ranked []*v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata) {
+	if len(ranked) == 0 || ranked[0].Spec.Priority != p.Spec.Priority {
+		return
+	}
 	tiedHere := false
 	for _, q := range ranked {
-		if q.UID != p.UID && q.Spec.Priority == p.Spec.Priority && ranked[0].Spec.Priority == p.Spec.Priority {
+		if q.UID != p.UID && q.Spec.Priority == p.Spec.Priority {
 			o.tied[q.Name] = true
 			tiedHere = true
 		}
@@ -300,32 +317,29 @@ func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPoli
 			o.tiedOn = top.Kind + " " + ns.Name + "/" + top.Name
 		}
 	}
-	if len(ranked) == 0 || ranked[0].UID != p.UID {
-		return nil
-	}
+}
+
+// places reports whether p, the highest-ranked cluster policy covering top,
+// places it: top carries no strategy of its own, no PlacementPolicy targets
+// it, and it did not opt out (or p does not allow that).
+func (c *Controller) places(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata) (bool, error) {
 	template := map[string]string(nil)
 	if top.GroupVersionKind().Group == workload.DeploymentGVK.Group {
 		spec, err := workload.ReadSpec(ctx, c.kubeClient, top.GroupVersionKind(), client.ObjectKeyFromObject(top))
 		if err != nil && !apierrors.IsNotFound(err) {
-			return err
+			return false, err
 		}
 		template = spec.Template
 	}
 	if _, _, own := strategy.Find(top.Annotations, template); own {
-		return nil
+		return false, nil
 	}
 	namespaced, err := c.source.Policies(ctx, ns.Name, top)
-	if err != nil {
-		return err
+	if err != nil || len(namespaced) > 0 {
+		return false, err
 	}
-	if len(namespaced) > 0 {
-		return nil
-	}
-	if p.SkipAllowed() && (isTrue(top.Annotations[annotations.Skip]) || isTrue(template[annotations.Skip])) {
-		return nil
-	}
-	o.placed++
-	return nil
+	skip := isTrue(top.Annotations[annotations.Skip]) || isTrue(template[annotations.Skip])
+	return !skip || !p.SkipAllowed(), nil
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
