@@ -90,7 +90,7 @@ architectures and where they come from, and a runtime-class profile's rewrite; t
 workload.
 
 For a workload: its strategy and where it is written (an annotation, or which
-PlacementPolicy), its mode, the split now by the labels of its Running pods' nodes next
+PlacementPolicy or ClusterPlacementPolicy, and why that one), its mode, the split now by the labels of its Running pods' nodes next
 to the quota at its replica count, the groups left out and why, why it is off its
 strategy (drift), its decided, shadow, stray, fallback and waiting pods, and the groups
 the next 10 pods would get.`
@@ -160,8 +160,8 @@ func runExplain(ctx context.Context, cl *explain.Cluster, ref explain.Ref, outpu
 	return writeWorkload(w, report.(*explain.WorkloadReport))
 }
 
-const statusLong = `Lists, one line each, the workloads apportion places (a strategy annotation, or a
-PlacementPolicy) with their split: DESIRED is the quota method's count per group at the
+const statusLong = `Lists, one line each, the workloads apportion places (a strategy annotation, a
+PlacementPolicy or a ClusterPlacementPolicy; -o wide names it) with their split: DESIRED is the quota method's count per group at the
 replica count, DECIDED the live pods apportion placed in each group (in shadow mode: the
 ones it would have placed), RUNNING the Running pods by the labels of their nodes. DRIFT
 is ✓ when the Running split is within quota with every group served, ✗ with the first
@@ -311,6 +311,9 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 	if r.Strategy != "" {
 		fmt.Fprintf(tw, "Strategy:\t%s\n", r.Strategy)
 		fmt.Fprintf(tw, "  from:\t%s\n", r.Source)
+	}
+	if r.Why != "" {
+		fmt.Fprintf(tw, "  why:\t%s\n", r.Why)
 	}
 	mode := r.Mode
 	if r.ModeSource != "" {

@@ -91,7 +91,7 @@ func runWebhook(ctx context.Context, cfg *rest.Config, o *options.Options) error
 		return err
 	}
 	op.WithWebhooks(webhook.Handlers(webhook.Config{
-		Reader: op.GetClient(), Writer: op.GetClient(), Clock: op.Clock, Recorder: op.Recorder, Policies: op.Policies.OrNil(), Options: o,
+		Reader: op.GetClient(), Writer: op.GetClient(), Clock: op.Clock, Recorder: op.Recorder, Policies: op.Policies.OrNil(), Clusters: op.Policies, Options: o,
 	}))
 	return op.Start(ctx)
 }

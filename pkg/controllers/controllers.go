@@ -28,8 +28,10 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/controllers/clusterpolicystatus"
 	"github.com/apportion-dev/apportion/pkg/controllers/deletioncost"
 	"github.com/apportion-dev/apportion/pkg/controllers/drift"
 	"github.com/apportion-dev/apportion/pkg/controllers/fallback"
@@ -135,6 +137,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		}
 		cs = append(cs, policystatus.NewController(d.Clock, kube, groupCapacity, d.Policies,
 			policystatus.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
+		if d.APIs.Served(v1alpha1.ClusterPlacementPolicyGVK) {
+			cs = append(cs, clusterpolicystatus.NewController(d.Clock, kube, d.Policies, d.Recorder, followed))
+		}
 	}
 	if o.WebhookScope == options.WebhookScopeNamespaces {
 		cs = append(cs, sweepNamespaces(kube, d, o))
@@ -163,7 +168,7 @@ func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 		}
 		return m.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			for {
-				if err := marker.Sweep(ctx, kube, kinds, d.Policies != nil); err != nil {
+				if err := marker.Sweep(ctx, kube, kinds, d.Policies != nil, d.Policies); err != nil {
 					log.FromContext(ctx).Error(err, "labelling the namespaces that hold opted-in workloads; retried at the next sweep")
 				}
 				select {

@@ -43,6 +43,8 @@ type Cluster struct {
 	// NodePools and Policies say whether karpenter.sh/v1 NodePools and
 	// PlacementPolicies are served; Rollouts whether Argo Rollouts are.
 	NodePools, Policies, Rollouts bool
+	// ClusterPolicies says whether ClusterPlacementPolicies are served.
+	ClusterPolicies bool
 
 	listed *listing // while Status runs: each namespace's pods and ReplicaSets, listed once
 }
@@ -67,6 +69,9 @@ func NewCluster(c client.Client) (*Cluster, error) {
 		return nil, err
 	}
 	if cl.Policies, err = served(v1alpha1.PlacementPolicyGVK); err != nil {
+		return nil, err
+	}
+	if cl.ClusterPolicies, err = served(v1alpha1.ClusterPlacementPolicyGVK); err != nil {
 		return nil, err
 	}
 	if cl.Rollouts, err = served(workload.RolloutGVK); err != nil {

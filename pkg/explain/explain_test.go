@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -451,5 +452,53 @@ func TestStatusListsOncePerNamespace(t *testing.T) {
 	}
 	if lists["*v1.PodList"] != 1 || lists["*v1.ReplicaSetList"] != 1 {
 		t.Errorf("List requests: %v; want one of pods and one of ReplicaSets", lists)
+	}
+}
+
+// TestWorkloadClusterPolicy: explain names the ClusterPlacementPolicy that
+// places a workload and why (its rank, a tie), says what a PlacementPolicy
+// or the workload's annotation wins over, and that status lists the
+// workloads a cluster policy places.
+func TestWorkloadClusterPolicy(t *testing.T) {
+	cp := func(name string, age time.Duration, priority int32) *v1alpha1.ClusterPlacementPolicy {
+		return &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Now().Add(-age))},
+			Spec: v1alpha1.ClusterPlacementPolicySpec{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+				Strategy: v1alpha1.Strategy{Text: odSpot}, Mode: v1alpha1.ModeShadow, Priority: priority}}
+	}
+	explainWeb := func(t *testing.T, f *fixture) *WorkloadReport {
+		t.Helper()
+		cl := f.cluster(t)
+		cl.ClusterPolicies = true
+		r, err := cl.Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": "web"}}}
+
+	f := newFixture(nil, false)
+	f.objs = append(f.objs, namespace, cp("platform", time.Hour, 5), cp("newer", time.Minute, 5), cp("low", 2*time.Hour, 1))
+	r := explainWeb(t, f)
+	if r.Source != "ClusterPlacementPolicy platform" || r.Mode != "shadow" || r.Problem != "" || r.Strategy == "" ||
+		!strings.Contains(r.Why, "ties with ClusterPlacementPolicy newer (priority 5)") || !strings.Contains(r.Why, "over ClusterPlacementPolicy low (priority 1)") {
+		t.Fatalf("cluster policy: %+v", r)
+	}
+	cl := f.cluster(t)
+	cl.ClusterPolicies = true
+	all, err := cl.Status(context.Background(), "")
+	if err != nil || len(all) != 1 || all[0].Source != "ClusterPlacementPolicy platform" {
+		t.Fatalf("status -A lists %d workloads (%v): want web from ClusterPlacementPolicy platform", len(all), err)
+	}
+
+	f.objs = append(f.objs, test.PlacementPolicy(metav1.ObjectMeta{Namespace: ns, Name: "own"}, policySpec(t, odSpot)))
+	if r := explainWeb(t, f); r.Source != "PlacementPolicy shop/own" || !strings.Contains(r.Why, "wins over ClusterPlacementPolicies platform (priority 5)") {
+		t.Fatalf("namespaced policy: %+v", r)
+	}
+
+	f = newFixture(map[string]string{annotations.Strategy: odSpot}, false)
+	f.objs = append(f.objs, namespace, cp("platform", time.Hour, 5))
+	if r := explainWeb(t, f); !strings.Contains(r.Source, "annotations") || r.Why != "its own annotation wins over ClusterPlacementPolicy platform (priority 5)" {
+		t.Fatalf("annotation: %+v", r)
 	}
 }

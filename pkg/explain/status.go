@@ -2,15 +2,19 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -33,7 +37,7 @@ func (c *Cluster) Status(ctx context.Context, namespace string) ([]*WorkloadRepo
 		if client.IgnoreNotFound(err) != nil {
 			return nil, fmt.Errorf("%s %s/%s: %w", ref.Kind, ref.Namespace, ref.Name, err)
 		}
-		if w == nil || (w.Strategy == "" && !strings.HasPrefix(w.Source, "PlacementPolicy")) {
+		if w == nil || (w.Strategy == "" && !strings.HasPrefix(w.Source, "PlacementPolicy") && !strings.HasPrefix(w.Source, "ClusterPlacementPolicy")) {
 			continue
 		}
 		out = append(out, w)
@@ -45,16 +49,9 @@ func (c *Cluster) Status(ctx context.Context, namespace string) ([]*WorkloadRepo
 // annotation (on the object or its pod template), and every workload of a
 // namespace that holds PlacementPolicies.
 func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, error) {
-	withPolicies := map[string]bool{}
-	if c.Policies {
-		var list metav1.PartialObjectMetadataList
-		list.SetGroupVersionKind(v1alpha1.PlacementPolicyGVK.GroupVersion().WithKind("PlacementPolicyList"))
-		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-			return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
-		}
-		for _, p := range list.Items {
-			withPolicies[p.Namespace] = true
-		}
+	withPolicies, err := c.namespacesWithPolicies(ctx, namespace)
+	if err != nil {
+		return nil, err
 	}
 	keep := func(m *metav1.ObjectMeta, template map[string]string) bool {
 		_, _, found := strategy.Find(m.Annotations, template)
@@ -119,4 +116,64 @@ func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, erro
 		return strings.Compare(a.Namespace+"/"+a.Kind+"/"+a.Name, b.Namespace+"/"+b.Kind+"/"+b.Name)
 	})
 	return refs, nil
+}
+
+// namespacesWithPolicies are the namespaces (only namespace, when set) that
+// hold PlacementPolicies or that a ClusterPlacementPolicy covers.
+func (c *Cluster) namespacesWithPolicies(ctx context.Context, namespace string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if c.Policies {
+		var list metav1.PartialObjectMetadataList
+		list.SetGroupVersionKind(v1alpha1.PlacementPolicyGVK.GroupVersion().WithKind("PlacementPolicyList"))
+		if err := c.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
+		}
+		for _, p := range list.Items {
+			out[p.Namespace] = true
+		}
+	}
+	return out, c.coveredNamespaces(ctx, namespace, out)
+}
+
+// coveredNamespaces adds to into the namespaces a ClusterPlacementPolicy
+// covers (only namespace, when set). Without the right to read cluster
+// policies or namespaces, the workloads they place are left out of the
+// status, as those of namespaces the user cannot read are.
+func (c *Cluster) coveredNamespaces(ctx context.Context, namespace string, into map[string]bool) error {
+	if !c.ClusterPolicies {
+		return nil
+	}
+	src := policy.NewSource(c.Reader).WithClusterPolicies(nil)
+	all, err := src.ClusterPolicies(ctx)
+	if apierrors.IsForbidden(err) || len(all) == 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if namespace != "" {
+		ns, err := src.Namespace(ctx, namespace)
+		if apierrors.IsForbidden(err) || errors.Is(err, workload.ErrNotCached) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		list.Items = []metav1.PartialObjectMetadata{*ns}
+	} else if err := c.Reader.List(ctx, &list); err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil
+		}
+		return fmt.Errorf("listing namespaces: %w", err)
+	}
+	for i := range list.Items {
+		for _, p := range all {
+			if src.SelectsNamespace(p, &list.Items[i]) {
+				into[list.Items[i].Name] = true
+			}
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -38,6 +40,10 @@ type WorkloadReport struct {
 	// the workload or its pod template, or a PlacementPolicy).
 	Strategy string `json:"strategy,omitempty"`
 	Source   string `json:"source,omitempty"`
+	// Why says why Source wins when policies are in play: the
+	// ClusterPlacementPolicies it wins over, or that place the workload
+	// and in which rank, ties included.
+	Why string `json:"why,omitempty"`
 	// Mode is required, preferred or shadow; ModeSource where it is set
 	// ("" for the install's default).
 	Mode       string `json:"mode"`
@@ -319,25 +325,30 @@ func revisionOf(p *corev1.Pod) string {
 }
 
 // strategyOf finds o's strategy and mode: its annotations (the pod
-// template's win for the mode), else the oldest PlacementPolicy targeting it.
+// template's win for the mode), else the oldest PlacementPolicy targeting
+// it, else the highest-ranked ClusterPlacementPolicy covering it.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
 	raw, src, found := strategy.Find(o.meta.Annotations, o.template.Annotations)
-	if found {
+	namespaced, ranked, err := c.policies(ctx, o, !found, r)
+	if err != nil {
+		return err
+	}
+	switch {
+	case found:
 		r.Strategy, r.Source = raw, describeSource(o, src)
-	} else if c.Policies {
-		p, err := c.policy(ctx, o)
-		if err != nil {
-			return err
+		if len(ranked) > 0 {
+			r.Why = "its own annotation wins over " + names(ranked)
 		}
-		if p != nil {
-			r.Source = "PlacementPolicy " + p.Namespace + "/" + p.Name
-			if r.Strategy, err = policy.Strategy(&p.Spec); err != nil {
-				r.Problem = fmt.Sprintf("the PlacementPolicy's strategy is invalid: %v", err)
-			}
-			if m, ok := annotations.ParseMode(string(p.Spec.Mode)); ok {
-				r.Mode, r.ModeSource = m, r.Source+" spec.mode"
-			}
+	case namespaced != nil:
+		raw, err := policy.Strategy(&namespaced.Spec)
+		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, raw, err, namespaced.Spec.Mode)
+		if len(ranked) > 0 {
+			r.Why = "a PlacementPolicy of the namespace wins over " + names(ranked)
 		}
+	case len(ranked) > 0:
+		raw, err := policy.ClusterStrategy(&ranked[0].Spec)
+		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
+		r.Why = clusterWhy(o, ranked)
 	}
 	for _, level := range []struct {
 		annotations map[string]string
@@ -348,13 +359,101 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 			r.Mode, r.ModeSource = m, level.where+"["+annotations.Mode+"]"
 		}
 	}
+	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
 	switch {
-	case isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip]):
+	case skip && !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed():
+		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
+	case skip:
 		r.Problem = "opted out (" + annotations.Skip + `: "true")`
 	case r.Strategy == "" && r.Problem == "":
-		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy targets it"
+		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
 	return nil
+}
+
+// setPolicy reports a policy's strategy and mode as the workload's; source
+// names the policy, "Kind name".
+func setPolicy(r *WorkloadReport, source, raw string, err error, mode v1alpha1.Mode) {
+	r.Source, r.Strategy = source, raw
+	if err != nil {
+		kind, _, _ := strings.Cut(source, " ")
+		r.Problem = fmt.Sprintf("the %s's strategy is invalid: %v", kind, err)
+	}
+	if m, ok := annotations.ParseMode(string(mode)); ok {
+		r.Mode, r.ModeSource = m, source+" spec.mode"
+	}
+}
+
+// policies are the oldest PlacementPolicy targeting o (when namespaced is
+// true: o has no strategy of its own) and the ClusterPlacementPolicies
+// covering it, ranked; r.Why notes cluster policies it could not read.
+func (c *Cluster) policies(ctx context.Context, o *object, namespaced bool, r *WorkloadReport) (*v1alpha1.PlacementPolicy, []*v1alpha1.ClusterPlacementPolicy, error) {
+	var ranked []*v1alpha1.ClusterPlacementPolicy
+	if c.ClusterPolicies {
+		var err error
+		if ranked, r.Why, err = c.clusterPolicies(ctx, o); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !namespaced || !c.Policies {
+		return nil, ranked, nil
+	}
+	p, err := c.policy(ctx, o)
+	return p, ranked, err
+}
+
+// clusterPolicies are the ClusterPlacementPolicies covering o, highest
+// ranked first, read with the user's credentials. When they or the
+// namespace cannot be read, note says so (and explain goes on without
+// them). The installation's excluded namespaces are not known here; the
+// system ones are.
+func (c *Cluster) clusterPolicies(ctx context.Context, o *object) (ranked []*v1alpha1.ClusterPlacementPolicy, note string, err error) {
+	src := policy.NewSource(c.Reader).WithClusterPolicies(nil)
+	ranked, err = src.Covering(ctx, o.meta.Namespace, o.meta)
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, "ClusterPlacementPolicies not checked: " + err.Error(), nil
+	case errors.Is(err, workload.ErrNotCached):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", err
+	}
+	return ranked, "", nil
+}
+
+// clusterWhy says why ranked[0] places o: a tie, and what it wins over.
+func clusterWhy(o *object, ranked []*v1alpha1.ClusterPlacementPolicy) string {
+	p := ranked[0]
+	why := fmt.Sprintf("no annotation and no PlacementPolicy of namespace %s; it covers the namespace by its labels, priority %d", o.meta.Namespace, p.Spec.Priority)
+	var tied, lower []*v1alpha1.ClusterPlacementPolicy
+	for _, q := range ranked[1:] {
+		if q.Spec.Priority == p.Spec.Priority {
+			tied = append(tied, q)
+		} else {
+			lower = append(lower, q)
+		}
+	}
+	if len(tied) > 0 {
+		why += "; ties with " + names(tied) + ": the oldest, then the first by name, wins"
+	}
+	if len(lower) > 0 {
+		why += "; over " + names(lower)
+	}
+	return why
+}
+
+// names are the cluster policies as "ClusterPlacementPolicy a (priority
+// 2), b (priority 1)".
+func names(ps []*v1alpha1.ClusterPlacementPolicy) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%s (priority %d)", p.Name, p.Spec.Priority)
+	}
+	kind := "ClusterPlacementPolicy "
+	if len(ps) > 1 {
+		kind = "ClusterPlacementPolicies "
+	}
+	return kind + strings.Join(parts, ", ")
 }
 
 func describeSource(o *object, src strategy.Source) string {

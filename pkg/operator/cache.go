@@ -47,20 +47,31 @@ func startInformers(ctx context.Context, mgr manager.Manager, apis *APIWatch, o 
 	if o.LeaderElect {
 		objs = append(objs, &coordinationv1.Lease{})
 	}
-	// Namespaces opt in to architecture placement with a label; with the
-	// scoped webhook, apportion labels them when a workload opts in.
-	if o.Architectures == options.ArchitecturesOptIn || o.WebhookScope == options.WebhookScopeNamespaces {
-		objs = append(objs, metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")))
-	}
 	var policies *policy.Source
+	clusterPolicies := false
 	if apis.Served(v1alpha1.PlacementPolicyGVK) {
 		if err := policy.IndexPolicies(ctx, mgr.GetFieldIndexer()); err != nil {
 			return nil, fmt.Errorf("indexing placement policies: %w", err)
 		}
 		objs = append(objs, &v1alpha1.PlacementPolicy{})
 		policies = policy.NewSource(mgr.GetClient())
+		// helm does not upgrade the CRDs of its crds/ directory: an
+		// upgraded installation may serve PlacementPolicies alone.
+		if apis.Served(v1alpha1.ClusterPlacementPolicyGVK) {
+			objs = append(objs, &v1alpha1.ClusterPlacementPolicy{})
+			policies.WithClusterPolicies(o.Excluded())
+			clusterPolicies = true
+		} else {
+			logger.Info("apportion.dev/v1alpha1 ClusterPlacementPolicy CRD not found: no cluster-wide policies")
+		}
 	} else {
 		logger.Info("apportion.dev/v1alpha1 PlacementPolicy CRD not found: strategies from annotations only")
+	}
+	// Namespaces opt in to architecture placement with a label, and cluster
+	// policies select them by their labels; with the scoped webhook,
+	// apportion labels them when a workload opts in.
+	if clusterPolicies || o.Architectures == options.ArchitecturesOptIn || o.WebhookScope == options.WebhookScopeNamespaces {
+		objs = append(objs, metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")))
 	}
 	for _, obj := range objs {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {

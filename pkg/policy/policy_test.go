@@ -176,8 +176,9 @@ func TestSourcePrecedence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSource(t, tc.policies...)
-			raw, mode, name, ok := s.Policy(context.Background(), "web", tc.top)
-			if ok != (tc.want != "") || name != tc.want {
+			got, ok, err := s.Policy(context.Background(), "web", tc.top)
+			raw, mode, name := got.Strategy, got.Mode, got.Name
+			if err != nil || ok != (tc.want != "") || name != tc.want {
 				t.Fatalf("Policy = %q ok=%v, want %q", name, ok, tc.want)
 			}
 			if preferred := mode == string(v1alpha1.ModePreferred); raw != tc.wantRaw || preferred != tc.preferred {
@@ -234,7 +235,7 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 func TestNilSourceFindsNothing(t *testing.T) {
 	var s *Source
 	var src workload.PolicySource = s
-	if _, _, _, ok := src.Policy(context.Background(), "web", top(deployment, nil)); ok {
+	if _, ok, _ := src.Policy(context.Background(), "web", top(deployment, nil)); ok {
 		t.Error("a nil Source found a policy")
 	}
 }
@@ -243,17 +244,17 @@ func TestSourceCachesByGeneration(t *testing.T) {
 	p := pol("a", 1, ref(), seed004Groups())
 	s := newSource(t, p)
 	ctx := context.Background()
-	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, nil)); raw != seed004 {
-		t.Fatalf("raw %q", raw)
+	if got, _, _ := s.Policy(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
+		t.Fatalf("raw %q", got.Strategy)
 	}
 	// Same UID and generation: the parsed text is reused.
 	s.parsed[p.UID] = parsedStrategy{generation: 1, raw: "cached"}
-	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, nil)); raw != "cached" {
-		t.Errorf("same generation parsed again: %q", raw)
+	if got, _, _ := s.Policy(ctx, "web", top(deployment, nil)); got.Strategy != "cached" {
+		t.Errorf("same generation parsed again: %q", got.Strategy)
 	}
 	s.parsed[p.UID] = parsedStrategy{generation: 0, raw: "stale"}
-	if raw, _, _, _ := s.Policy(ctx, "web", top(deployment, nil)); raw != seed004 {
-		t.Errorf("a new generation must be parsed again: %q", raw)
+	if got, _, _ := s.Policy(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
+		t.Errorf("a new generation must be parsed again: %q", got.Strategy)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -83,12 +84,19 @@ func Older(a, b *v1alpha1.PlacementPolicy) int {
 // Source finds the PlacementPolicies of a workload in the manager's cache; it
 // implements workload.PolicySource. Each call reads two index entries of the
 // policy's namespace (policies naming the workload, policies with a
-// selector) and parses no strategy it has seen at the same generation.
+// selector) and parses no strategy it has seen at the same generation. With
+// WithClusterPolicies, a workload no PlacementPolicy targets is matched
+// against every ClusterPlacementPolicy (few) and its namespace's labels,
+// from the caches too.
 type Source struct {
 	reader client.Reader
 
-	mu     sync.Mutex
-	parsed map[types.UID]parsedStrategy
+	withClusters bool
+	excluded     sets.Set[string]
+
+	mu       sync.Mutex
+	parsed   map[types.UID]parsedStrategy
+	clusters map[types.UID]compiledCluster
 }
 
 type parsedStrategy struct {
@@ -104,7 +112,17 @@ var _ workload.PolicySource = (*Source)(nil)
 // NewSource reads policies through reader (the manager's cached client, with
 // IndexPolicies registered).
 func NewSource(reader client.Reader) *Source {
-	return &Source{reader: reader, parsed: map[types.UID]parsedStrategy{}}
+	return &Source{reader: reader, parsed: map[types.UID]parsedStrategy{}, clusters: map[types.UID]compiledCluster{}}
+}
+
+// WithClusterPolicies makes the source read ClusterPlacementPolicies too
+// (their informer, and the metadata informer of namespaces, must run).
+// excluded are the namespaces no cluster policy covers, besides
+// SystemNamespaces and those labelled apportion.dev/ignore.
+func (s *Source) WithClusterPolicies(excluded []string) *Source {
+	s.withClusters = true
+	s.excluded = sets.New(excluded...)
+	return s
 }
 
 // OrNil is s as the interface workload.Resolve takes: nil (not an interface
@@ -138,26 +156,32 @@ func (s *Source) Policies(ctx context.Context, namespace string, top *metav1.Par
 	return out, nil
 }
 
-// Policy implements workload.PolicySource: the strategy of the oldest policy
-// targeting top, and its spec.mode as written ("" when unset: the default
-// mode applies). An invalid strategy is returned as written (the placement
-// controller reports it, as it does for an annotation).
-func (s *Source) Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (raw, mode, name string, ok bool) {
+// Policy implements workload.PolicySource: the strategy of the oldest
+// PlacementPolicy targeting top, else of the highest-ranked
+// ClusterPlacementPolicy covering it, with its spec.mode as written (""
+// when unset: the default mode applies). An invalid strategy is returned as
+// written (the placement controller reports it, as it does for an
+// annotation).
+func (s *Source) Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
 	if s == nil {
 		// No PlacementPolicy CRD: a nil *Source in a PolicySource field
 		// places by annotations alone.
-		return "", "", "", false
+		return workload.Policy{}, false, nil
 	}
 	policies, err := s.Policies(ctx, namespace, top)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reading placement policies, placing without them", "namespace", namespace, "workload", top.Name)
-		return "", "", "", false
 	}
-	if len(policies) == 0 {
-		return "", "", "", false
+	if len(policies) > 0 {
+		p := policies[0]
+		return workload.Policy{Strategy: s.strategy(p), Mode: string(p.Spec.Mode), Name: p.Namespace + "/" + p.Name}, true, nil
 	}
-	p := policies[0]
-	return s.strategy(p), string(p.Spec.Mode), p.Namespace + "/" + p.Name, true
+	if err != nil {
+		// A namespaced policy may target the workload: no cluster
+		// policy takes its place.
+		return workload.Policy{}, false, nil
+	}
+	return s.clusterPolicy(ctx, namespace, top)
 }
 
 func (s *Source) strategy(p *v1alpha1.PlacementPolicy) string {

@@ -1,6 +1,7 @@
 // Package scope keeps the label the chart's scoped pod webhook selects
 // namespaces by (webhook.scope: namespaces): Marker writes it when a
-// workload or PlacementPolicy opts in, from the validating webhooks before
+// workload or PlacementPolicy opts in, or a ClusterPlacementPolicy covers
+// the namespace, from the validating webhooks before
 // the object is admitted, and Sweep writes it for what opted in before
 // (an upgrade, a validator that failed open).
 package scope
@@ -8,6 +9,7 @@ package scope
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -74,14 +77,62 @@ func (m *Marker) Mark(ctx context.Context, namespace string) error {
 	return nil
 }
 
+// MarkCovered labels every namespace the cluster policy covers, read from
+// the metadata cache of namespaces: the pods of its workloads carry nothing
+// that says so. A covered namespace without a covered workload only costs
+// its pods a webhook call. It returns the first error after trying every
+// namespace.
+func (m *Marker) MarkCovered(ctx context.Context, src *policy.Source, p *v1alpha1.ClusterPlacementPolicy) error {
+	if m == nil || src == nil {
+		return nil
+	}
+	namespaces, err := m.covered(ctx, src, []*v1alpha1.ClusterPlacementPolicy{p})
+	if err != nil {
+		return err
+	}
+	return m.markAll(ctx, namespaces)
+}
+
+// covered is the set of namespaces some of policies covers.
+func (m *Marker) covered(ctx context.Context, src *policy.Source, policies []*v1alpha1.ClusterPlacementPolicy) (sets.Set[string], error) {
+	out := sets.New[string]()
+	if len(policies) == 0 {
+		return out, nil
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := m.Reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	for i := range list.Items {
+		ns := &list.Items[i]
+		if slices.ContainsFunc(policies, func(p *v1alpha1.ClusterPlacementPolicy) bool { return src.SelectsNamespace(p, ns) }) {
+			out.Insert(ns.Name)
+		}
+	}
+	return out, nil
+}
+
+func (m *Marker) markAll(ctx context.Context, namespaces sets.Set[string]) error {
+	var first error
+	for _, ns := range sets.List(namespaces) {
+		if err := m.Mark(ctx, ns); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Sweep labels every namespace that holds a workload opted in by its own
 // annotations (a strategy, or apportion.dev/architectures: auto) or a
-// PlacementPolicy, from the caches: what opted in before the scoped webhook
-// was installed, or while a validator failed open. kinds are the workload
-// kinds served (metadata caches); policies is false without their CRD. A
-// strategy on a pod template alone needs no label: the pods carry it. It
-// returns the first error after trying every namespace.
-func (m *Marker) Sweep(ctx context.Context, r client.Reader, kinds []schema.GroupVersionKind, policies bool) error {
+// PlacementPolicy, and every namespace a ClusterPlacementPolicy covers,
+// from the caches: what opted in before the scoped webhook was installed,
+// while a validator failed open, or a namespace whose labels changed since.
+// kinds are the workload kinds served (metadata caches); policies is false
+// without their CRD, clusters nil without the cluster policies'. A strategy
+// on a pod template alone needs no label: the pods carry it. It returns the
+// first error after trying every namespace.
+func (m *Marker) Sweep(ctx context.Context, r client.Reader, kinds []schema.GroupVersionKind, policies bool, clusters *policy.Source) error {
 	namespaces := sets.New[string]()
 	for _, gvk := range kinds {
 		list := &metav1.PartialObjectMetadataList{}
@@ -104,13 +155,15 @@ func (m *Marker) Sweep(ctx context.Context, r client.Reader, kinds []schema.Grou
 			namespaces.Insert(list.Items[i].Namespace)
 		}
 	}
-	var first error
-	for _, ns := range sets.List(namespaces) {
-		if err := m.Mark(ctx, ns); err != nil && first == nil {
-			first = err
-		}
+	all, err := clusters.ClusterPolicies(ctx)
+	if err != nil {
+		return err
 	}
-	return first
+	covered, err := m.covered(ctx, clusters, all)
+	if err != nil {
+		return err
+	}
+	return m.markAll(ctx, namespaces.Union(covered))
 }
 
 // OptedIn reports whether a workload's (or its pod template's) annotations

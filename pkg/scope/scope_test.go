@@ -17,6 +17,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -111,7 +112,7 @@ func TestSweep(t *testing.T) {
 		deploy("plain", "web", map[string]string{annotations.Mode: annotations.ModeShadow}, nil),
 		deploy("kube-system", "dns", map[string]string{annotations.Strategy: strategyText}, nil),
 	)
-	if err := m.Sweep(context.Background(), c, []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK}, true); err != nil {
+	if err := m.Sweep(context.Background(), c, []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK}, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"strategy": true, "legacy": true, "template": false, "arch": true, "policy": true, "plain": false, "kube-system": false}
@@ -130,7 +131,7 @@ func TestSweepReportsErrors(t *testing.T) {
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "web", Annotations: map[string]string{annotations.Strategy: strategyText}}},
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "missing", Name: "web", Annotations: map[string]string{annotations.Strategy: strategyText}}},
 	)
-	err := m.Sweep(context.Background(), c, []schema.GroupVersionKind{workload.DeploymentGVK}, false)
+	err := m.Sweep(context.Background(), c, []schema.GroupVersionKind{workload.DeploymentGVK}, false, nil)
 	if err == nil {
 		t.Fatal("no error for a namespace that cannot be labelled")
 	}
@@ -157,4 +158,42 @@ func TestOptedIn(t *testing.T) {
 			t.Errorf("OptedIn(%v) = %v, want %v", tc.annots, got, tc.want)
 		}
 	}
+}
+
+// A ClusterPlacementPolicy's namespaces are labelled by MarkCovered (its
+// admission) and by the sweep; never an excluded, system or unselected one.
+func TestMarkCovered(t *testing.T) {
+	cp := &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "platform", UID: "c1", Generation: 1},
+		Spec: v1alpha1.ClusterPlacementPolicySpec{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+			Strategy: v1alpha1.Strategy{Text: strategyText}}}
+	web := map[string]string{"team": "web"}
+	objs := func() []client.Object {
+		return []client.Object{namespace("a", web), namespace("b", web), namespace("other", map[string]string{"team": "db"}),
+			namespace("kube-public", web), namespace("apportion-system", web), cp.DeepCopy()}
+	}
+	want := map[string]bool{"a": true, "b": true, "other": false, "kube-public": false, "apportion-system": false}
+	check := func(t *testing.T, c client.Client) {
+		t.Helper()
+		for ns, w := range want {
+			if got := labelled(t, c, ns)[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled; got != w {
+				t.Errorf("namespace %s labelled: %v, want %v", ns, got, w)
+			}
+		}
+	}
+	t.Run("admission", func(t *testing.T) {
+		m, c, _ := newMarker(t, objs()...)
+		src := policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"})
+		if err := m.MarkCovered(context.Background(), src, cp); err != nil {
+			t.Fatal(err)
+		}
+		check(t, c)
+	})
+	t.Run("sweep", func(t *testing.T) {
+		m, c, _ := newMarker(t, objs()...)
+		src := policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"})
+		if err := m.Sweep(context.Background(), c, nil, true, src); err != nil {
+			t.Fatal(err)
+		}
+		check(t, c)
+	})
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 )
 
-// Source tells where a strategy was found: an annotation, or a
-// PlacementPolicy.
+// Source tells where a strategy was found: an annotation, a
+// PlacementPolicy or a ClusterPlacementPolicy.
 type Source struct {
 	// Annotation is the annotation name the strategy was written under.
 	Annotation string
@@ -15,11 +15,16 @@ type Source struct {
 	// workload's own metadata.
 	Template bool
 	// Policy is "namespace/name" of the PlacementPolicy that gave the
-	// strategy (no annotation then).
+	// strategy (no annotation then), or the ClusterPlacementPolicy's name.
 	Policy string
+	// Cluster is true when Policy names a ClusterPlacementPolicy.
+	Cluster bool
 }
 
 func (s Source) String() string {
+	if s.Cluster {
+		return "ClusterPlacementPolicy " + s.Policy
+	}
 	if s.Policy != "" {
 		return "PlacementPolicy " + s.Policy
 	}

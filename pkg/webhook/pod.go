@@ -255,15 +255,15 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 	case m.Excluded.Has(namespace),
 		pod.Annotations[corev1.MirrorPodAnnotationKey] != "",
 		podutil.IsScheduled(pod),
-		strings.EqualFold(pod.Annotations[annotations.Skip], "true"),
 		workload.IsDaemonSetPod(pod),
 		decision.HasGate(pod):
 		return ResultSkipped, nil
 	}
 	if workload.OwnerKey(pod) == "" {
 		// A bare pod, or one of a Job: no strategy applies, but placement
-		// by architecture may.
-		if !m.architecturesAuto(ctx, namespace, pod, nil) {
+		// by architecture may. The skip of a pod with a workload is
+		// Resolve's: a cluster policy may not allow it.
+		if strings.EqualFold(pod.Annotations[annotations.Skip], "true") || !m.architecturesAuto(ctx, namespace, pod, nil) {
 			return ResultSkipped, nil
 		}
 		return m.hold(ctx, pod, m.podMode(pod))
@@ -301,17 +301,35 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 
 // notCached answers for a pod of a brand-new ReplicaSet the cache has not
 // seen yet: held, for the placement controller, which waits for its cache,
-// to decide or release it; unless its template's strategy is invalid, or its
-// mode is shadow. The workload's own mode is not known yet: the pod
+// to decide or release it; unless it opts out (and no cluster policy may
+// refuse that), its template's strategy is invalid, or its mode is shadow. The workload's own mode is not known yet: the pod
 // template's, else the default, says (a pod held whose workload turns out
 // to be in shadow mode is released with its shadow decision).
 func (m *PodMutator) notCached(ctx context.Context, pod *corev1.Pod) (string, []string) {
+	if strings.EqualFold(strings.TrimSpace(pod.Annotations[annotations.Skip]), "true") && !m.skipMayBeRefused(ctx) {
+		return ResultSkipped, nil
+	}
 	if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
 		if perr := m.parse(raw); perr != nil {
 			return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
 		}
 	}
 	return m.hold(ctx, pod, m.podMode(pod))
+}
+
+// skipGuard is a PolicySource that knows whether some policy refuses
+// apportion.dev/skip.
+type skipGuard interface {
+	SkipMayBeRefused(ctx context.Context) bool
+}
+
+// skipMayBeRefused reports whether an opted-out pod whose workload is not
+// known yet must be held all the same: some cluster policy does not let its
+// workloads opt out, and the placement leader, which waits for its cache,
+// decides.
+func (m *PodMutator) skipMayBeRefused(ctx context.Context) bool {
+	g, ok := m.Policies.(skipGuard)
+	return ok && g.SkipMayBeRefused(ctx)
 }
 
 // hold gates an in-scope pod, but for one in shadow mode: the placement

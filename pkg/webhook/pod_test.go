@@ -28,6 +28,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/profiles"
 	"github.com/apportion-dev/apportion/pkg/test"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 type alive bool
@@ -548,8 +549,8 @@ func TestPodMutatorProfileFailsOpen(t *testing.T) {
 
 type policies struct{ strategy, mode string }
 
-func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (string, string, string, bool) {
-	return p.strategy, p.mode, "web/policy", p.strategy != ""
+func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
+	return workload.Policy{Strategy: p.strategy, Mode: p.mode, Name: "web/policy"}, p.strategy != "", nil
 }
 
 // TestPodMutatorPolicies: with a PolicySource, a workload without a
@@ -623,4 +624,42 @@ func BenchmarkPodMutatorOtherRuntimeClass(b *testing.B) {
 // rewritten, and gated.
 func BenchmarkPodMutatorProfile(b *testing.B) {
 	benchmarkProfiles(b, rsPod(peerPod("kata-remote")), 5)
+}
+
+// strictPolicy is a cluster policy that covers every workload and may refuse
+// apportion.dev/skip.
+type strictPolicy struct{ noSkip bool }
+
+func (p strictPolicy) Policy(context.Context, string, *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
+	return workload.Policy{Strategy: good, Name: "platform", Cluster: true, NoSkip: p.noSkip}, true, nil
+}
+
+func (p strictPolicy) SkipMayBeRefused(context.Context) bool { return p.noSkip }
+
+// TestPodMutatorClusterSkip: a pod whose template opts out is gated when
+// the cluster policy placing it refuses the opt-out (allowSkip: false),
+// also when its ReplicaSet is not cached yet; left alone otherwise.
+func TestPodMutatorClusterSkip(t *testing.T) {
+	skip := func(p *corev1.Pod) { p.Annotations = map[string]string{annotations.Skip: "true"} }
+	uncached := func(p *corev1.Pod) { p.OwnerReferences = test.OwnedBy("apps/v1", "ReplicaSet", "nginx-new", "rs9") }
+	for _, tc := range []struct {
+		name   string
+		noSkip bool
+		pod    *corev1.Pod
+		gated  bool
+	}{
+		{name: "skip allowed", pod: rsPod(skip)},
+		{name: "skip refused", noSkip: true, pod: rsPod(skip), gated: true},
+		{name: "skip allowed, not cached", pod: rsPod(skip, uncached)},
+		{name: "skip refused, not cached", noSkip: true, pod: rsPod(skip, uncached), gated: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMutator(t, true, nil)
+			m.Policies = strictPolicy{noSkip: tc.noSkip}
+			resp := m.Handle(context.Background(), request(t, "web", tc.pod))
+			if gated := len(resp.Patches) == 1; gated != tc.gated {
+				t.Errorf("patches %+v, want gated %v", resp.Patches, tc.gated)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/scope"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -23,6 +24,10 @@ type Config struct {
 	// Policies gives strategies from PlacementPolicies; nil without their
 	// CRD.
 	Policies workload.PolicySource
+	// Clusters reads ClusterPlacementPolicies (with the namespace cache),
+	// for the validators to label the namespaces they cover; nil without
+	// the PlacementPolicy CRD.
+	Clusters *policy.Source
 	Options  *options.Options
 }
 
@@ -46,7 +51,8 @@ func Handlers(c Config) map[string]admission.Handler {
 			Profiles:      o.Profiles(),
 			DefaultMode:   o.DefaultMode,
 		},
-		WorkloadValidatorPath: WorkloadValidator{Marker: marker},
-		PolicyValidatorPath:   PolicyValidator{Marker: marker},
+		WorkloadValidatorPath:      WorkloadValidator{Marker: marker, Clusters: c.Clusters},
+		PolicyValidatorPath:        PolicyValidator{Marker: marker},
+		ClusterPolicyValidatorPath: ClusterPolicyValidator{Marker: marker, Clusters: c.Clusters},
 	}
 }

@@ -102,15 +102,32 @@ func (i *Info) Preferred() bool { return i.Mode == annotations.ModePreferred }
 // decision is recorded in the apportion.dev/shadow annotation only.
 func (i *Info) Shadow() bool { return i.Mode == annotations.ModeShadow }
 
-// PolicySource finds the PlacementPolicy that gives a strategy to a workload
-// that carries none in its annotations (an annotation always wins).
+// Policy is the policy that gives a workload its strategy.
+type Policy struct {
+	// Strategy is the raw strategy (the string syntax).
+	Strategy string
+	// Mode is the policy's spec.mode as written ("" when unset).
+	Mode string
+	// Name is the PlacementPolicy's "namespace/name", or the
+	// ClusterPlacementPolicy's name.
+	Name string
+	// Cluster is true for a ClusterPlacementPolicy.
+	Cluster bool
+	// NoSkip is true when the policy does not let the workload opt out
+	// with apportion.dev/skip (a cluster policy's allowSkip: false).
+	NoSkip bool
+}
+
+// PolicySource finds the policy that gives a strategy to a workload that
+// carries none in its annotations (an annotation always wins): a
+// PlacementPolicy of its namespace, else a ClusterPlacementPolicy.
 type PolicySource interface {
-	// Policy returns the raw strategy (the string syntax), the policy's
-	// spec.mode as written ("" when unset), and the policy's
-	// "namespace/name", for the workload top (GroupVersionKind, name,
-	// labels) in namespace; ok is false when no policy targets it. It
-	// reads only caches.
-	Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (strategy, mode, name string, ok bool)
+	// Policy returns the policy of the workload top (GroupVersionKind,
+	// name, labels) in namespace; ok is false when none applies. It reads
+	// only caches. The error is ErrNotCached (wrapped) when what it needs
+	// to decide is not cached yet; it reports other read errors itself
+	// and answers without the policies it could not read.
+	Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (p Policy, ok bool, err error)
 }
 
 // Option changes how Resolve finds a strategy.
@@ -234,11 +251,9 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	// The pod's own annotations are its template's: the template level.
 	info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
 	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip])
-	policyMode := ""
-	if !info.Found && o.policies != nil {
-		if raw, mode, name, ok := o.policies.Policy(ctx, namespace, top); ok {
-			info.Strategy, info.Source, info.Found, policyMode = raw, strategy.Source{Policy: name}, true, mode
-		}
+	policyMode, err := o.fromPolicy(ctx, namespace, top, info)
+	if err != nil {
+		return nil, err
 	}
 	info.Mode = annotations.FirstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], policyMode, o.defaultMode)
 	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
@@ -249,6 +264,22 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
 	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
 	return info, nil
+}
+
+// fromPolicy gives info the strategy of the policy that applies to top, when
+// it has none of its own, and returns the policy's mode.
+func (o *resolveOptions) fromPolicy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata, info *Info) (string, error) {
+	if info.Found || o.policies == nil {
+		return "", nil
+	}
+	p, ok, err := o.policies.Policy(ctx, namespace, top)
+	if err != nil || !ok {
+		return "", err
+	}
+	info.Strategy, info.Source, info.Found = p.Strategy, strategy.Source{Policy: p.Name, Cluster: p.Cluster}, true
+	// A cluster policy may keep its workloads from opting out.
+	info.Skip = info.Skip && !p.NoSkip
+	return p.Mode, nil
 }
 
 func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {

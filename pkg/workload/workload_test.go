@@ -98,9 +98,9 @@ func TestResolve(t *testing.T) {
 
 type fakePolicies map[string]string // workload name -> strategy
 
-func (f fakePolicies) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (string, string, string, bool) {
+func (f fakePolicies) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (Policy, bool, error) {
 	raw, ok := f[top.Name]
-	return raw, annotations.ModePreferred, namespace + "/p-" + top.Name, ok
+	return Policy{Strategy: raw, Mode: annotations.ModePreferred, Name: namespace + "/p-" + top.Name}, ok, nil
 }
 
 // TestResolveWithPolicies: a workload without a strategy annotation gets the
@@ -136,8 +136,8 @@ func TestResolveWithPolicies(t *testing.T) {
 
 type modePolicy string // the mode of a policy that targets every workload
 
-func (m modePolicy) Policy(_ context.Context, namespace string, _ *metav1.PartialObjectMetadata) (string, string, string, bool) {
-	return "x=y,weight=1", string(m), namespace + "/p", true
+func (m modePolicy) Policy(_ context.Context, namespace string, _ *metav1.PartialObjectMetadata) (Policy, bool, error) {
+	return Policy{Strategy: "x=y,weight=1", Mode: string(m), Name: namespace + "/p"}, true, nil
 }
 
 // TestModePrecedence: the pod template's apportion.dev/mode wins over the

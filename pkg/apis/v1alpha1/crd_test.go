@@ -89,3 +89,55 @@ func TestGeneratedCRD(t *testing.T) {
 		t.Errorf("spec requires %v", spec.Required)
 	}
 }
+
+// TestGeneratedClusterCRD checks the ClusterPlacementPolicy CRD: cluster
+// scope, the printer columns kubectl shows, allowSkip defaulting to true,
+// the strategy's rules shared with PlacementPolicy, and the kinds a target
+// may name.
+func TestGeneratedClusterCRD(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "chart", "crds", "apportion.dev_clusterplacementpolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if crd.Spec.Group != v1alpha1.GroupVersion.Group || crd.Spec.Scope != apiextensionsv1.ClusterScoped || crd.Spec.Names.Kind != v1alpha1.ClusterPlacementPolicyGVK.Kind {
+		t.Fatalf("crd %s: group %s scope %s kind %s", crd.Name, crd.Spec.Group, crd.Spec.Scope, crd.Spec.Names.Kind)
+	}
+	v := crd.Spec.Versions[0]
+	if v.Subresources == nil || v.Subresources.Status == nil {
+		t.Error("no status subresource")
+	}
+	var columns []string
+	for _, c := range v.AdditionalPrinterColumns {
+		columns = append(columns, c.Name)
+	}
+	for _, want := range []string{"Priority", "Mode", "Matched", "Placed", "Ready", "Conflict", "Age"} {
+		if !slices.Contains(columns, want) {
+			t.Errorf("printer columns %v lack %q", columns, want)
+		}
+	}
+	spec := v.Schema.OpenAPIV3Schema.Properties["spec"]
+	if d := spec.Properties["allowSkip"].Default; d == nil || string(d.Raw) != "true" {
+		t.Errorf("allowSkip default %v, want true", d)
+	}
+	if !slices.Contains(spec.Required, "namespaceSelector") || !slices.Contains(spec.Required, "strategy") {
+		t.Errorf("spec requires %v", spec.Required)
+	}
+	var rules []string
+	for _, r := range spec.Properties["strategy"].XValidations {
+		rules = append(rules, r.Rule)
+	}
+	if !slices.Contains(rules, "has(self.groups) != has(self.text)") {
+		t.Errorf("spec.strategy rules %v", rules)
+	}
+	var kinds []string
+	for _, e := range spec.Properties["target"].Properties["kinds"].Items.Schema.Enum {
+		kinds = append(kinds, string(e.Raw))
+	}
+	if strings.Join(kinds, ",") != `"Deployment","StatefulSet","ReplicaSet","Rollout"` {
+		t.Errorf("target.kinds enum %v", kinds)
+	}
+}

@@ -1,7 +1,8 @@
 // Package v1alpha1 holds the apportion.dev/v1alpha1 API: PlacementPolicy, a
 // strategy kept in its own resource that names the workloads it applies to,
 // for platform teams that set placement for workloads they do not own (as
-// Versprei's PodDistributor). The CRD in chart/crds is generated from these types
+// Versprei's PodDistributor), and ClusterPlacementPolicy, the same over the
+// namespaces a selector matches. The CRD in chart/crds is generated from these types
 // (`make generate`). The package imports only apimachinery, so that clients
 // can use it cheaply.
 //
@@ -21,15 +22,19 @@ var (
 
 	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
-	// AddToScheme adds PlacementPolicy and PlacementPolicyList to a scheme.
+	// AddToScheme adds the PlacementPolicy and ClusterPlacementPolicy kinds
+	// and their lists to a scheme.
 	AddToScheme = schemeBuilder.AddToScheme
 )
 
 // PlacementPolicyGVK is the PlacementPolicy kind.
 var PlacementPolicyGVK = GroupVersion.WithKind("PlacementPolicy")
 
+// ClusterPlacementPolicyGVK is the ClusterPlacementPolicy kind.
+var ClusterPlacementPolicyGVK = GroupVersion.WithKind("ClusterPlacementPolicy")
+
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &PlacementPolicy{}, &PlacementPolicyList{})
+	s.AddKnownTypes(GroupVersion, &PlacementPolicy{}, &PlacementPolicyList{}, &ClusterPlacementPolicy{}, &ClusterPlacementPolicyList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -75,12 +75,15 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// waitCRD waits until PlacementPolicies can be listed (the CRD is
-// established and the client's discovery knows it).
+// waitCRD waits until PlacementPolicies and ClusterPlacementPolicies can be
+// listed (the CRDs are established and the client's discovery knows them).
 func waitCRD(ctx context.Context) error {
 	for {
 		var list v1alpha1.PlacementPolicyList
 		err := env.Kube.List(ctx, &list)
+		if err == nil {
+			err = env.Kube.List(ctx, &v1alpha1.ClusterPlacementPolicyList{})
+		}
 		if err == nil {
 			return nil
 		}

@@ -1,0 +1,345 @@
+// Package clusterpolicystatus is the ClusterPlacementPolicy status
+// controller (leader only). For each cluster policy it walks the namespaces
+// its selector covers and their workloads of the followed kinds, from the
+// metadata caches, and counts the workloads it covers and those it places:
+// the others carry their own strategy, are targeted by a PlacementPolicy of
+// their namespace, are covered by a higher-ranked cluster policy, or opted
+// out. Cluster policies of the same priority that cover one workload are a
+// tie: both report it (the Conflict condition and a Warning Event), and the
+// oldest places the workload.
+//
+// Cost: one list of namespaces and of cluster policies, and one list per
+// covered namespace and kind, per reconcile; per covered workload, the
+// index reads of its namespace's PlacementPolicies and the cached typed
+// object for its pod template's annotations. No pod is read: the status is
+// O(covered workloads), whatever the pods do. Reconciles come from cluster
+// policy, namespace and workload events (batched: one reconcile per policy
+// per batchDelay) and every resyncPeriod.
+package clusterpolicystatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+const (
+	// resyncPeriod re-reads every cluster policy, for what no watched
+	// event announces.
+	resyncPeriod = 30 * time.Second
+	// batchDelay collects the events of a rollout into one reconcile per
+	// policy.
+	batchDelay = 2 * time.Second
+	// maxConflicts bounds the policies named in status.conflicts.
+	maxConflicts = 10
+	// tieEventInterval is how often the same tie is reported again.
+	tieEventInterval = 30 * time.Minute
+)
+
+// Controller writes ClusterPlacementPolicy status.
+type Controller struct {
+	clock      clock.Clock
+	kubeClient client.Client
+	source     *policy.Source
+	recorder   *events.Recorder
+	kinds      []schema.GroupVersionKind
+}
+
+// NewController builds the controller. kubeClient is the manager's cached
+// client, source the Source placement reads (WithClusterPolicies), kinds
+// the workload kinds followed (their metadata informers run).
+func NewController(clk clock.Clock, kubeClient client.Client, source *policy.Source, recorder *events.Recorder, kinds []schema.GroupVersionKind) *Controller {
+	return &Controller{clock: clk, kubeClient: kubeClient, source: source, recorder: recorder, kinds: kinds}
+}
+
+// Name is the controller's name in logs and metrics.
+func (c *Controller) Name() string { return "clusterpolicy.status" }
+
+// Register adds the controller to the manager (leader only, the default).
+func (c *Controller) Register(_ context.Context, m manager.Manager) error {
+	changed := func(o, n client.Object) bool {
+		return o.GetGeneration() != n.GetGeneration() || !labels.Equals(o.GetLabels(), n.GetLabels()) || !equalAnnotations(o, n)
+	}
+	b := controllerruntime.NewControllerManagedBy(m).
+		Named(c.Name()).
+		For(&v1alpha1.ClusterPlacementPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Another policy's priority or selectors change this one's ties.
+		Watches(&v1alpha1.ClusterPlacementPolicy{}, c.allHandler(func(o, n client.Object) bool { return o.GetGeneration() != n.GetGeneration() })).
+		Watches(metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")), c.allHandler(func(o, n client.Object) bool { return !labels.Equals(o.GetLabels(), n.GetLabels()) }))
+	for _, gvk := range c.kinds {
+		b = b.Watches(metadataOf(gvk), c.allHandler(changed))
+	}
+	return b.Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
+
+func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	return obj
+}
+
+func equalAnnotations(a, b client.Object) bool {
+	x, y := a.GetAnnotations(), b.GetAnnotations()
+	if len(x) != len(y) {
+		return false
+	}
+	for k, v := range x {
+		if w, ok := y[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// allHandler requeues every cluster policy, after batchDelay, for an object
+// created, deleted, or changed as changed says. Cluster policies are few.
+func (c *Controller) allHandler(changed func(o, n client.Object) bool) handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			c.enqueue(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if changed(e.ObjectOld, e.ObjectNew) {
+				c.enqueue(ctx, q)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			c.enqueue(ctx, q)
+		},
+	}
+}
+
+func (c *Controller) enqueue(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	all, err := c.source.ClusterPolicies(ctx)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "listing cluster placement policies")
+		return
+	}
+	for _, p := range all {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}}, batchDelay)
+	}
+}
+
+// observed is what one reconcile found.
+type observed struct {
+	namespaces, matched, placed int32
+	// tied: the names of the policies of the same priority that cover
+	// some of the same workloads, and one such workload.
+	tied    map[string]bool
+	tiedOn  string
+	tiedFor int
+}
+
+// Reconcile computes one cluster policy's status and writes it when it
+// changed.
+func (c *Controller) Reconcile(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy) (reconcile.Result, error) {
+	if p.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	o, err := c.observe(ctx, p)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	raw, serr := policy.ClusterStrategy(&p.Spec)
+	status := v1alpha1.ClusterPlacementPolicyStatus{
+		ObservedGeneration: p.Generation, Strategy: raw,
+		Matched: o.matched, Placed: o.placed, Namespaces: o.namespaces,
+		Conditions: slices.Clone(p.Status.Conditions),
+	}
+	for name := range o.tied {
+		status.Conflicts = append(status.Conflicts, name)
+	}
+	slices.Sort(status.Conflicts)
+	if len(status.Conflicts) > maxConflicts {
+		status.Conflicts = status.Conflicts[:maxConflicts]
+	}
+	now := metav1.NewTime(c.clock.Now())
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: p.Generation, LastTransitionTime: now}
+	switch {
+	case serr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1alpha1.ReasonInvalidStrategy, serr.Error()
+	case o.placed > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, v1alpha1.ReasonApplied, fmt.Sprintf("places %d of the %d workloads it covers in %d namespaces", o.placed, o.matched, o.namespaces)
+	default:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1alpha1.ReasonNoWorkload, fmt.Sprintf("places none of the %d workloads it covers in %d namespaces", o.matched, o.namespaces)
+	}
+	meta.SetStatusCondition(&status.Conditions, ready)
+	conflict := metav1.Condition{Type: v1alpha1.ConditionConflict, ObservedGeneration: p.Generation, LastTransitionTime: now,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNoConflict, Message: "no cluster policy of the same priority covers its workloads"}
+	if len(o.tied) > 0 {
+		conflict.Status, conflict.Reason = metav1.ConditionTrue, v1alpha1.ReasonPriorityTie
+		conflict.Message = tieMessage(p, status.Conflicts, o)
+		c.recorder.Publish(events.Event{Regarding: reference(p), Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonPriorityTie, Action: "Rank",
+			Message: conflict.Message, DedupeValues: []string{string(p.UID), conflict.Message}, DedupeTimeout: tieEventInterval})
+	}
+	meta.SetStatusCondition(&status.Conditions, conflict)
+	if equality.Semantic.DeepEqual(p.Status, status) {
+		return reconcile.Result{RequeueAfter: resyncPeriod}, nil
+	}
+	// The whole status, zero values included, for kubectl's columns.
+	body, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := c.kubeClient.Status().Patch(ctx, p, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("patching status of cluster placement policy %s: %w", p.Name, err)
+	}
+	return reconcile.Result{RequeueAfter: resyncPeriod}, nil
+}
+
+func tieMessage(p *v1alpha1.ClusterPlacementPolicy, names []string, o observed) string {
+	return fmt.Sprintf("priority %d ties with %s on %d workloads (e.g. %s); the oldest policy, then the first by name, places them",
+		p.Spec.Priority, strings.Join(names, ", "), o.tiedFor, o.tiedOn)
+}
+
+// reference is the policy as the object of an Event.
+func reference(p *v1alpha1.ClusterPlacementPolicy) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.ClusterPlacementPolicyGVK.Kind, Name: p.Name, UID: p.UID}
+}
+
+// observe walks the namespaces the policy covers and their workloads.
+func (c *Controller) observe(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy) (observed, error) {
+	o := observed{tied: map[string]bool{}}
+	all, err := c.source.ClusterPolicies(ctx)
+	if err != nil {
+		return o, err
+	}
+	nsList := &metav1.PartialObjectMetadataList{}
+	nsList.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := c.kubeClient.List(ctx, nsList, client.UnsafeDisableDeepCopy); err != nil {
+		return o, fmt.Errorf("listing namespaces: %w", err)
+	}
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		if !c.source.SelectsNamespace(p, ns) {
+			continue
+		}
+		o.namespaces++
+		for _, gvk := range c.kinds {
+			if len(p.Spec.Target.Kinds) > 0 && !slices.Contains(p.Spec.Target.Kinds, gvk.Kind) {
+				continue
+			}
+			list := &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			if err := c.kubeClient.List(ctx, list, client.InNamespace(ns.Name), client.UnsafeDisableDeepCopy); err != nil {
+				return o, fmt.Errorf("listing %s in %s: %w", gvk.Kind, ns.Name, err)
+			}
+			for j := range list.Items {
+				top := list.Items[j].DeepCopy()
+				top.SetGroupVersionKind(gvk)
+				// A ReplicaSet a Deployment or Rollout controls is
+				// placed as its owner.
+				if gvk == workload.ReplicaSetGVK && metav1.GetControllerOfNoCopy(top) != nil {
+					continue
+				}
+				if !c.source.Covers(p, ns, top) {
+					continue
+				}
+				if err := c.count(ctx, p, all, ns, top, &o); err != nil {
+					return o, err
+				}
+			}
+		}
+	}
+	return o, nil
+}
+
+// count adds one covered workload: who places it, and the ties on it.
+func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, all []*v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata, o *observed) error {
+	o.matched++
+	var ranked []*v1alpha1.ClusterPlacementPolicy
+	for _, q := range all {
+		if q.UID == p.UID || c.source.Covers(q, ns, top) {
+			ranked = append(ranked, q)
+		}
+	}
+	slices.SortFunc(ranked, policy.Ranked)
+	o.ties(p, ranked, ns, top)
+	if len(ranked) == 0 || ranked[0].UID != p.UID {
+		return nil
+	}
+	places, err := c.places(ctx, p, ns, top)
+	if places {
+		o.placed++
+	}
+	return err
+}
+
+// ties records the policies of p's priority that cover top with p, when
+// that priority is the highest there: the tie decides who places top.
+func (o *observed) ties(p *v1alpha1.ClusterPlacementPolicy, ranked []*v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata) {
+	if len(ranked) == 0 || ranked[0].Spec.Priority != p.Spec.Priority {
+		return
+	}
+	tiedHere := false
+	for _, q := range ranked {
+		if q.UID != p.UID && q.Spec.Priority == p.Spec.Priority {
+			o.tied[q.Name] = true
+			tiedHere = true
+		}
+	}
+	if tiedHere {
+		o.tiedFor++
+		if o.tiedOn == "" {
+			o.tiedOn = top.Kind + " " + ns.Name + "/" + top.Name
+		}
+	}
+}
+
+// places reports whether p, the highest-ranked cluster policy covering top,
+// places it: top carries no strategy of its own, no PlacementPolicy targets
+// it, and it did not opt out (or p does not allow that).
+func (c *Controller) places(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata) (bool, error) {
+	template := map[string]string(nil)
+	if top.GroupVersionKind().Group == workload.DeploymentGVK.Group {
+		spec, err := workload.ReadSpec(ctx, c.kubeClient, top.GroupVersionKind(), client.ObjectKeyFromObject(top))
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		template = spec.Template
+	}
+	if _, _, own := strategy.Find(top.Annotations, template); own {
+		return false, nil
+	}
+	namespaced, err := c.source.Policies(ctx, ns.Name, top)
+	if err != nil || len(namespaced) > 0 {
+		return false, err
+	}
+	skip := isTrue(top.Annotations[annotations.Skip]) || isTrue(template[annotations.Skip])
+	return !skip || !p.SkipAllowed(), nil
+}
+
+func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }

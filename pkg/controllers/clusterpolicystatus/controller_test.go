@@ -1,0 +1,236 @@
+package clusterpolicystatus
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	k8sevents "k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/test"
+	"github.com/apportion-dev/apportion/pkg/workload"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const good = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capacity-type=spot,weight=1"
+
+func cpol(name string, age time.Duration, priority int32) *v1alpha1.ClusterPlacementPolicy {
+	return &v1alpha1.ClusterPlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("c-" + name), Generation: 2, CreationTimestamp: metav1.NewTime(epoch.Add(-age))},
+		Spec: v1alpha1.ClusterPlacementPolicySpec{
+			NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+			Strategy:          v1alpha1.Strategy{Text: good}, Priority: priority,
+		},
+	}
+}
+
+func ns(name string, labels map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func deploy(namespace, name string, annots, template map[string]string) *appsv1.Deployment {
+	d := test.Deployment(metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(namespace + "-" + name), Annotations: annots})
+	d.Spec.Template.Annotations = template
+	return d
+}
+
+var kinds = []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}
+
+// reads counts the client's reads by kind ("DeploymentList in web-a", ...).
+type reads map[string]int
+
+func build(t *testing.T, r reads, objs ...client.Object) client.Client {
+	t.Helper()
+	b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.ClusterPlacementPolicy{}).
+		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex)
+	if r != nil {
+		b = b.WithInterceptorFuncs(interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				gvk, _ := apiutil.GVKForObject(list, c.Scheme())
+				o := (&client.ListOptions{}).ApplyOptions(opts)
+				r[gvk.Kind+" in "+o.Namespace]++
+				return c.List(ctx, list, opts...)
+			},
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				gvk, _ := apiutil.GVKForObject(obj, c.Scheme())
+				r["get "+gvk.Kind]++
+				return c.Get(ctx, key, obj, opts...)
+			},
+		})
+	}
+	return b.Build()
+}
+
+func reconcileStatus(t *testing.T, c client.Client, rec *k8sevents.FakeRecorder, name string) v1alpha1.ClusterPlacementPolicyStatus {
+	t.Helper()
+	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"}), events.NewRecorder(rec), kinds)
+	ctx := context.Background()
+	var p v1alpha1.ClusterPlacementPolicy
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctrl.Reconcile(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Status
+}
+
+func condition(st v1alpha1.ClusterPlacementPolicyStatus, typ string) metav1.Condition {
+	if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// TestStatusCounts: the workloads a policy covers, and of those the ones it
+// places: not one with its own strategy, one a PlacementPolicy of its
+// namespace targets, one a higher-ranked cluster policy covers, or one
+// that opted out (while the policy allows it).
+func TestStatusCounts(t *testing.T) {
+	web := map[string]string{"team": "web"}
+	skip := map[string]string{annotations.Skip: "true"}
+	high := cpol("high", time.Minute, 10)
+	high.Spec.Target.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "critical"}}
+	critical := deploy("web-a", "critical", nil, nil)
+	critical.Labels = map[string]string{"tier": "critical"}
+	objs := []client.Object{
+		ns("web-a", web), ns("web-b", web), ns("db", map[string]string{"team": "db"}), ns("kube-system", web),
+		cpol("platform", time.Hour, 0), high,
+		deploy("web-a", "plain", nil, nil),
+		deploy("web-a", "annotated", map[string]string{annotations.Strategy: good}, nil),
+		deploy("web-a", "template", nil, map[string]string{annotations.Strategy: good}),
+		deploy("web-a", "skipped", skip, nil),
+		deploy("web-a", "skipped-template", nil, skip),
+		critical,
+		deploy("web-b", "plain", nil, nil),
+		deploy("web-b", "own-policy", nil, nil),
+		test.PlacementPolicy(metav1.ObjectMeta{Namespace: "web-b", Name: "own", UID: "pp", CreationTimestamp: metav1.NewTime(epoch)},
+			v1alpha1.PlacementPolicySpec{Target: v1alpha1.Target{Kind: "Deployment", Name: "own-policy"}, Strategy: &v1alpha1.Strategy{Text: good}}),
+		deploy("db", "plain", nil, nil),
+		deploy("kube-system", "dns", nil, nil),
+	}
+	// A ReplicaSet of a Deployment is not a workload of its own.
+	objs = append(objs, test.ReplicaSet(metav1.ObjectMeta{Namespace: "web-a", Name: "plain-abc", UID: "rs1"}, objs[6].(*appsv1.Deployment)))
+	c := build(t, nil, objs...)
+	st := reconcileStatus(t, c, k8sevents.NewFakeRecorder(10), "platform")
+	if st.Matched != 8 || st.Placed != 2 || st.Namespaces != 2 {
+		t.Errorf("matched %d placed %d namespaces %d, want 8, 2 (web-a/plain, web-b/plain), 2", st.Matched, st.Placed, st.Namespaces)
+	}
+	if r := condition(st, v1alpha1.ConditionReady); r.Status != metav1.ConditionTrue || r.Reason != v1alpha1.ReasonApplied {
+		t.Errorf("Ready %+v", r)
+	}
+	if r := condition(st, v1alpha1.ConditionConflict); r.Status != metav1.ConditionFalse {
+		t.Errorf("Conflict %+v", r)
+	}
+	if st.Strategy != good || st.ObservedGeneration != 2 {
+		t.Errorf("strategy %q generation %d", st.Strategy, st.ObservedGeneration)
+	}
+
+	// allowSkip: false places the opted-out workloads too.
+	strict := cpol("platform", time.Hour, 0)
+	strict.Spec.AllowSkip = ptr.To(false)
+	objs[4] = strict
+	st = reconcileStatus(t, build(t, nil, objs...), k8sevents.NewFakeRecorder(10), "platform")
+	if st.Matched != 8 || st.Placed != 4 {
+		t.Errorf("allowSkip false: matched %d placed %d, want 8, 4", st.Matched, st.Placed)
+	}
+
+	// The higher-ranked policy places the one workload it covers.
+	st = reconcileStatus(t, build(t, nil, objs...), k8sevents.NewFakeRecorder(10), "high")
+	if st.Matched != 1 || st.Placed != 1 {
+		t.Errorf("high: matched %d placed %d, want 1, 1", st.Matched, st.Placed)
+	}
+}
+
+// TestStatusTie: two policies of the same priority over one workload both
+// report the tie, as a condition and a Warning Event, naming each other;
+// the oldest places the workload.
+func TestStatusTie(t *testing.T) {
+	objs := []client.Object{ns("web-a", map[string]string{"team": "web"}), cpol("older", time.Hour, 5), cpol("newer", time.Minute, 5), cpol("low", 2*time.Hour, 1),
+		deploy("web-a", "plain", nil, nil)}
+	c := build(t, nil, objs...)
+	for _, tc := range []struct {
+		name, other string
+		placed      int32
+	}{{"older", "newer", 1}, {"newer", "older", 0}} {
+		rec := k8sevents.NewFakeRecorder(10)
+		st := reconcileStatus(t, c, rec, tc.name)
+		if st.Placed != tc.placed || len(st.Conflicts) != 1 || st.Conflicts[0] != tc.other {
+			t.Errorf("%s: placed %d conflicts %v, want %d [%s]", tc.name, st.Placed, st.Conflicts, tc.placed, tc.other)
+		}
+		cond := condition(st, v1alpha1.ConditionConflict)
+		if cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonPriorityTie || !strings.Contains(cond.Message, tc.other) || !strings.Contains(cond.Message, "Deployment web-a/plain") {
+			t.Errorf("%s: Conflict %+v", tc.name, cond)
+		}
+		select {
+		case e := <-rec.Events:
+			if !strings.Contains(e, "Warning PriorityTie") || !strings.Contains(e, tc.other) {
+				t.Errorf("%s: event %q", tc.name, e)
+			}
+		default:
+			t.Errorf("%s: no Event for the tie", tc.name)
+		}
+	}
+	// The lower priority is outranked, not tied.
+	if st := reconcileStatus(t, c, k8sevents.NewFakeRecorder(10), "low"); len(st.Conflicts) != 0 || condition(st, v1alpha1.ConditionConflict).Status != metav1.ConditionFalse || st.Placed != 0 || st.Matched != 1 {
+		t.Errorf("low: %+v", st)
+	}
+}
+
+// TestStatusCost: a reconcile reads no pod, and lists workloads only in the
+// namespaces the policy covers: its cost follows the covered workloads,
+// not the pods nor the cluster's other namespaces.
+func TestStatusCost(t *testing.T) {
+	web := map[string]string{"team": "web"}
+	objs := []client.Object{ns("web-a", web), ns("other", nil), cpol("platform", time.Hour, 0)}
+	for i := range 5 {
+		d := deploy("web-a", fmt.Sprint("d", i), nil, nil)
+		rs := test.ReplicaSet(metav1.ObjectMeta{Namespace: "web-a", Name: fmt.Sprint("d", i, "-abc"), UID: types.UID(fmt.Sprint("rs", i))}, d)
+		objs = append(objs, d, rs, deploy("other", fmt.Sprint("d", i), nil, nil))
+		for j := range 20 {
+			objs = append(objs, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web-a", Name: fmt.Sprint("p", i, "-", j), UID: types.UID(fmt.Sprint("p", i, "-", j))},
+				Owner: rs, NodeName: "n", Phase: corev1.PodRunning}))
+		}
+	}
+	r := reads{}
+	st := reconcileStatus(t, build(t, r, objs...), k8sevents.NewFakeRecorder(10), "platform")
+	if st.Matched != 5 || st.Placed != 5 {
+		t.Fatalf("matched %d placed %d, want 5, 5", st.Matched, st.Placed)
+	}
+	for k, n := range r {
+		if strings.Contains(k, "Pod") || strings.HasSuffix(k, " in other") {
+			t.Errorf("%d reads of %q", n, k)
+		}
+	}
+	// Per covered workload: its namespace's PlacementPolicies (two index
+	// reads) and its typed object; per covered namespace and kind, a list.
+	if n := r["PlacementPolicyList in web-a"]; n != 2*5 {
+		t.Errorf("%d PlacementPolicy reads, want %d", n, 2*5)
+	}
+	if n := r["DeploymentList in web-a"] + r["StatefulSetList in web-a"] + r["ReplicaSetList in web-a"]; n != 3 {
+		t.Errorf("%d workload lists in web-a, want 3 (one per kind): %v", n, r)
+	}
+}
