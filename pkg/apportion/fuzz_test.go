@@ -123,9 +123,9 @@ func FuzzCountsAt(f *testing.F) {
 // scale-downs remove them first, as their deletion cost says); grown from
 // none, CountsAt is the split stepping gives.
 func FuzzCaps(f *testing.F) {
-	f.Add([]byte{0, 1, 3, 0, 1, 0}, uint8(0xff), []byte{7, 7, 0x85, 3})             // at most 3 on on-demand
-	f.Add([]byte{0, 1, 2, 0, 1, 3}, uint8(0xff), []byte{7, 0x83, 7})                // every group capped
-	f.Add([]byte{2, 1, 3, 0, 3, 0}, uint8(0b01), []byte{7, 7, 0x87, 2})             // the other group out
+	f.Add([]byte{0, 1, 3, 0, 1, 0}, uint8(0xff), []byte{7, 7, 0x85, 3}) // at most 3 on on-demand
+	f.Add([]byte{0, 1, 2, 0, 1, 3}, uint8(0xff), []byte{7, 0x83, 7})    // every group capped
+	f.Add([]byte{2, 1, 3, 0, 3, 0}, uint8(0b01), []byte{7, 7, 0x87, 2}) // the other group out
 	f.Add([]byte{1, 0, 4, 0, 5, 2, 0, 7, 9, 3, 2, 3}, uint8(0xff), []byte{7, 7, 7, 7, 0x87, 0x87, 7})
 	f.Fuzz(func(t *testing.T, spec []byte, mask uint8, moves []byte) {
 		var gs []Group
