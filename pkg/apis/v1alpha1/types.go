@@ -212,6 +212,11 @@ type PlacementPolicyStatus struct {
 	// +optional
 	Unmatched int32 `json:"unmatched,omitempty"`
 
+	// BeyondCaps counts the pods of the placed workloads past every
+	// group's cap at their replica counts: placed without a group.
+	// +optional
+	BeyondCaps int32 `json:"beyondCaps,omitempty"`
+
 	// Conditions: Ready, GroupUnavailable, Conflict.
 	// +optional
 	// +listType=map
