@@ -203,15 +203,33 @@ func (m *Method) Groups() []Group { return append([]Group(nil), m.groups...) }
 // pods left after the bases and the caps (rest) and the weight total of the
 // groups below their cap they are divided by (total). equal is true when
 // every available weight is 0 and the rest is shared equally. full is the
-// set of groups at their cap, and beyond the pods past every cap.
+// set of groups at their cap; when it holds every group with a weight, total
+// is 0 and rest is the pods beyond caps. Four fields at most: the compiler
+// keeps such a struct in registers, which Next and Victim need to stay fast.
 type split struct {
 	rest, total int64
 	equal       bool
 	full        Set
-	beyond      int64
+}
+
+// beyond is the number of pods past every cap.
+func (s split) beyond() int64 {
+	if s.total == 0 && s.full != 0 {
+		return s.rest
+	}
+	return 0
 }
 
 func (m *Method) splitAt(n int64, avail Set) split {
+	sp := m.plainSplit(n, avail)
+	m.capSplit(&sp, avail)
+	return sp
+}
+
+// plainSplit is the split at n before the caps. It and capSplit are apart
+// so that both inline into Next and Victim, which a strategy without caps
+// then runs as fast as before caps existed.
+func (m *Method) plainSplit(n int64, avail Set) split {
 	left := n
 	var total, members int64
 	for i, g := range m.groups {
@@ -226,10 +244,14 @@ func (m *Method) splitAt(n int64, avail Set) split {
 	if total == 0 {
 		sp.total, sp.equal = members, true
 	}
-	if m.capped && left > 0 {
+	return sp
+}
+
+// capSplit sets aside the groups at their cap, once the bases are full.
+func (m *Method) capSplit(sp *split, avail Set) {
+	if m.capped && sp.rest > 0 {
 		sp.fill(m.groups, avail)
 	}
-	return sp
 }
 
 // fill sets aside the groups whose share would pass their cap, once the
@@ -252,10 +274,6 @@ func (s *split) fill(groups []Group, avail Set) {
 				changed = true
 			}
 		}
-	}
-	if s.total == 0 {
-		// Every group with a weight is at its cap.
-		s.beyond, s.rest, s.total = s.rest, 0, 1
 	}
 }
 
@@ -324,15 +342,19 @@ func (m *Method) Shares(n int64, avail Set) []Share {
 		base := min(g.Base, left)
 		left -= base
 		q := sp.quotaOf(i, base, g)
-		out[i] = Share{Lower: q.lower, Frac: q.frac, Denom: sp.total}
+		out[i] = Share{Lower: q.lower, Frac: q.frac, Denom: max(sp.total, 1)}
 	}
 	return out
 }
 
 // quotaOf is group i's quota, base being its part of the bases.
 func (s split) quotaOf(i int, base int64, g Group) quota {
-	if s.full.Has(i) {
+	switch {
+	case s.full != 0 && s.full.Has(i):
 		return quota{lower: g.Max}
+	case s.total == 0:
+		// Beyond caps: a group of weight 0 keeps its base.
+		return quota{lower: base}
 	}
 	return s.quota(base, g)
 }
@@ -347,7 +369,7 @@ func (s split) quota(base int64, g Group) quota {
 // groups: those no group takes because every group with a weight is at its
 // cap. 0 without caps.
 func (m *Method) Beyond(n int64, avail Set) int64 {
-	return m.splitAt(n, avail).beyond
+	return m.splitAt(n, avail).beyond()
 }
 
 // WithinQuota reports whether counts are within quota over the available
@@ -384,7 +406,8 @@ func (m *Method) OffQuota(counts []int64, avail Set) int64 {
 // them) and does not allocate.
 func (m *Method) Next(counts []int64, avail Set) int {
 	n := m.total(counts, avail) + 1
-	sp := m.splitAt(n, avail)
+	sp := m.plainSplit(n, avail)
+	m.capSplit(&sp, avail)
 	left := n
 	best, bestBelow := -1, false
 	var bestShort, bestFrac, bestW, bestE int64
@@ -412,7 +435,7 @@ func (m *Method) Next(counts []int64, avail Set) int {
 			}
 		}
 	}
-	if best < 0 && sp.beyond > 0 {
+	if best < 0 && sp.beyond() > 0 {
 		return BeyondCaps
 	}
 	return best
@@ -428,7 +451,8 @@ func (m *Method) Victim(counts []int64, avail Set) int {
 		return -1
 	}
 	n--
-	sp := m.splitAt(n, avail)
+	sp := m.plainSplit(n, avail)
+	m.capSplit(&sp, avail)
 	left := n
 	best, bestAbove := -1, false
 	var bestExcess, bestFrac, bestW, bestE int64

@@ -95,7 +95,7 @@ func (m *Method) cappedCountsAt(n int64, avail Set) []int64 {
 func (m *Method) lastForced(n int64, avail Set) int64 {
 	for {
 		sp := m.splitAt(n, avail)
-		if sp.rest == 0 {
+		if sp.rest == 0 || sp.beyond() > 0 {
 			return n // within the bases, or at a whole level, or beyond caps
 		}
 		var gcd int64

@@ -150,7 +150,7 @@ func (m *Method) tabulateCapped(p *path) bool {
 		}
 	}
 	start := hi
-	if sp.beyond == 0 && gcd > 0 {
+	if sp.total > 0 && gcd > 0 {
 		p.period = sp.total / gcd
 		if r := sp.rest % p.period; r > 0 {
 			start += p.period - r
