@@ -386,3 +386,27 @@ func TestCapsCountsAtLarge(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCountsAtCapped: CountsAt with caps, for the strategy people
+// write ("at most 3 on on-demand") and for 64 groups of coprime weights
+// near the bound whose caps fall close together, so that it steps across
+// many short phases.
+func BenchmarkCountsAtCapped(b *testing.B) {
+	b.Run("at most 3", func(b *testing.B) {
+		m := mustNew(b, gm(0, 1, 3), g(0, 1))
+		for b.Loop() {
+			m.CountsAt(1001, All)
+		}
+	})
+	b.Run("64 groups", func(b *testing.B) {
+		gs := make([]Group, 64)
+		for i := range gs {
+			gs[i] = gm(0, 149+int64(i%7), 2000+int64(i)*37)
+		}
+		gs[63].Max = 0
+		m := mustNew(b, gs...)
+		for b.Loop() {
+			m.CountsAt(200_003, All)
+		}
+	})
+}
