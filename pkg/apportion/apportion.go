@@ -79,6 +79,25 @@
 // bases and weights. If every available group has weight 0, the available
 // groups share the pods past their bases equally.
 //
+// # Caps
+//
+// A group with a cap (Max) never holds more than Max pods. Its ideal share
+// is capped the way water fills vessels: at n, the groups whose share would
+// pass their cap hold their cap, and the pods left are shared by the other
+// groups in proportion to their weights, as if the capped groups were not
+// there. A group of weight 0 still takes only its base. Past the point where
+// every group with a weight is at its cap, the extra pods are beyond caps:
+// no group takes them, Next returns BeyondCaps, and they are left out of
+// every count.
+//
+// The quota property holds among the groups below their cap, and the proof
+// above still applies. The pods past the bases now fill at a common level
+// L(n) (a group's share is its base plus L*w, or its cap), and L grows with
+// n, faster each time a group reaches its cap. A group's k-th pod above its
+// base is released when L passes (k-1)/w and due when L reaches k/w: the
+// order of deadlines is still the order of w/(e+1), so Next, unchanged but
+// for the capped shares, is still earliest-deadline-first.
+//
 // The Method (apportion.go) gives Next, Victim, Shares, Sequence and Counts;
 // CountsAt (counts.go) reaches the split at n pods without n steps, and
 // Position (path.go) where on the path a group's c-th pod comes.
@@ -88,6 +107,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // MaxGroups is the largest number of groups a Method accepts (Set is a 64-bit
@@ -110,12 +130,19 @@ func (s Set) Without(i int) Set { return s &^ (1 << uint(i)) }
 type Group struct {
 	Base   int64
 	Weight int64
+	// Max is the most pods the group holds; 0 is no cap. At least Base.
+	Max int64
 }
+
+// BeyondCaps is what Next returns when every available group that takes
+// pods past its base is at its cap: the pod is beyond caps.
+const BeyondCaps = -2
 
 // Method apportions pods among a fixed list of groups. It is immutable and
 // safe for concurrent use.
 type Method struct {
 	groups []Group
+	capped bool  // some group has a cap
 	path   *path // Position's table, built on first use
 }
 
@@ -148,17 +175,22 @@ func New(groups []Group) (*Method, error) {
 		return nil, fmt.Errorf("%d groups, at most %d are allowed", len(groups), MaxGroups)
 	}
 	var sum, gcd int64
+	capped := false
 	for i, g := range groups {
-		if g.Base < 0 || g.Weight < 0 || g.Base > maxValue || g.Weight > maxValue {
-			return nil, fmt.Errorf("group %d: base and weight must be in [0, %d]", i+1, maxValue)
+		if g.Base < 0 || g.Weight < 0 || g.Max < 0 || g.Base > maxValue || g.Weight > maxValue || g.Max > maxValue {
+			return nil, fmt.Errorf("group %d: base, weight and max must be in [0, %d]", i+1, maxValue)
 		}
+		if g.Max > 0 && g.Base > g.Max {
+			return nil, fmt.Errorf("group %d: base %d is more than max %d", i+1, g.Base, g.Max)
+		}
+		capped = capped || g.Max > 0
 		sum += g.Weight
 		gcd = gcdOf(gcd, g.Weight)
 	}
 	if gcd > 0 && sum/gcd > MaxWeightSum {
 		return nil, fmt.Errorf("the weights add up to %d in lowest terms, at most %d is allowed", sum/gcd, MaxWeightSum)
 	}
-	return &Method{groups: append([]Group(nil), groups...), path: &path{}}, nil
+	return &Method{groups: append([]Group(nil), groups...), capped: capped, path: &path{}}, nil
 }
 
 // Len is the number of groups.
@@ -168,15 +200,36 @@ func (m *Method) Len() int { return len(m.groups) }
 func (m *Method) Groups() []Group { return append([]Group(nil), m.groups...) }
 
 // split describes the ideal share at some total n over an available set: the
-// pods left after the bases (rest) and the weight total they are divided by
-// (total). equal is true when every available weight is 0 and the rest is
-// shared equally.
+// pods left after the bases and the caps (rest) and the weight total of the
+// groups below their cap they are divided by (total). equal is true when
+// every available weight is 0 and the rest is shared equally. full is the
+// set of groups at their cap; when it holds every group with a weight, total
+// is 0 and rest is the pods beyond caps. Four fields at most: the compiler
+// keeps such a struct in registers, which Next and Victim need to stay fast.
 type split struct {
 	rest, total int64
 	equal       bool
+	full        Set
+}
+
+// beyond is the number of pods past every cap.
+func (s split) beyond() int64 {
+	if s.total == 0 && s.full != 0 {
+		return s.rest
+	}
+	return 0
 }
 
 func (m *Method) splitAt(n int64, avail Set) split {
+	sp := m.plainSplit(n, avail)
+	m.capSplit(&sp, avail)
+	return sp
+}
+
+// plainSplit is the split at n before the caps. It and capSplit are apart
+// so that both inline into Next and Victim, which a strategy without caps
+// then runs as fast as before caps existed.
+func (m *Method) plainSplit(n int64, avail Set) split {
 	left := n
 	var total, members int64
 	for i, g := range m.groups {
@@ -187,10 +240,49 @@ func (m *Method) splitAt(n int64, avail Set) split {
 		total += g.Weight
 		left -= min(g.Base, left)
 	}
+	sp := split{rest: left, total: total}
 	if total == 0 {
-		return split{rest: left, total: members, equal: true}
+		sp.total, sp.equal = members, true
 	}
-	return split{rest: left, total: total}
+	return sp
+}
+
+// capSplit sets aside the groups at their cap, once the bases are full.
+func (m *Method) capSplit(sp *split, avail Set) {
+	if m.capped && sp.rest > 0 {
+		sp.fill(m.groups, avail)
+	}
+}
+
+// fill sets aside the groups whose share would pass their cap, once the
+// bases are full: each holds its cap, and the rest is shared by the others.
+// Setting a group aside only raises the others' level, so a group found full
+// stays full and a few passes settle it: O(groups * capped groups) at worst,
+// without allocating.
+func (s *split) fill(groups []Group, avail Set) {
+	for changed := true; changed && s.total > 0; {
+		changed = false
+		for i, g := range groups {
+			if !avail.Has(i) || s.full.Has(i) || g.Max == 0 {
+				continue
+			}
+			// Full when base + rest*w/total >= max.
+			if w := s.weight(g); w > 0 && !mulLess(s.rest, w, g.Max-g.Base, s.total) {
+				s.full |= 1 << uint(i)
+				s.rest -= g.Max - g.Base
+				s.total -= w
+				changed = true
+			}
+		}
+	}
+}
+
+// mulLess reports whether a*b < c*d, for non-negative operands, without
+// overflow.
+func mulLess(a, b, c, d int64) bool {
+	hi1, lo1 := bits.Mul64(uint64(a), uint64(b))
+	hi2, lo2 := bits.Mul64(uint64(c), uint64(d))
+	return hi1 < hi2 || hi1 == hi2 && lo1 < lo2
 }
 
 func (s split) weight(g Group) int64 {
@@ -237,7 +329,8 @@ func (s Share) Float() float64 {
 }
 
 // Shares returns every group's ideal share at n pods over the available
-// groups; unavailable groups get a zero share.
+// groups; unavailable groups get a zero share. A group at its cap has its
+// cap; the pods beyond caps (Beyond) are in no share.
 func (m *Method) Shares(n int64, avail Set) []Share {
 	out := make([]Share, len(m.groups))
 	sp := m.splitAt(n, avail)
@@ -248,16 +341,35 @@ func (m *Method) Shares(n int64, avail Set) []Share {
 		}
 		base := min(g.Base, left)
 		left -= base
-		q := sp.quota(base, g)
-		out[i] = Share{Lower: q.lower, Frac: q.frac, Denom: sp.total}
+		q := sp.quotaOf(i, base, g)
+		out[i] = Share{Lower: q.lower, Frac: q.frac, Denom: max(sp.total, 1)}
 	}
 	return out
+}
+
+// quotaOf is group i's quota, base being its part of the bases.
+func (s split) quotaOf(i int, base int64, g Group) quota {
+	switch {
+	case s.full != 0 && s.full.Has(i):
+		return quota{lower: g.Max}
+	case s.total == 0:
+		// Beyond caps: a group of weight 0 keeps its base.
+		return quota{lower: base}
+	}
+	return s.quota(base, g)
 }
 
 func (s split) quota(base int64, g Group) quota {
 	w := s.weight(g)
 	p := s.rest * w
 	return quota{lower: base + p/s.total, frac: p % s.total}
+}
+
+// Beyond is the number of pods beyond caps at n pods over the available
+// groups: those no group takes because every group with a weight is at its
+// cap. 0 without caps.
+func (m *Method) Beyond(n int64, avail Set) int64 {
+	return m.splitAt(n, avail).beyond()
 }
 
 // WithinQuota reports whether counts are within quota over the available
@@ -280,7 +392,7 @@ func (m *Method) OffQuota(counts []int64, avail Set) int64 {
 		}
 		base := min(g.Base, left)
 		left -= base
-		q := sp.quota(base, g)
+		q := sp.quotaOf(i, base, g)
 		off += max(0, q.lower-counts[i]) + max(0, counts[i]-q.upper())
 	}
 	return off
@@ -288,11 +400,14 @@ func (m *Method) OffQuota(counts []int64, avail Set) int64 {
 
 // Next returns the group that should receive one more pod, given the pods
 // each group holds now (counts, indexed like the groups), choosing among the
-// available groups only. It returns -1 when no group is available. It is
-// O(groups) and does not allocate.
+// available groups only. It returns -1 when no group is available, and
+// BeyondCaps when the pod is beyond caps. It never picks a group at its cap.
+// It is O(groups) without caps (O(groups * capped groups) at worst with
+// them) and does not allocate.
 func (m *Method) Next(counts []int64, avail Set) int {
 	n := m.total(counts, avail) + 1
-	sp := m.splitAt(n, avail)
+	sp := m.plainSplit(n, avail)
+	m.capSplit(&sp, avail)
 	left := n
 	best, bestBelow := -1, false
 	var bestShort, bestFrac, bestW, bestE int64
@@ -302,7 +417,7 @@ func (m *Method) Next(counts []int64, avail Set) int {
 		}
 		base := min(g.Base, left)
 		left -= base
-		q := sp.quota(base, g)
+		q := sp.quotaOf(i, base, g)
 		c := counts[i]
 		switch {
 		case c < q.lower:
@@ -320,6 +435,9 @@ func (m *Method) Next(counts []int64, avail Set) int {
 			}
 		}
 	}
+	if best < 0 && sp.beyond() > 0 {
+		return BeyondCaps
+	}
 	return best
 }
 
@@ -333,7 +451,8 @@ func (m *Method) Victim(counts []int64, avail Set) int {
 		return -1
 	}
 	n--
-	sp := m.splitAt(n, avail)
+	sp := m.plainSplit(n, avail)
+	m.capSplit(&sp, avail)
 	left := n
 	best, bestAbove := -1, false
 	var bestExcess, bestFrac, bestW, bestE int64
@@ -343,7 +462,7 @@ func (m *Method) Victim(counts []int64, avail Set) int {
 		}
 		base := min(g.Base, left)
 		left -= base
-		q := sp.quota(base, g)
+		q := sp.quotaOf(i, base, g)
 		c := counts[i]
 		switch {
 		case c > q.upper():
@@ -368,14 +487,17 @@ func (m *Method) Victim(counts []int64, avail Set) int {
 }
 
 // Sequence returns, for pods 1..n added one at a time to an empty workload
-// with every group available, the index of the group each pod goes to.
+// with every group available, the index of the group each pod goes to
+// (BeyondCaps for a pod beyond caps).
 func (m *Method) Sequence(n int) []int {
 	seq := make([]int, n)
 	counts := make([]int64, len(m.groups))
 	for j := range seq {
 		g := m.Next(counts, All)
 		seq[j] = g
-		counts[g]++
+		if g >= 0 {
+			counts[g]++
+		}
 	}
 	return seq
 }

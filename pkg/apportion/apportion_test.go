@@ -353,11 +353,21 @@ func BenchmarkVictim10Groups(b *testing.B) {
 	benchmark10Groups(b, func(m *Method, counts []int64) int { return m.Victim(counts, All) })
 }
 
-// benchmark10Groups times pick over ten groups holding 1000 pods.
-func benchmark10Groups(b *testing.B, pick func(*Method, []int64) int) {
+// BenchmarkNext10GroupsCapped: the same with every other group capped,
+// three of them at their cap at 1000 pods.
+func BenchmarkNext10GroupsCapped(b *testing.B) {
+	benchmark10Groups(b, func(m *Method, counts []int64) int { return m.Next(counts, All) }, 30, 60, 90, 400, 900)
+}
+
+// benchmark10Groups times pick over ten groups holding 1000 pods, the
+// even-numbered ones capped at caps, in order.
+func benchmark10Groups(b *testing.B, pick func(*Method, []int64) int, caps ...int64) {
 	gs := make([]Group, 10)
 	for i := range gs {
 		gs[i] = Group{Base: int64(i % 3), Weight: int64(1 + i)}
+		if i%2 == 0 && i/2 < len(caps) {
+			gs[i].Max = caps[i/2]
+		}
 	}
 	m := mustNew(b, gs...)
 	counts := m.Counts(1000)

@@ -16,7 +16,14 @@ package apportion
 // MaxWeightSum, so that is at most MaxWeightSum cheap steps for any
 // strategy, and a few for the weights people write (P of 4 for the AWS
 // sample's 1:3).
+//
+// With caps, the pods beyond caps are in no count, and the method is
+// periodic only between the points where a group reaches its cap: see
+// cappedCountsAt.
 func (m *Method) CountsAt(n int64, avail Set) []int64 {
+	if m.capped {
+		return m.cappedCountsAt(max(n, 0), avail)
+	}
 	counts := make([]int64, len(m.groups))
 	left := max(n, 0)
 	var total, members, gcd int64
@@ -50,6 +57,70 @@ func (m *Method) CountsAt(n int64, avail Set) []int64 {
 	}
 	m.catchUp(counts, avail, rest, total == 0, gcd)
 	return counts
+}
+
+// cappedCountsAt is CountsAt with caps. Between two points where groups
+// reach their cap the set of full groups is fixed, and the split is forced
+// (every share whole) every P pods, P being the period of the weights of
+// the groups below their cap. The split is stepped from the last forced
+// point at or before n, found phase by phase going back: in n's phase, P
+// back at most; if that point is before the phase began (found by binary
+// search, the full set only growing with n), the same from the pod before
+// it. Stepping is at most one period per phase it crosses: a few steps for
+// the strategies people write, O(groups * MaxWeightSum) steps at worst.
+func (m *Method) cappedCountsAt(n int64, avail Set) []int64 {
+	from := m.lastForced(n, avail)
+	counts := make([]int64, len(m.groups))
+	sp := m.splitAt(from, avail)
+	left := from
+	for i, g := range m.groups {
+		if avail.Has(i) {
+			base := min(g.Base, left)
+			left -= base
+			counts[i] = sp.quotaOf(i, base, g).lower
+		}
+	}
+	for range n - from {
+		g := m.Next(counts, avail)
+		if g < 0 {
+			break // beyond caps, or no group: forced, so not reached
+		}
+		counts[g]++
+	}
+	return counts
+}
+
+// lastForced is the last pod count at or before n at which the split over
+// avail is forced: every share is whole.
+func (m *Method) lastForced(n int64, avail Set) int64 {
+	for {
+		sp := m.splitAt(n, avail)
+		if sp.rest == 0 || sp.beyond() > 0 {
+			return n // within the bases, or at a whole level, or beyond caps
+		}
+		var gcd int64
+		for i, g := range m.groups {
+			if avail.Has(i) && !sp.full.Has(i) {
+				gcd = gcdOf(gcd, sp.weight(g))
+			}
+		}
+		back := n - sp.rest%(sp.total/gcd)
+		if m.splitAt(back, avail).full == sp.full {
+			return back
+		}
+		// The phase began after back: find its first pod count and go on
+		// from the one before it.
+		lo, hi := back, n // full(lo) differs, full(hi) is the phase's
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			if m.splitAt(mid, avail).full == sp.full {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		n = hi - 1
+	}
 }
 
 // catchUp adds rest pods to counts as rest steps of Next would, from a split

@@ -1,6 +1,7 @@
 package apportion
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -111,6 +112,73 @@ func FuzzCountsAt(f *testing.F) {
 		}
 		if got, all := m.Counts(n), stepped(m, n, All); !slices.Equal(got, all) {
 			t.Fatalf("groups %v: Counts(%d) = %v, stepping gives %v", gs, n, got, all)
+		}
+	})
+}
+
+// FuzzCaps is FuzzQuota with caps: three bytes a group (base, weight, cap,
+// the cap 0 for none and at least the base otherwise). Every step keeps the
+// groups below their cap within quota of the capped shares, no group past
+// its cap, and the pods Next finds beyond caps those past every cap (the
+// scale-downs remove them first, as their deletion cost says); grown from
+// none, CountsAt is the split stepping gives.
+func FuzzCaps(f *testing.F) {
+	f.Add([]byte{0, 1, 3, 0, 1, 0}, uint8(0xff), []byte{7, 7, 0x85, 3}) // at most 3 on on-demand
+	f.Add([]byte{0, 1, 2, 0, 1, 3}, uint8(0xff), []byte{7, 0x83, 7})    // every group capped
+	f.Add([]byte{2, 1, 3, 0, 3, 0}, uint8(0b01), []byte{7, 7, 0x87, 2}) // the other group out
+	f.Add([]byte{1, 0, 4, 0, 5, 2, 0, 7, 9, 3, 2, 3}, uint8(0xff), []byte{7, 7, 7, 7, 0x87, 0x87, 7})
+	f.Fuzz(func(t *testing.T, spec []byte, mask uint8, moves []byte) {
+		var gs []Group
+		for i := 0; i+2 < len(spec) && len(gs) < 8; i += 3 {
+			gr := Group{Base: int64(spec[i] % 6), Weight: int64(spec[i+1] % 12)}
+			if c := int64(spec[i+2] % 24); c > 0 {
+				gr.Max = max(gr.Base, c)
+			}
+			gs = append(gs, gr)
+		}
+		if len(gs) == 0 {
+			return
+		}
+		m := mustNew(t, gs...)
+		avail := Set(mask) & (1<<uint(len(gs)) - 1)
+		if avail == 0 {
+			return
+		}
+		counts := make([]int64, len(gs))
+		var n, beyond int64
+		grown := true
+		for j, mv := range moves[:min(len(moves), 64)] {
+			for range mv&7 + 1 {
+				switch i := m.Next(counts, avail); {
+				case mv&0x80 == 0 && i == BeyondCaps:
+					beyond++
+					n++
+				case mv&0x80 == 0:
+					if !avail.Has(i) {
+						t.Fatalf("step %d: Next(%v, %b) = %d, not an available group", j, counts, avail, i)
+					}
+					counts[i]++
+					n++
+				case n == 0:
+					continue
+				case beyond > 0:
+					beyond--
+					n--
+					grown = false
+				default:
+					v := m.Victim(counts, avail)
+					if !avail.Has(v) || counts[v] == 0 {
+						t.Fatalf("step %d: Victim(%v, %b) = %d, not an available group holding a pod", j, counts, avail, v)
+					}
+					counts[v]--
+					n--
+					grown = false
+				}
+				checkCaps(t, gs, counts, beyond, avail, fmt.Sprintf("step %d", j))
+				if got := m.CountsAt(n, avail); grown && !slices.Equal(got, counts) {
+					t.Fatalf("step %d: CountsAt(%d, %b) = %v, stepping gives %v", j, n, avail, got, counts)
+				}
+			}
 		}
 	})
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/explain"
 	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/split"
 )
 
 // kubeFlags are the cluster flags of the commands that read one, as kubectl
@@ -242,7 +243,7 @@ func writeStatus(w io.Writer, reports []*explain.WorkloadReport, wide bool) erro
 		var groups, desired, decided, running, pools []string
 		for _, g := range r.Groups {
 			groups = append(groups, shortGroup(g.Key))
-			desired = append(desired, fmt.Sprint(g.Desired))
+			desired = append(desired, split.WithCap(g.Desired, g.Cap))
 			if r.Mode == "shadow" {
 				decided = append(decided, fmt.Sprint(g.Shadow))
 			} else {
@@ -362,7 +363,7 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 		if r.Mode == "shadow" {
 			decided = g.Shadow
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\n", g.Key, orDash(g.NodePool), g.Desired, g.Actual, quota, decided, g.Strays, orDash(clip(g.LeftOut, 120)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", g.Key, orDash(g.NodePool), split.WithCap(g.Desired, g.Cap), g.Actual, quota, decided, g.Strays, orDash(clip(g.LeftOut, 120)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -374,6 +375,9 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 		p.Live, p.Decided, p.Shadow, p.Waiting, p.Strays, p.Fallback, p.OtherRevisions)
 	if r.Unmatched > 0 {
 		fmt.Fprintf(tw, "Elsewhere:\t%d running on nodes of no group\n", r.Unmatched)
+	}
+	if r.BeyondCaps > 0 {
+		fmt.Fprintf(tw, "Beyond caps:\t%d at %d replicas: every group with a weight is at its cap, placed without a group\n", r.BeyondCaps, r.Replicas)
 	}
 	next := make([]string, len(r.Next))
 	for i, k := range r.Next {

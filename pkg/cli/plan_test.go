@@ -169,7 +169,7 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--strategy", "karpenter.sh/capacity-type=on-demand,bsae=2,weight=1:karpenter.sh/capacity-type=spot,weight=3", "--replicas", "4"},
 			`invalid strategy: group 1, item 2 "bsae=2": did you mean "base"?`},
 		{[]string{"plan", "--strategy", "a=b,wieght=1:c=d,weight=3", "--replicas", "4"}, `group 1, item 2 "wieght=1": did you mean "weight"?`},
-		{[]string{"plan", "--strategy", "a=b,weight=1,max=3", "--replicas", "4"}, `group 1, item 3 "max=3": "max" is reserved for a per-group cap, which this version does not support yet`},
+		{[]string{"plan", "--strategy", "a=b,base=4,weight=1,max=3", "--replicas", "4"}, `group 1: base 4 is more than max 3: the group can never hold its base`},
 		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "--strict"}, "--strict needs --nodepools"},
 		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "99999999"}, "replicas must be between 0 and"},
 		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "-o", "xml"}, `invalid argument "xml" for "-o, --output" flag: unknown output format: use table, wide, json, yaml`},
@@ -273,5 +273,43 @@ func TestWebhookUsageAndBadFlags(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "", "webhook", "--gate-timeout=0s"); code != ExitUsage || !strings.Contains(errOut, "--gate-timeout must be positive") {
 		t.Errorf("webhook --gate-timeout=0s: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestPlanCaps: plan prints a capped group's count with its cap, and the
+// pods beyond every cap as such: in the table, in the order (as "-") and in
+// JSON (beyondCaps, and -1 in the sequence).
+func TestPlanCaps(t *testing.T) {
+	spec := "karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1,max=3"
+	code, out, errOut := run(t, "", "plan", "--strategy", spec, "--replicas", "7")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"2 (cap 2)", "3 (cap 3)", "beyond caps: 2", "0 1 0 1 1 - -"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = run(t, "", "plan", "-o", "json", "--strategy", spec, "--replicas", "7")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var p struct {
+		Sequence   []int `json:"sequence"`
+		BeyondCaps int64 `json:"beyondCaps"`
+		Details    []struct {
+			Max   int32 `json:"max"`
+			Count int64 `json:"count"`
+		} `json:"details"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.BeyondCaps != 2 || p.Sequence[5] != -1 || p.Sequence[6] != -1 || p.Details[0].Max != 2 || p.Details[0].Count != 2 || p.Details[1].Count != 3 {
+		t.Errorf("JSON %s", out)
+	}
+	p2 := planOK(t, "", "--strategy", "karpenter.sh/capacity-type=on-demand,weight=1,max=3:karpenter.sh/capacity-type=spot,weight=1", "--replicas", "10")
+	if p2.Counts["karpenter.sh/capacity-type=on-demand"] != 3 || p2.Counts["karpenter.sh/capacity-type=spot"] != 7 {
+		t.Errorf("at most 3 on on-demand: counts %v", p2.Counts)
 	}
 }

@@ -43,7 +43,7 @@ func Parse(raw string) (*Strategy, error) {
 func New(s *strategy.Strategy) (*Strategy, error) {
 	groups := make([]apportion.Group, len(s.Groups))
 	for i, g := range s.Groups {
-		groups[i] = apportion.Group{Base: int64(g.Base), Weight: int64(g.Weight)}
+		groups[i] = apportion.Group{Base: int64(g.Base), Weight: int64(g.Weight), Max: int64(g.Max)}
 	}
 	m, err := apportion.New(groups)
 	if err != nil {

@@ -34,6 +34,10 @@ import (
 // NextPods is how many of the next pods' groups a workload report lists.
 const NextPods = 10
 
+// NextBeyondCaps stands in a report's Next for a pod beyond caps: every
+// group with a weight is at its cap, and the pod is placed without a group.
+const NextBeyondCaps = "(beyond caps)"
+
 // Cluster is what a report is read from.
 type Cluster struct {
 	Reader client.Reader

@@ -502,3 +502,31 @@ func TestWorkloadClusterPolicy(t *testing.T) {
 		t.Fatalf("annotation: %+v", r)
 	}
 }
+
+// TestWorkloadCaps: every group capped below the replica count: Desired
+// stops at the caps, the pods past them are reported beyond caps, the one
+// running on a node of no group is one of them (no drift), and the next pods
+// are beyond caps too.
+func TestWorkloadCaps(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odKey + ",weight=1,max=2:" + spotKey + ",weight=1,max=3"}, false)
+	for range 2 {
+		f.pod(f.cur, "od-1", odKey, nil)
+	}
+	for range 3 {
+		f.pod(f.cur, "spot-1", spotKey, nil)
+	}
+	f.pod(f.cur, "other-1", "", nil) // released beyond caps
+	r, err := f.cluster(t).Workload(context.Background(), Ref{Kind: "Deployment", Namespace: ns, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Groups[0].Desired != 2 || r.Groups[0].Cap != 2 || r.Groups[1].Desired != 3 || r.Groups[1].Cap != 3 || r.BeyondCaps != 5 {
+		t.Errorf("desired 2 (cap 2) and 3 (cap 3), 5 beyond caps at 10 replicas: %+v", r)
+	}
+	if !r.WithinQuota || len(r.Drift) != 0 {
+		t.Errorf("one pod beyond caps on a node of no group is no drift: %+v", r)
+	}
+	if len(r.Next) != NextPods || r.Next[0] != NextBeyondCaps {
+		t.Errorf("next: %v, want beyond caps", r.Next)
+	}
+}

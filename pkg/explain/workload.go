@@ -54,10 +54,13 @@ type WorkloadReport struct {
 	// Revision is the current revision (pod-template-hash or
 	// controller-revision-hash): what the counts and Next are about.
 	Revision string `json:"revision,omitempty"`
-	// Replicas, Running and Unmatched are the split's.
-	Replicas  int64 `json:"replicas"`
-	Running   int64 `json:"running"`
-	Unmatched int64 `json:"unmatched,omitempty"`
+	// Replicas, Running, Unmatched and BeyondCaps are the split's:
+	// BeyondCaps is the number of pods past every cap at Replicas, placed
+	// without a group.
+	Replicas   int64 `json:"replicas"`
+	Running    int64 `json:"running"`
+	Unmatched  int64 `json:"unmatched,omitempty"`
+	BeyondCaps int64 `json:"beyondCaps,omitempty"`
 	// Groups are the strategy's groups, in order.
 	Groups      []GroupReport `json:"groups,omitempty"`
 	WithinQuota bool          `json:"withinQuota"`
@@ -67,7 +70,7 @@ type WorkloadReport struct {
 	// Pods counts the workload's live pods by what apportion did.
 	Pods PodCounts `json:"pods"`
 	// Next are the group keys the next pods of the current revision would
-	// get, in order.
+	// get, in order; NextBeyondCaps for a pod beyond caps.
 	Next []string `json:"next,omitempty"`
 }
 
@@ -514,7 +517,7 @@ func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*W
 		}
 	}
 	sp := split.Compute(split.Input{Strategy: s, Replicas: o.replicas, LeftOut: leftOut, NodeLabels: running})
-	r.Running, r.Unmatched, r.WithinQuota = sp.Running, sp.Unmatched, sp.WithinQuota
+	r.Running, r.Unmatched, r.BeyondCaps, r.WithinQuota = sp.Running, sp.Unmatched, sp.BeyondCaps, sp.WithinQuota
 	r.Groups = make([]GroupReport, len(sp.Groups))
 	for i, g := range sp.Groups {
 		r.Groups[i] = GroupReport{Group: g, NodePool: pools[i]}
@@ -540,6 +543,10 @@ func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*W
 		}
 	}
 	for _, gi := range split.Next(s, counts, split.Available(leftOut, len(counts)), NextPods) {
+		if gi < 0 {
+			r.Next = append(r.Next, NextBeyondCaps)
+			continue
+		}
 		r.Next = append(r.Next, s.Strategy.Groups[gi].Key())
 	}
 	return r, nil
@@ -718,7 +725,7 @@ func driftReasons(sp split.Split) []string {
 			out = append(out, fmt.Sprintf("group %d (%s) has %d running, its quota at %d running is %s", i+1, g.Key, g.Actual, sp.Running-sp.Unmatched, split.Bounds(g.Min, g.Max)))
 		}
 	}
-	if sp.Unmatched > 0 {
+	if sp.Unmatched > 0 && !sp.WithinQuota {
 		out = append(out, fmt.Sprintf("%d running on nodes of no group", sp.Unmatched))
 	}
 	return out

@@ -37,10 +37,13 @@ type Result struct {
 	// strategy order.
 	Groups []string `json:"groups"`
 	// Sequence holds, for pods 1..Replicas in order, the 0-based index into
-	// Groups of the group the pod goes to.
+	// Groups of the group the pod goes to, -1 for a pod beyond caps.
 	Sequence []int `json:"sequence"`
 	// Counts maps each group key to its number of pods.
 	Counts map[string]int64 `json:"counts"`
+	// BeyondCaps is the number of pods no group takes because every group
+	// with a weight is at its cap (max): they are placed without a group.
+	BeyondCaps int64 `json:"beyondCaps,omitempty"`
 	// Details is one entry per group, in strategy order.
 	Details []Group `json:"details"`
 	// Source says where the strategy was read from, when it came from a file.
@@ -63,6 +66,8 @@ type Group struct {
 	Labels map[string]string `json:"labels"`
 	Base   int32             `json:"base"`
 	Weight int32             `json:"weight"`
+	// Max is the group's cap, 0 for none.
+	Max int32 `json:"max,omitempty"`
 	// Ideal is the exact share as a decimal; Lower and Upper are its floor
 	// and ceiling, the bounds Count always stays within.
 	Ideal float64 `json:"ideal"`
@@ -125,19 +130,26 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 	}
 	seq := make([]int, replicas)
 	counts := make([]int64, m.Len())
+	var beyond int64
 	for j := range seq {
 		gi := m.Next(counts, avail)
+		if gi < 0 {
+			seq[j] = -1
+			beyond++
+			continue
+		}
 		seq[j] = gi
 		counts[gi]++
 	}
 	shares := m.Shares(int64(replicas), avail)
 	r := &Result{
-		Strategy: s.String(),
-		Replicas: replicas,
-		Groups:   s.Keys(),
-		Sequence: seq,
-		Counts:   make(map[string]int64, len(s.Groups)),
-		Details:  make([]Group, len(s.Groups)),
+		Strategy:   s.String(),
+		Replicas:   replicas,
+		Groups:     s.Keys(),
+		Sequence:   seq,
+		Counts:     make(map[string]int64, len(s.Groups)),
+		BeyondCaps: beyond,
+		Details:    make([]Group, len(s.Groups)),
 	}
 	for i, g := range s.Groups {
 		r.Counts[r.Groups[i]] = counts[i]
@@ -146,6 +158,7 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 			Labels: g.Selector(),
 			Base:   g.Base,
 			Weight: g.Weight,
+			Max:    g.Max,
 			Ideal:  shares[i].Float(),
 			Lower:  shares[i].Lower,
 			Upper:  shares[i].Upper(),
@@ -197,10 +210,16 @@ func (r *Result) writeTable(w io.Writer, wide bool) error {
 			fmt.Fprintf(w, "group %d left out: %s\n", i, g.Unavailable)
 		}
 	}
+	if r.BeyondCaps > 0 {
+		fmt.Fprintf(w, "beyond caps: %d (every group with a weight is at its cap: placed without a group)\n", r.BeyondCaps)
+	}
 	if len(r.Sequence) > 0 && (wide || len(r.Sequence) <= 100) {
 		parts := make([]string, len(r.Sequence))
 		for i, gi := range r.Sequence {
 			parts[i] = strconv.Itoa(gi)
+			if gi < 0 {
+				parts[i] = "-"
+			}
 		}
 		_, err := fmt.Fprintf(w, "\norder (group # of pod 1..%d): %s\n", len(r.Sequence), strings.Join(parts, " "))
 		return err
@@ -240,7 +259,7 @@ func (g *Group) tableRow(i int, wide, pools bool) []string {
 	if wide {
 		row = append(row, strconv.FormatInt(g.Lower, 10), strconv.FormatInt(g.Upper, 10))
 	}
-	row = append(row, strconv.FormatInt(g.Count, 10))
+	row = append(row, FormatCount(g.Count, g.Max))
 	if wide && pools {
 		row = append(row, formatTolerations(g.Tolerations))
 	}
@@ -268,6 +287,15 @@ func formatTolerations(ts []corev1.Toleration) string {
 		parts[i] = s
 	}
 	return strings.Join(parts, ",")
+}
+
+// FormatCount writes a group's count, with its cap when it has one: "2 (cap
+// 3)".
+func FormatCount(count int64, maxPods int32) string {
+	if maxPods == 0 {
+		return strconv.FormatInt(count, 10)
+	}
+	return fmt.Sprintf("%d (cap %d)", count, maxPods)
 }
 
 func formatShare(f float64) string {

@@ -50,6 +50,13 @@ func TestStrategyForms(t *testing.T) {
 		{name: "labels of a group in key order", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{
 			{Labels: map[string]string{ct: "spot", "kubernetes.io/arch": "arm64"}, Weight: 1}}}},
 			want: "karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64,weight=1"},
+		{name: "structured groups with a cap", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+			{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: 3}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
+			want: "karpenter.sh/capacity-type=on-demand,weight=1,max=3:karpenter.sh/capacity-type=spot,weight=1"},
+		{name: "groups: base past the cap", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+			{Labels: map[string]string{ct: "on-demand"}, Base: 4, Max: 3}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
+			want:    "karpenter.sh/capacity-type=on-demand,base=4,max=3:karpenter.sh/capacity-type=spot,weight=1",
+			wantErr: "spec.strategy.groups[0]: invalid strategy: group 1: base 4 is more than max 3"},
 		{name: "text: the parser's message", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Text: "a=b,weight=x"}},
 			want: "a=b,weight=x", wantErr: `spec.strategy.text: invalid strategy: group 1, item 2 "weight=x": weight must be a non-negative integer, got "x"`},
 		{name: "groups: the entry named", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{

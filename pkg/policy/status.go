@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
-	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -86,9 +85,9 @@ func Status(p *v1alpha1.PlacementPolicy, workloads []Workload, pools []GroupPool
 		b.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidStrategy, err.Error())
 		return b.st
 	}
-	avail, unavailable := b.groups(s.Strategy, pools)
+	unavailable := b.groups(s.Strategy, pools)
 	anyAvail := len(unavailable) < len(s.Strategy.Groups)
-	b.quota(s, placed, avail, anyAvail)
+	b.quota(s, placed, anyAvail)
 	b.ready(len(workloads), placed, anyAvail, unavailable)
 	return b.st
 }
@@ -137,11 +136,10 @@ func (b *statusBuilder) workloads(workloads []Workload) (placed []*Workload) {
 	return placed
 }
 
-// groups lists the strategy's groups with the pool serving each, sets the
-// GroupUnavailable condition, and returns the groups a NodePool serves and
-// why each other one is left out.
-func (b *statusBuilder) groups(s *strategy.Strategy, pools []GroupPool) (avail apportion.Set, unavailable []string) {
-	avail = apportion.All
+// groups lists the strategy's groups with the pool serving each (the others
+// with why they are left out), sets the GroupUnavailable condition, and
+// returns a line for each group left out.
+func (b *statusBuilder) groups(s *strategy.Strategy, pools []GroupPool) (unavailable []string) {
 	b.st.Groups = make([]v1alpha1.GroupStatus, len(s.Groups))
 	for i, g := range s.Groups {
 		gs := &b.st.Groups[i]
@@ -155,7 +153,6 @@ func (b *statusBuilder) groups(s *strategy.Strategy, pools []GroupPool) (avail a
 			gs.NodePool = pools[i].NodePool
 			continue
 		}
-		avail = avail.Without(i)
 		unavailable = append(unavailable, fmt.Sprintf("group %d (%s): %s", i+1, g.Key(), gs.Unavailable))
 	}
 	if len(unavailable) > 0 {
@@ -164,34 +161,33 @@ func (b *statusBuilder) groups(s *strategy.Strategy, pools []GroupPool) (avail a
 	} else {
 		b.set(v1alpha1.ConditionGroupUnavailable, metav1.ConditionFalse, v1alpha1.ReasonGroupsAvailable, "")
 	}
-	return avail, unavailable
+	return unavailable
 }
 
 // quota sums Desired and Actual over the placed workloads and tells whether
-// each, and all, are within quota.
-func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, avail apportion.Set, anyAvail bool) {
+// each, and all, are within quota (split.Compute: the pods beyond caps may
+// run anywhere).
+func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, anyAvail bool) {
 	b.st.WithinQuota = len(placed) > 0 && anyAvail
+	leftOut := make([]string, len(s.Strategy.Groups))
+	for i, g := range b.st.Groups {
+		leftOut[i] = g.Unavailable
+	}
 	for _, w := range placed {
-		desired := make([]int64, len(s.Strategy.Groups))
-		if anyAvail {
-			// The split the placement controller reaches at
-			// spec.replicas, in closed form: the same at any size.
-			desired = s.Method.CountsAt(int64(w.Replicas), avail)
+		// The split the placement controller reaches at spec.replicas,
+		// in closed form (the same at any size), and the Running pods by
+		// the labels of their node: in the first group (in strategy
+		// order) whose labels the node carries. Pods left in a group no
+		// NodePool serves now are off the split Desired shows, as are
+		// pods outside every group (but for those beyond caps).
+		sp := split.Compute(split.Input{Strategy: s, Replicas: int64(w.Replicas), LeftOut: leftOut, NodeLabels: w.NodeLabels})
+		within := anyAvail && sp.WithinQuota
+		for i, g := range sp.Groups {
+			b.st.Groups[i].Desired = addCapped(b.st.Groups[i].Desired, g.Desired)
+			b.st.Groups[i].Actual = addCapped(b.st.Groups[i].Actual, g.Actual)
 		}
-		// Running pods by the labels of their node: in the first group
-		// (in strategy order) whose labels the node carries.
-		actual, unmatched := split.Count(s, w.NodeLabels)
-		// Pods left in a group no NodePool serves now are off the split
-		// Desired shows, as are pods outside every group.
-		within := anyAvail && unmatched == 0 && s.Method.WithinQuota(actual, avail)
-		for i := range actual {
-			within = within && (avail.Has(i) || actual[i] == 0)
-		}
-		for i := range b.st.Groups {
-			b.st.Groups[i].Desired = addCapped(b.st.Groups[i].Desired, desired[i])
-			b.st.Groups[i].Actual = addCapped(b.st.Groups[i].Actual, actual[i])
-		}
-		b.st.Unmatched = addCapped(b.st.Unmatched, unmatched)
+		b.st.Unmatched = addCapped(b.st.Unmatched, sp.Unmatched)
+		b.st.BeyondCaps = addCapped(b.st.BeyondCaps, sp.BeyondCaps)
 		b.st.WithinQuota = b.st.WithinQuota && within
 		for i := range b.st.Workloads {
 			if b.st.Workloads[i].Kind == w.Kind && b.st.Workloads[i].Name == w.Name {

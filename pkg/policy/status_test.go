@@ -93,3 +93,37 @@ func TestSumsSaturate(t *testing.T) {
 		t.Errorf("spot sums to %d: the test wants a sum past the largest int32", want[1])
 	}
 }
+
+// TestStatusCaps: with every group capped, Desired stops at the caps, the
+// pods past them are counted as beyond caps, and those running on a capped
+// group's nodes or on nodes of no group leave the workload within quota.
+func TestStatusCaps(t *testing.T) {
+	p := pol("a", 1, ref(), &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+		{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: 2},
+		{Labels: map[string]string{ct: "spot"}, Weight: 1, Max: 3},
+	}})
+	pools := []GroupPool{{NodePool: "od"}, {NodePool: "spot"}}
+	on := func(v string, n int) []map[string]string {
+		out := make([]map[string]string, n)
+		for i := range out {
+			out[i] = map[string]string{ct: v}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		running []map[string]string
+		within  bool
+	}{
+		{"beyond caps on spot and elsewhere", append(append(on("on-demand", 2), on("spot", 4)...), on("reserved", 1)...), true},
+		{"on-demand short of its cap", append(on("on-demand", 1), on("spot", 6)...), false},
+	} {
+		st := Status(p, []Workload{{Kind: "Deployment", Name: "web", Replicas: 7, Winner: "a", NodeLabels: tc.running}}, pools, metav1.NewTime(epoch))
+		if st.Groups[0].Desired != 2 || st.Groups[1].Desired != 3 || st.BeyondCaps != 2 {
+			t.Errorf("%s: desired %+v, beyond caps %d; want 2, 3 and 2 beyond", tc.name, st.Groups, st.BeyondCaps)
+		}
+		if st.WithinQuota != tc.within {
+			t.Errorf("%s: within quota %v, want %v (unmatched %d)", tc.name, st.WithinQuota, tc.within, st.Unmatched)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func join(field, labelsField string, groups []v1alpha1.Group) (string, error) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		items := make([]string, 0, len(keys)+2)
+		items := make([]string, 0, len(keys)+3)
 		for _, k := range keys {
 			v := g.Labels[k]
 			at := fmt.Sprintf("%s[%d].%s[%q]", field, i, labelsField, k)
@@ -93,11 +93,17 @@ func join(field, labelsField string, groups []v1alpha1.Group) (string, error) {
 		if g.Base < 0 || g.Weight < 0 {
 			return "", fmt.Errorf("%s[%d]: base and weight must be non-negative integers, got base %d, weight %d", field, i, g.Base, g.Weight)
 		}
+		if g.Max < 0 {
+			return "", fmt.Errorf("%s[%d]: max must be a positive integer, got %d", field, i, g.Max)
+		}
 		if g.Base != 0 {
 			items = append(items, strategy.KeyBase+"="+strconv.Itoa(int(g.Base)))
 		}
 		if g.Weight != 0 {
 			items = append(items, strategy.KeyWeight+"="+strconv.Itoa(int(g.Weight)))
+		}
+		if g.Max != 0 {
+			items = append(items, strategy.KeyMax+"="+strconv.Itoa(int(g.Max)))
 		}
 		parts[i] = strings.Join(items, ",")
 	}

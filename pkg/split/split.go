@@ -8,6 +8,10 @@
 // A Running pod counts in the first group, in strategy order, whose labels
 // its node carries (as PlacementPolicy status counts it); a pod on a node of
 // no group counts as unmatched.
+//
+// With caps, the pods beyond caps carry no group and may run anywhere: as
+// many pods as are beyond caps at the Running count may run past their
+// group's quota or on nodes of no group without the split drifting.
 package split
 
 import (
@@ -49,6 +53,8 @@ type Group struct {
 	// (both 0 for a group left out).
 	Min int64 `json:"min"`
 	Max int64 `json:"max"`
+	// Cap is the group's cap (max=N), 0 for none.
+	Cap int32 `json:"cap,omitempty"`
 }
 
 // Within reports whether the group's Running count is within quota.
@@ -62,9 +68,15 @@ type Split struct {
 	Running  int64 `json:"running"`
 	// Unmatched counts the Running pods on nodes of no group.
 	Unmatched int64 `json:"unmatched,omitempty"`
+	// BeyondCaps is the number of pods past every cap at Replicas, which
+	// no group takes (in no Desired); RunningBeyondCaps the same at the
+	// Running count, the pods that may run outside their group's quota.
+	BeyondCaps        int64 `json:"beyondCaps,omitempty"`
+	RunningBeyondCaps int64 `json:"runningBeyondCaps,omitempty"`
 	// WithinQuota holds when every served group's Running count is within
 	// quota at the Running count, no pod runs in a group left out or
-	// outside every group, and some group is served.
+	// outside every group (but for the pods beyond caps), and some group is
+	// served.
 	WithinQuota bool `json:"withinQuota"`
 	// LeftOut is true when some group is left out of the split.
 	LeftOut bool `json:"leftOut"`
@@ -96,7 +108,7 @@ func Compute(in Input) Split {
 	out.Unmatched = unmatched
 	anyServed := false
 	for i := range n {
-		out.Groups[i] = Group{Key: s.Strategy.Groups[i].Key(), Actual: actual[i]}
+		out.Groups[i] = Group{Key: s.Strategy.Groups[i].Key(), Actual: actual[i], Cap: s.Strategy.Groups[i].Max}
 		if i < len(in.LeftOut) && in.LeftOut[i] != "" {
 			out.Groups[i].LeftOut = in.LeftOut[i]
 			out.LeftOut = true
@@ -113,24 +125,35 @@ func Compute(in Input) Split {
 		return out
 	}
 	desired := s.Method.CountsAt(max(in.Replicas, 0), avail)
+	out.BeyondCaps = s.Method.Beyond(max(in.Replicas, 0), avail)
 	// Bounds at the Running count in served groups: pods elsewhere are
-	// drift of their own, not part of the count the quota is taken at.
+	// drift of their own, not part of the count the quota is taken at;
+	// unless some are beyond caps, which run anywhere.
 	var served int64
 	for i := range n {
 		if avail.Has(i) {
 			served += actual[i]
 		}
 	}
-	shares := s.Method.Shares(served, avail)
-	out.WithinQuota = unmatched == 0
+	at := served
+	if b := s.Method.Beyond(served+unmatched, avail); b > 0 {
+		at, out.RunningBeyondCaps = served+unmatched, b
+	}
+	shares := s.Method.Shares(at, avail)
+	// The pods past their group's quota or on nodes of no group, beyond
+	// caps or not.
+	excess := unmatched
+	out.WithinQuota = true
 	for i := range n {
 		g := &out.Groups[i]
 		g.Desired = desired[i]
 		if avail.Has(i) {
 			g.Min, g.Max = shares[i].Lower, shares[i].Upper()
 		}
-		out.WithinQuota = out.WithinQuota && g.Within()
+		excess += max(0, g.Actual-g.Max)
+		out.WithinQuota = out.WithinQuota && g.Actual >= g.Min
 	}
+	out.WithinQuota = out.WithinQuota && excess <= out.RunningBeyondCaps
 	return out
 }
 
@@ -164,12 +187,17 @@ func Matcher(s *compiled.Strategy) func(nodeLabels map[string]string) int {
 }
 
 // Next lists the groups (indexes) the next k pods would get after counts,
-// over avail; it stops early when no group is available.
+// over avail, apportion.BeyondCaps for a pod beyond caps; it stops early
+// when no group is available.
 func Next(s *compiled.Strategy, counts []int64, avail apportion.Set, k int) []int {
 	c := slices.Clone(counts)
 	out := make([]int, 0, k)
 	for range k {
 		g := s.Method.Next(c, avail)
+		if g == apportion.BeyondCaps {
+			out = append(out, g)
+			continue
+		}
 		if g < 0 {
 			break
 		}
@@ -188,12 +216,24 @@ func (s Split) Describe() string {
 			parts = append(parts, fmt.Sprintf("group %d (%s) %d running, left out: %s", i+1, g.Key, g.Actual, g.LeftOut))
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("group %d (%s) %d running, quota %s, %d wanted at %d replicas", i+1, g.Key, g.Actual, Bounds(g.Min, g.Max), g.Desired, s.Replicas))
+		parts = append(parts, fmt.Sprintf("group %d (%s) %d running, quota %s, %s wanted at %d replicas", i+1, g.Key, g.Actual, Bounds(g.Min, g.Max), WithCap(g.Desired, g.Cap), s.Replicas))
 	}
 	if s.Unmatched > 0 {
 		parts = append(parts, fmt.Sprintf("%d running on nodes of no group", s.Unmatched))
 	}
+	if s.BeyondCaps > 0 {
+		parts = append(parts, fmt.Sprintf("%d beyond caps at %d replicas", s.BeyondCaps, s.Replicas))
+	}
 	return strings.Join(parts, "; ")
+}
+
+// WithCap writes a group's count with its cap, when it has one: "2 (cap
+// 2)".
+func WithCap(n int64, maxPods int32) string {
+	if maxPods == 0 {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%d (cap %d)", n, maxPods)
 }
 
 // Bounds writes a quota's floor and ceiling: "4", or "4-5".

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 )
 
@@ -99,3 +100,52 @@ func TestNextMatchesSequence(t *testing.T) {
 		t.Fatalf("no group available: %v", n)
 	}
 }
+
+// TestComputeCaps: a capped group's desired count stops at its cap; with
+// every group capped, the pods beyond caps may run anywhere (on a capped
+// group's nodes or on nodes of no group) without the split drifting, but
+// no more of them than are beyond caps, and a capped group short of its
+// cap still drifts.
+func TestComputeCaps(t *testing.T) {
+	s, err := compiled.Parse("karpenter.sh/capacity-type=on-demand,weight=1,max=3:karpenter.sh/capacity-type=spot,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Compute(Input{Strategy: s, Replicas: 10, NodeLabels: append(nodes("on-demand", 3), nodes("spot", 7)...)})
+	if !got.WithinQuota || got.Groups[0].Desired != 3 || got.Groups[1].Desired != 7 || got.Groups[0].Cap != 3 || got.BeyondCaps != 0 {
+		t.Fatalf("3/7 at 10 with on-demand capped at 3: %+v", got)
+	}
+	if d := got.Describe(); !strings.Contains(d, "3 (cap 3) wanted at 10 replicas") {
+		t.Errorf("Describe: %s", d)
+	}
+	if got := Compute(Input{Strategy: s, Replicas: 10, NodeLabels: append(nodes("on-demand", 5), nodes("spot", 5)...)}); got.WithinQuota {
+		t.Errorf("5/5 with on-demand capped at 3 is within quota: %+v", got)
+	}
+
+	all, err := compiled.Parse("karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1,max=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := []map[string]string{{"karpenter.sh/capacity-type": "reserved"}}
+	for _, tc := range []struct {
+		name    string
+		running []map[string]string
+		within  bool
+	}{
+		{"two beyond caps on spot", append(nodes("on-demand", 2), nodes("spot", 5)...), true},
+		{"one on on-demand, one elsewhere", append(append(nodes("on-demand", 3), nodes("spot", 3)...), other...), true},
+		{"on-demand short of its cap", append(nodes("on-demand", 1), nodes("spot", 6)...), false},
+		{"none beyond caps yet, one elsewhere", append(nodes("on-demand", 2), other...), false},
+	} {
+		got := Compute(Input{Strategy: all, Replicas: 7, NodeLabels: tc.running})
+		if got.WithinQuota != tc.within || got.BeyondCaps != 2 {
+			t.Errorf("%s: within %v, beyond caps %d; want %v and 2 (%s)", tc.name, got.WithinQuota, got.BeyondCaps, tc.within, got.Describe())
+		}
+	}
+	if next := Next(all, []int64{2, 2}, allServed(2), 3); len(next) != 3 || next[0] != 1 || next[1] != apportion.BeyondCaps || next[2] != apportion.BeyondCaps {
+		t.Errorf("Next after 2/2: %v, want spot then beyond caps twice", next)
+	}
+}
+
+// allServed is every one of n groups served.
+func allServed(n int) apportion.Set { return Available(make([]string, n), n) }

@@ -5,18 +5,18 @@ import (
 	"strings"
 )
 
-// The keys an item may not use as a node label: base and weight, and the two
-// that later options may take. An item's key is read as a node label only
-// when it is none of these, written in any case, and, for the longer ones,
-// not one typo away either: "bsae=2" or "wieght=1" read as labels would
-// leave the group with base or weight 0, and no node carries them.
+// The keys an item may not use as a node label: base, weight and max, and
+// min, which a later option may take. An item's key is read as a node label
+// only when it is none of these, written in any case, and, for the longer
+// ones, not one typo away either: "bsae=2" or "wieght=1" read as labels
+// would leave the group with base or weight 0, and no node carries them.
 //
 // Only keys without a "/" are candidates: a prefixed key (kubernetes.io/arch,
 // karpenter.sh/capacity-type, example.com/base) is never taken for a typo,
 // however close, so a node label that looks like a reserved key can always
 // be named with a prefix.
 const (
-	// KeyMax is reserved for a per-group cap.
+	// KeyMax is a group's cap: the most pods it holds.
 	KeyMax = "max"
 	// KeyMin is reserved: a group's minimum is its base.
 	KeyMin = "min"
@@ -27,7 +27,7 @@ const (
 var reserved = []struct{ key, note string }{
 	{KeyBase, ""},
 	{KeyWeight, ""},
-	{KeyMax, "is reserved for a per-group cap, which this version does not support yet"},
+	{KeyMax, ""},
 	{KeyMin, "is reserved: write base=N for the pods a group gets first"},
 }
 

@@ -5,9 +5,9 @@
 //
 // Groups are separated by ':', items inside a group by ',', and every item is
 // key=value. The keys "base" and "weight" are non-negative integers (default
-// 0); "max" and "min" are reserved, and so are keys without a "/" that look
-// like a typo of base or weight (reserved.go); every other key is a node
-// label the group requires. The package is pure:
+// 0), "max" a positive integer (default: no cap) at least the base; "min" is
+// reserved, and so are keys without a "/" that look like a typo of base or
+// weight (reserved.go); every other key is a node label the group requires. The package is pure:
 // it imports no client and does no I/O.
 //
 // Parse turns the text into a Strategy of Groups (strategy.go); Find reads
@@ -55,11 +55,12 @@ type Label struct {
 func (l Label) String() string { return l.Key + "=" + l.Value }
 
 // Group is one share of the strategy: pods of the group must land on nodes
-// carrying all of Labels.
+// carrying all of Labels. Max caps the pods the group holds (0: no cap).
 type Group struct {
 	Labels []Label `json:"labels"`
 	Base   int32   `json:"base"`
 	Weight int32   `json:"weight"`
+	Max    int32   `json:"max,omitempty"`
 }
 
 // Key identifies the group: its labels as key=value joined by ',', in the
@@ -106,12 +107,12 @@ func (s *Strategy) Keys() []string {
 }
 
 // String formats the strategy in canonical form: labels in written order,
-// then base and weight when they are not zero. Parse(s.String()) yields a
+// then base, weight and max when they are not zero. Parse(s.String()) yields a
 // strategy equal to s.
 func (s *Strategy) String() string {
 	groups := make([]string, len(s.Groups))
 	for i, g := range s.Groups {
-		items := make([]string, 0, len(g.Labels)+2)
+		items := make([]string, 0, len(g.Labels)+3)
 		for _, l := range g.Labels {
 			items = append(items, l.String())
 		}
@@ -120,6 +121,9 @@ func (s *Strategy) String() string {
 		}
 		if g.Weight != 0 {
 			items = append(items, KeyWeight+"="+strconv.Itoa(int(g.Weight)))
+		}
+		if g.Max != 0 {
+			items = append(items, KeyMax+"="+strconv.Itoa(int(g.Max)))
 		}
 		groups[i] = strings.Join(items, ",")
 	}
@@ -225,7 +229,7 @@ func parseGroup(num int, raw string) (Group, error) {
 		}
 		keys[k] = true
 		switch k {
-		case KeyBase, KeyWeight:
+		case KeyBase, KeyWeight, KeyMax:
 			n, err := parseCount(v)
 			if err != nil {
 				reason := fmt.Sprintf("%s %s", k, err)
@@ -234,10 +238,16 @@ func parseGroup(num int, raw string) (Group, error) {
 				}
 				return g, fault(reason)
 			}
-			if k == KeyBase {
+			switch k {
+			case KeyBase:
 				g.Base = n
-			} else {
+			case KeyWeight:
 				g.Weight = n
+			default:
+				if n == 0 {
+					return g, fault("max must be at least 1: a group that takes no pod is a group to remove")
+				}
+				g.Max = n
 			}
 		default:
 			if reason := KeyFault(k); reason != "" {
@@ -253,9 +263,22 @@ func parseGroup(num int, raw string) (Group, error) {
 		}
 	}
 	if len(g.Labels) == 0 {
-		return g, &Error{Group: num, Reason: "group has no node label (only base/weight)"}
+		return g, &Error{Group: num, Reason: "group has no node label (only base/weight/max)"}
+	}
+	if reason := CapFault(g.Base, g.Max); reason != "" {
+		return g, &Error{Group: num, Reason: reason}
 	}
 	return g, nil
+}
+
+// CapFault is why a group may not have base and cap maxPods (0: no cap),
+// "" when it may: a base is the pods a group gets first, so it cannot be
+// more than the most it may hold.
+func CapFault(base, maxPods int32) string {
+	if maxPods != 0 && base > maxPods {
+		return fmt.Sprintf("base %d is more than max %d: the group can never hold its base", base, maxPods)
+	}
+	return ""
 }
 
 // parseCount accepts decimal digits only: no sign, no spaces inside, no

@@ -43,6 +43,53 @@ func TestParseSeeds(t *testing.T) {
 	}
 }
 
+// TestParseCaps: max=N caps a group, round-trips in canonical form (after
+// base and weight), and is refused when it is 0, not a count, or below the
+// group's base.
+func TestParseCaps(t *testing.T) {
+	in := "karpenter.sh/capacity-type=on-demand,max=3,weight=1:karpenter.sh/capacity-type=spot,weight=1"
+	s, err := Parse(in)
+	if err != nil {
+		t.Fatalf("Parse(%q): %v", in, err)
+	}
+	want := Strategy{Groups: []Group{
+		{Labels: []Label{{"karpenter.sh/capacity-type", "on-demand"}}, Weight: 1, Max: 3},
+		{Labels: []Label{{"karpenter.sh/capacity-type", "spot"}}, Weight: 1},
+	}}
+	if !reflect.DeepEqual(*s, want) {
+		t.Errorf("Parse(%q) = %+v, want %+v", in, *s, want)
+	}
+	if got := s.String(); got != "karpenter.sh/capacity-type=on-demand,weight=1,max=3:karpenter.sh/capacity-type=spot,weight=1" {
+		t.Errorf("String() = %q", got)
+	}
+	if _, err := Parse("a=b,base=3,max=3:c=d,weight=1"); err != nil {
+		t.Errorf("a base equal to the cap: %v", err)
+	}
+	for _, tc := range []struct {
+		in          string
+		group, item int
+		want        string
+	}{
+		{"a=b,weight=1,max=0", 1, 3, "max must be at least 1"},
+		{"a=b,weight=1,max=-1", 1, 3, "max must be a non-negative integer"},
+		{"a=b,weight=1,max=2.5", 1, 3, "max must be a non-negative integer"},
+		{"a=b,weight=1:c=d,base=4,max=3,weight=1", 2, 0, "base 4 is more than max 3"},
+		{"a=b,weight=1,max=1,max=2", 1, 4, `key "max" appears twice`},
+		{"max=3,weight=1", 1, 0, "no node label"},
+	} {
+		_, err := Parse(tc.in)
+		var perr *Error
+		if !errors.As(err, &perr) {
+			t.Errorf("Parse(%q) error = %v, want *Error", tc.in, err)
+			continue
+		}
+		if perr.Group != tc.group || perr.Item != tc.item || !strings.Contains(perr.Reason, tc.want) {
+			t.Errorf("Parse(%q) = group %d item %d %q, want group %d item %d reason containing %q",
+				tc.in, perr.Group, perr.Item, perr.Reason, tc.group, tc.item, tc.want)
+		}
+	}
+}
+
 // TestWeightSumInLowestTerms: what bounds the weights is their sum once
 // divided by their greatest common divisor, so large weights in a small
 // proportion are accepted.
@@ -194,6 +241,8 @@ func FuzzParse(f *testing.F) {
 		"a=,weight=007",
 		"a=b,bsae=1,weight=1",
 		"a=b,Max=1,weight=1",
+		"a=b,base=2,weight=1,max=3:c=d,weight=1",
+		"a=b,max=0,weight=1",
 		"x.io/y=z,kubernetes.io/arch=arm64,base=2147483647,weight=2147483647",
 	} {
 		f.Add(seed)
@@ -230,7 +279,7 @@ func FuzzParse(f *testing.F) {
 
 // TestReservedKeyTypos: an unprefixed key that is a reserved key up to case,
 // or one typo away from it, is refused with the group, the
-// item and the key meant; max and min are refused as reserved. Before, each
+// item and the key meant; min is refused as reserved. Before, each
 // of these was read as a node label and the group silently had base or
 // weight 0.
 func TestReservedKeyTypos(t *testing.T) {
@@ -249,8 +298,7 @@ func TestReservedKeyTypos(t *testing.T) {
 		{"a=b,bas=1,weight=1", 1, 2, `did you mean "base"?`},
 		{"a=b,bases=1,weight=1", 1, 2, `did you mean "base"?`},
 		{"a=b,weight=1, weigh t =1", 1, 3, `did you mean "weight"?`},
-		{"a=b,weight=1,max=3", 1, 3, `"max" is reserved for a per-group cap, which this version does not support yet`},
-		{"a=b,weight=1,MAX=3", 1, 3, `"max" is reserved for a per-group cap`},
+		{"a=b,weight=1,MAX=3", 1, 3, `did you mean "max"?`},
 		{"a=b,weight=1:c=d,min=1,weight=1", 2, 2, `"min" is reserved: write base=N for the pods a group gets first`},
 	} {
 		_, err := Parse(tc.in)

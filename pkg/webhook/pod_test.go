@@ -214,8 +214,9 @@ func TestWorkloadValidator(t *testing.T) {
 			`metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "bsae=2": did you mean "base"?`},
 		{`{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,wieght=1"}}}}}`, false,
 			`spec.template.metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "wieght=1": did you mean "weight"?`},
-		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1,max=3"}}}`, false,
-			`group 1, item 3 "max=3": "max" is reserved for a per-group cap, which this version does not support yet`},
+		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1,max=3"}}}`, true, ""},
+		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,base=4,weight=1,max=3"}}}`, false,
+			`group 1: base 4 is more than max 3`},
 	} {
 		req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(tc.obj)}}}
 		resp := WorkloadValidator{}.Handle(context.Background(), req)

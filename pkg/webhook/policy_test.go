@@ -45,7 +45,7 @@ func TestPolicyValidator(t *testing.T) {
 		{"distribution with weight for a label", admissionv1.Create, `{"spec":{` + target + `,"distribution":[{"nodeLabel":{"type":"spot"},"weight":1},{"nodeLabel":{"type":"default","weight":"4"}}]}}`, false,
 			`spec.distribution[1].nodeLabel["weight"]: "weight" is reserved, not a node label`},
 		{"group with max for a label", admissionv1.Create, `{"spec":{` + target + `,"strategy":{"groups":[{"labels":{"a":"b","max":"3"},"weight":1}]}}}`, false,
-			`spec.strategy.groups[0].labels["max"]: "max" is reserved for a per-group cap`},
+			`spec.strategy.groups[0].labels["max"]: "max" is reserved, not a node label`},
 		{"distribution with a separator in a value", admissionv1.Create, `{"spec":{` + target + `,"distribution":[{"nodeLabel":{"type":"a:b"},"weight":1}]}}`, false,
 			`spec.distribution[0].nodeLabel["type"]: invalid node label value`},
 		{"two groups with the same labels", admissionv1.Create, `{"spec":{` + target + `,"distribution":[{"nodeLabel":{"type":"spot"},"weight":1},{"nodeLabel":{"type":"spot"},"weight":2}]}}`, false,

@@ -123,6 +123,12 @@ type Group struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Weight int32 `json:"weight,omitempty"`
+
+	// Max is the most pods of a revision the group holds, at least its
+	// base; what it cannot take is shared by the other groups. Unset: no cap.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Max int32 `json:"max,omitempty"`
 }
 
 // DistributionEntry is one entry of a Versprei PodDistributor's distribution.
@@ -205,6 +211,11 @@ type PlacementPolicyStatus struct {
 	// that no group's labels match.
 	// +optional
 	Unmatched int32 `json:"unmatched,omitempty"`
+
+	// BeyondCaps counts the pods of the placed workloads past every
+	// group's cap at their replica counts: placed without a group.
+	// +optional
+	BeyondCaps int32 `json:"beyondCaps,omitempty"`
 
 	// Conditions: Ready, GroupUnavailable, Conflict.
 	// +optional

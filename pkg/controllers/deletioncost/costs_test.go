@@ -276,3 +276,70 @@ func TestWorkedExampleAfterOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestCapsRemovingByCost: with caps, deleting the pods of a workload the
+// engine grew lowest cost first keeps every size within quota of the capped
+// shares; and pods a group holds past its cap (placed before the cap was
+// written) go first.
+func TestCapsRemovingByCost(t *testing.T) {
+	r := rand.New(rand.NewPCG(26, 11))
+	for trial := 0; trial < 300; trial++ {
+		k := 1 + r.IntN(4)
+		spec := ""
+		for i := 0; i < k; i++ {
+			if i > 0 {
+				spec += ":"
+			}
+			b := r.IntN(3)
+			spec += fmt.Sprintf("g=%d,base=%d,weight=%d", i, b, 1+r.IntN(6))
+			if r.IntN(2) == 0 {
+				spec += fmt.Sprintf(",max=%d", max(b, 1)+r.IntN(10))
+			}
+		}
+		s, err := strategy.Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, _ := compiled.New(s)
+		m := cs.Method
+		var seq []int
+		for _, g := range m.Sequence(1 + r.IntN(60)) {
+			if g >= 0 {
+				seq = append(seq, g)
+			}
+		}
+		pods := podsFor(t, s, seq)
+		costs, err := Costs(s, pods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.SliceStable(pods, func(a, b int) bool { return costs[pods[a].UID] < costs[pods[b].UID] })
+		counts := make([]int64, len(s.Groups))
+		for _, g := range seq {
+			counts[g]++
+		}
+		index := map[string]int{}
+		for i, key := range s.Keys() {
+			index[key] = i
+		}
+		for _, p := range pods {
+			counts[index[p.Annotations[annotations.Group]]]--
+			if !m.WithinQuota(counts, apportion.All) {
+				t.Fatalf("%s, %d pods: deleting by cost reached %v, off quota", spec, len(seq), counts)
+			}
+		}
+	}
+
+	s, _ := strategy.Parse("karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1")
+	pods := podsFor(t, s, []int{0, 1, 0, 1, 0, 0}) // on-demand holds 4, 2 past its cap
+	costs, err := Costs(s, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.SliceStable(pods, func(a, b int) bool { return costs[pods[a].UID] < costs[pods[b].UID] })
+	for _, p := range pods[:2] {
+		if p.Annotations[annotations.Group] != "karpenter.sh/capacity-type=on-demand" {
+			t.Errorf("removed first: %v, want the on-demand pods past the cap (costs %v)", names(pods), costs)
+		}
+	}
+}

@@ -81,6 +81,10 @@ const (
 	// ReasonNoArchitecture: no group, NodePool or node can run the
 	// architectures the pod's images share (or they share none).
 	ReasonNoArchitecture = "no_architecture"
+	// ReasonBeyondCaps: every group that takes pods past its base holds
+	// its cap (max=N): the pod is placed without a group, as the strategy
+	// says, and its deletion cost is the lowest of the revision's.
+	ReasonBeyondCaps = "beyond_caps"
 )
 
 // Decision record reasons.
@@ -286,6 +290,9 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		rev = ShadowRevision(pod.Namespace, key)
 	}
 	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, info.Shadow())
+	if g == apportion.BeyondCaps {
+		return c.release(ctx, pod, ReasonBeyondCaps, nil)
+	}
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
 		return c.release(ctx, pod, ReasonNoArchitecture, nil)
@@ -323,7 +330,8 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	return res, err
 }
 
-// decide chooses the pod's group (its index, -1 when none is available)
+// decide chooses the pod's group (its index, -1 when none is available,
+// apportion.BeyondCaps when every group is at its cap)
 // under the revision's lock, with the counts it saw and the pod's deletion
 // cost (nil when it cannot be told), and counts the decision (a fallback one
 // too: it counts in the group it runs in) as pending before it is written:

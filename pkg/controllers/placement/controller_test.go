@@ -370,3 +370,46 @@ func (f *fixture) reconcileConcurrently(t *testing.T, pods []*corev1.Pod, worker
 	}
 	return list
 }
+
+// TestCapsHoldInPlacement: a capped group gets no pod past its cap, what it
+// cannot take goes to the other group, and once every group is at its cap
+// the next pods are released without a group, counted by reason.
+func TestCapsHoldInPlacement(t *testing.T) {
+	const od, spot = "karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"
+	for _, tc := range []struct {
+		name, strategy string
+		want           []string // each pod's group, "" for none
+	}{{
+		name:     "at most 3 on on-demand, the rest on spot",
+		strategy: od + ",weight=1,max=3:" + spot + ",weight=1",
+		want:     []string{od, spot, od, spot, od, spot, spot, spot, spot, spot},
+	}, {
+		name:     "every group capped",
+		strategy: od + ",weight=1,max=2:" + spot + ",weight=1,max=3",
+		want:     []string{od, spot, od, spot, spot, "", ""},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, map[string]string{annotations.Strategy: tc.strategy}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+			before := testutil.ToFloat64(metrics.ReleasedTotal.WithLabelValues(placement.ReasonBeyondCaps))
+			beyond := 0
+			for i, want := range tc.want {
+				pod := f.reconcile(t, f.gatedPod(t, i))
+				if len(pod.Spec.SchedulingGates) != 0 {
+					t.Fatalf("pod %d still gated", i)
+				}
+				if got := pod.Annotations[annotations.Group]; got != want {
+					t.Fatalf("pod %d: group %q, want %q", i, got, want)
+				}
+				if want == "" {
+					beyond++
+					if pod.Spec.Affinity != nil {
+						t.Errorf("pod %d beyond caps has an affinity: %+v", i, pod.Spec.Affinity)
+					}
+				}
+			}
+			if got := testutil.ToFloat64(metrics.ReleasedTotal.WithLabelValues(placement.ReasonBeyondCaps)) - before; got != float64(beyond) {
+				t.Errorf("released beyond caps %v times, want %d", got, beyond)
+			}
+		})
+	}
+}
