@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/apportion-dev/apportion/pkg/controllers"
-	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/internal/lazylog"
+	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/version"
 	"github.com/apportion-dev/apportion/pkg/webhook"
