@@ -126,7 +126,7 @@ func FuzzPatch(f *testing.F) {
 					data, _ := p.Data(patched)
 					t.Fatalf("%s: the patch %s makes\n%+v\nwant\n%+v", name, data, got.Spec, want.Spec)
 				}
-				var from client.Patch = client.MergeFrom(orig)
+				from := client.MergeFrom(orig)
 				if lock {
 					from = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 				}
