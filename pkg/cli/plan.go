@@ -22,11 +22,23 @@ const planLong = `Previews where pods 1..N of a workload go under a strategy, wi
 of each pod, the count per group and each group's ideal share, as the webhook decides
 them for a workload scaled up one pod at a time.
 
-The strategy comes from --strategy, or from -f: a Deployment, StatefulSet, ReplicaSet or
-Argo Rollout manifest carrying it (annotation apportion.dev/strategy,
-custom-pod-schedule-strategy or CustomPodScheduleStrategy, on the workload or its pod
-template), whose spec.replicas is the default of --replicas. --strategy and --replicas,
-when given, take precedence over the file.
+--strategy and --replicas preview one strategy. -f previews every workload of manifests
+(a file, "-" for stdin, or a directory: every *.yaml, *.yml and *.json file under it,
+subdirectories included), e.g. the output of helm template: Deployments, StatefulSets,
+ReplicaSets and Argo Rollouts, each with the strategy the webhook would give it: its own
+annotation (apportion.dev/strategy, custom-pod-schedule-strategy or
+CustomPodScheduleStrategy, on the workload or its pod template), else the oldest
+PlacementPolicy of its namespace that targets it, else the ClusterPlacementPolicy of
+highest priority that covers its namespace (policies without a creationTimestamp are as
+old as each other: the first by name wins). Each workload is printed with where its
+strategy comes from, its mode and its split at its spec.replicas (--replicas replaces it
+for every workload), or why it would not be placed. Documents of other kinds are
+skipped and counted on stderr; a document that does not parse is an error. Objects
+with no namespace are in --namespace. A cluster policy selects namespaces by their
+labels: from Namespace documents, or --namespace-labels NAMESPACE=KEY=VALUE,... which
+gives a namespace's labels in place of its document's (NAMESPACE= for none); a
+namespace neither gives has only kubernetes.io/metadata.name. With --strategy, -f
+instead reads the one workload carrying a strategy, for its replicas and pod template.
 
 With --nodepools (karpenter.sh/v1 NodePools, e.g. kubectl get nodepools -o yaml) each
 group is mapped to the first NodePool, in Karpenter's weight order, that provides its
@@ -37,18 +49,21 @@ labels and the workload's own constraints (tainted pools only with apportion.dev
 -o json (and yaml, the same keys): "groups" (group keys in strategy order), "sequence"
 (0-based index into groups of the group of each pod 1..N), "counts" (group key -> pods),
 "details" (per group: base, weight, ideal share with its floor and ceiling, count, and
-with --nodepools the nodepool or why none). -o wide adds the floor and ceiling, the
-tolerations of each NodePool, and the order of every pod.`
+with --nodepools the nodepool or why none). With -f: {"workloads": [...]}, one entry per
+workload with kind, namespace, name, replicas, source, mode, notPlaced or error, and
+the keys above. -o wide adds the floor and ceiling, the tolerations of each NodePool,
+and the order of every pod.`
 
 const planExample = `  # Two pods on-demand, then one on-demand for every three spot, 10 pods
   apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10
 
-  # The strategy and replica count of a Deployment, as JSON
-  apportion plan -f deployment.yaml -o json
+  # Every workload of a chart under the cluster's policies, as JSON
+  { helm template web ./chart -n shop; kubectl get placementpolicies,clusterplacementpolicies -A -o yaml; } |
+    apportion plan -f - -n shop --namespace-labels shop=team=web -o json
 
-  # Against the cluster's NodePools; fail if a group has no NodePool
+  # A directory of manifests against the cluster's NodePools; fail if a group has no NodePool
   kubectl get nodepools -o yaml > pools.yaml
-  kubectl get deployment web -o yaml | apportion plan -f - --nodepools pools.yaml --strict`
+  apportion plan -f manifests/ --nodepools pools.yaml --strict`
 
 // planFlags are the options of `apportion plan`.
 type planFlags struct {
@@ -87,7 +102,7 @@ func (d *decimalValue) Set(v string) error {
 func newPlan(stdin io.Reader) *cobra.Command {
 	var o planFlags
 	cmd := &cobra.Command{
-		Use:     "plan (--strategy STRATEGY --replicas N | -f FILE) [--nodepools FILE] [--strict] [-o table|wide|json|yaml]",
+		Use:     "plan (--strategy STRATEGY --replicas N | -f FILE|DIR|- [-n NAMESPACE] [--namespace-labels NS=K=V,...]) [--nodepools FILE] [--strict] [-o table|wide|json|yaml]",
 		Short:   "Preview a strategy's split of pods across groups, offline",
 		Long:    planLong,
 		Example: planExample,

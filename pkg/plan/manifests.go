@@ -122,36 +122,22 @@ func (m *Manifests) add(raw json.RawMessage, where string) error {
 		}
 		return nil
 	case workloadKinds[head.Kind] != "" && strings.HasPrefix(head.APIVersion, workloadKinds[head.Kind]+"/"):
-		var doc manifest
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			return fmt.Errorf("%s: %s: %w", where, head.Kind, err)
-		}
-		w := &Workload{Kind: doc.Kind, Namespace: m.namespaceOr(doc.Metadata.Namespace), Name: doc.Metadata.Name,
-			Labels: doc.Metadata.Labels, Annotations: doc.Metadata.Annotations, Replicas: doc.Spec.Replicas, Template: doc.Spec.Template}
-		w.Strategy, w.Source, _ = strategy.Find(doc.Metadata.Annotations, doc.Spec.Template.Annotations)
-		if err := m.once(w.Kind, w.Namespace, w.Name, where); err != nil {
-			return err
-		}
-		m.Workloads = append(m.Workloads, w)
+		return m.addWorkload(raw, where, head.Kind)
 	case head.APIVersion == v1alpha1.GroupVersion.String() && head.Kind == v1alpha1.PlacementPolicyGVK.Kind:
 		p := &v1alpha1.PlacementPolicy{}
-		if err := json.Unmarshal(raw, p); err != nil {
-			return fmt.Errorf("%s: %s: %w", where, head.Kind, err)
-		}
-		p.Namespace = m.namespaceOr(p.Namespace)
-		if err := m.once(head.Kind, p.Namespace, p.Name, where); err != nil {
+		if err := decode(raw, where, head.Kind, p); err != nil {
 			return err
 		}
+		p.Namespace = m.namespaceOr(p.Namespace)
 		m.Policies = append(m.Policies, p)
+		return m.once(head.Kind, p.Namespace, p.Name, where)
 	case head.APIVersion == v1alpha1.GroupVersion.String() && head.Kind == v1alpha1.ClusterPlacementPolicyGVK.Kind:
 		p := &v1alpha1.ClusterPlacementPolicy{}
-		if err := json.Unmarshal(raw, p); err != nil {
-			return fmt.Errorf("%s: %s: %w", where, head.Kind, err)
-		}
-		if err := m.once(head.Kind, "", p.Name, where); err != nil {
+		if err := decode(raw, where, head.Kind, p); err != nil {
 			return err
 		}
 		m.ClusterPolicies = append(m.ClusterPolicies, p)
+		return m.once(head.Kind, "", p.Name, where)
 	case head.APIVersion == "v1" && head.Kind == "Namespace":
 		var ns struct {
 			Metadata struct {
@@ -159,19 +145,38 @@ func (m *Manifests) add(raw json.RawMessage, where string) error {
 				Labels map[string]string `json:"labels"`
 			} `json:"metadata"`
 		}
-		if err := json.Unmarshal(raw, &ns); err != nil {
-			return fmt.Errorf("%s: %s: %w", where, head.Kind, err)
-		}
-		if err := m.once(head.Kind, "", ns.Metadata.Name, where); err != nil {
+		if err := decode(raw, where, head.Kind, &ns); err != nil {
 			return err
 		}
 		m.Namespaces[ns.Metadata.Name] = ns.Metadata.Labels
+		return m.once(head.Kind, "", ns.Metadata.Name, where)
 	default:
 		kind := head.Kind
 		if kind == "" {
 			kind = "(no kind)"
 		}
 		m.Skipped[kind]++
+	}
+	return nil
+}
+
+// addWorkload reads a Deployment, StatefulSet, ReplicaSet or Rollout.
+func (m *Manifests) addWorkload(raw json.RawMessage, where, kind string) error {
+	var doc manifest
+	if err := decode(raw, where, kind, &doc); err != nil {
+		return err
+	}
+	w := &Workload{Kind: doc.Kind, Namespace: m.namespaceOr(doc.Metadata.Namespace), Name: doc.Metadata.Name,
+		Labels: doc.Metadata.Labels, Annotations: doc.Metadata.Annotations, Replicas: doc.Spec.Replicas, Template: doc.Spec.Template}
+	w.Strategy, w.Source, _ = strategy.Find(doc.Metadata.Annotations, doc.Spec.Template.Annotations)
+	m.Workloads = append(m.Workloads, w)
+	return m.once(w.Kind, w.Namespace, w.Name, where)
+}
+
+// decode reads a document of kind into v; its errors name the document.
+func decode(raw json.RawMessage, where, kind string, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: %s: %w", where, kind, err)
 	}
 	return nil
 }
