@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/plan"
@@ -20,11 +22,23 @@ const planLong = `Previews where pods 1..N of a workload go under a strategy, wi
 of each pod, the count per group and each group's ideal share, as the webhook decides
 them for a workload scaled up one pod at a time.
 
-The strategy comes from --strategy, or from -f: a Deployment, StatefulSet, ReplicaSet or
-Argo Rollout manifest carrying it (annotation apportion.dev/strategy,
-custom-pod-schedule-strategy or CustomPodScheduleStrategy, on the workload or its pod
-template), whose spec.replicas is the default of --replicas. --strategy and --replicas,
-when given, take precedence over the file.
+--strategy and --replicas preview one strategy. -f previews every workload of manifests
+(a file, "-" for stdin, or a directory: every *.yaml, *.yml and *.json file under it,
+subdirectories included), e.g. the output of helm template: Deployments, StatefulSets,
+ReplicaSets and Argo Rollouts, each with the strategy the webhook would give it: its own
+annotation (apportion.dev/strategy, custom-pod-schedule-strategy or
+CustomPodScheduleStrategy, on the workload or its pod template), else the oldest
+PlacementPolicy of its namespace that targets it, else the ClusterPlacementPolicy of
+highest priority that covers its namespace (policies without a creationTimestamp are as
+old as each other: the first by name wins). Each workload is printed with where its
+strategy comes from, its mode and its split at its spec.replicas (--replicas replaces it
+for every workload), or why it would not be placed. Documents of other kinds are
+skipped and counted on stderr; a document that does not parse is an error. Objects
+with no namespace are in --namespace. A cluster policy selects namespaces by their
+labels: from Namespace documents, or --namespace-labels NAMESPACE=KEY=VALUE,... which
+gives a namespace's labels in place of its document's (NAMESPACE= for none); a
+namespace neither gives has only kubernetes.io/metadata.name. With --strategy, -f
+instead reads the one workload carrying a strategy, for its replicas and pod template.
 
 With --nodepools (karpenter.sh/v1 NodePools, e.g. kubectl get nodepools -o yaml) each
 group is mapped to the first NodePool, in Karpenter's weight order, that provides its
@@ -35,18 +49,21 @@ labels and the workload's own constraints (tainted pools only with apportion.dev
 -o json (and yaml, the same keys): "groups" (group keys in strategy order), "sequence"
 (0-based index into groups of the group of each pod 1..N), "counts" (group key -> pods),
 "details" (per group: base, weight, ideal share with its floor and ceiling, count, and
-with --nodepools the nodepool or why none). -o wide adds the floor and ceiling, the
-tolerations of each NodePool, and the order of every pod.`
+with --nodepools the nodepool or why none). With -f: {"workloads": [...]}, one entry per
+workload with kind, namespace, name, replicas, source, mode, notPlaced or error, and
+the keys above. -o wide adds the floor and ceiling, the tolerations of each NodePool,
+and the order of every pod.`
 
 const planExample = `  # Two pods on-demand, then one on-demand for every three spot, 10 pods
   apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10
 
-  # The strategy and replica count of a Deployment, as JSON
-  apportion plan -f deployment.yaml -o json
+  # Every workload of a chart under the cluster's policies, as JSON
+  { helm template web ./chart -n shop; kubectl get placementpolicies,clusterplacementpolicies -A -o yaml; } |
+    apportion plan -f - -n shop --namespace-labels shop=team=web -o json
 
-  # Against the cluster's NodePools; fail if a group has no NodePool
+  # A directory of manifests against the cluster's NodePools; fail if a group has no NodePool
   kubectl get nodepools -o yaml > pools.yaml
-  kubectl get deployment web -o yaml | apportion plan -f - --nodepools pools.yaml --strict`
+  apportion plan -f manifests/ --nodepools pools.yaml --strict`
 
 // planFlags are the options of `apportion plan`.
 type planFlags struct {
@@ -56,6 +73,10 @@ type planFlags struct {
 	nodePools string
 	output    string
 	strict    bool
+	// namespace and namespaceLabels place the -f manifests: the namespace
+	// of those that name none, and namespaces' labels ("ns=k=v,k=v").
+	namespace       string
+	namespaceLabels []string
 	// strategySet is whether --strategy was given, even empty.
 	strategySet bool
 }
@@ -81,7 +102,7 @@ func (d *decimalValue) Set(v string) error {
 func newPlan(stdin io.Reader) *cobra.Command {
 	var o planFlags
 	cmd := &cobra.Command{
-		Use:     "plan (--strategy STRATEGY --replicas N | -f FILE) [--nodepools FILE] [--strict] [-o table|wide|json|yaml]",
+		Use:     "plan (--strategy STRATEGY --replicas N | -f FILE|DIR|- [-n NAMESPACE] [--namespace-labels NS=K=V,...]) [--nodepools FILE] [--strict] [-o table|wide|json|yaml]",
 		Short:   "Preview a strategy's split of pods across groups, offline",
 		Long:    planLong,
 		Example: planExample,
@@ -90,23 +111,28 @@ func newPlan(stdin io.Reader) *cobra.Command {
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.strategySet = cmd.Flags().Changed("strategy")
-			return o.run(stdin, cmd.OutOrStdout())
+			return o.run(stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&o.strategy, "strategy", "", "the strategy, e.g. 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'")
 	fs.Var(&o.replicas, "replicas", fmt.Sprintf("number of pods (0..%d); default: the -f workload's spec.replicas", plan.MaxReplicas))
-	fs.StringVarP(&o.file, "filename", "f", "", `workload manifest carrying the strategy ("-": stdin)`)
+	fs.StringVarP(&o.file, "filename", "f", "", `manifests: a file, a directory (every *.yaml, *.yml and *.json under it, subdirectories included) or "-" (stdin)`)
+	fs.StringVarP(&o.namespace, "namespace", "n", metav1.NamespaceDefault, "with -f: the namespace of the objects that name none")
+	fs.StringArrayVar(&o.namespaceLabels, "namespace-labels", nil, "with -f: a namespace's labels, NAMESPACE=KEY=VALUE[,KEY=VALUE...], in place of its Namespace document's (repeatable)")
 	fs.StringVar(&o.nodePools, "nodepools", "", `karpenter.sh/v1 NodePool manifests ("-": stdin)`)
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a group is left out because no NodePool serves it (needs --nodepools)")
 	addOutputFlag(fs, &o.output, outputTable, outputTable, outputWide, outputJSON, outputYAML)
 	return cmd
 }
 
-func (o *planFlags) run(stdin io.Reader, stdout io.Writer) error {
+func (o *planFlags) run(stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := o.check(); err != nil {
 		return err
+	}
+	if o.file != "" && !o.strategySet {
+		return o.runManifests(stdin, stdout, stderr)
 	}
 	in, err := o.input(stdin)
 	if err != nil {
@@ -153,15 +179,115 @@ func (o *planFlags) run(stdin io.Reader, stdout io.Writer) error {
 	return nil
 }
 
+// runManifests previews every workload of the -f manifests under the
+// policies among them.
+func (o *planFlags) runManifests(stdin io.Reader, stdout, stderr io.Writer) error {
+	nsLabels, err := parseNamespaceLabels(o.namespaceLabels)
+	if err != nil {
+		return err
+	}
+	m := plan.NewManifests(o.namespace)
+	if o.file == "-" {
+		err = m.Read(stdin, "stdin")
+	} else {
+		err = m.ReadPath(o.file)
+	}
+	if err != nil {
+		return err
+	}
+	if len(m.Workloads) == 0 {
+		return fmt.Errorf("%s: %w", o.file, plan.ErrNoWorkload)
+	}
+	for ns, l := range nsLabels {
+		m.Namespaces[ns] = l
+	}
+	var cat *catalog.Catalog
+	if o.nodePools != "" {
+		nps, err := readInput(o.nodePools, stdin, catalog.ReadNodePools)
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.nodePools, err)
+		}
+		cat = catalog.New(nps)
+	}
+	replicas := -1
+	if o.replicas.set {
+		replicas = o.replicas.n
+	}
+	previews, err := m.Preview(replicas, cat)
+	if err != nil {
+		return failed(err)
+	}
+	if line := m.SkippedLine(); line != "" {
+		fmt.Fprintln(stderr, line)
+	}
+	switch o.output {
+	case outputJSON:
+		err = plan.WritePreviewsJSON(stdout, previews)
+	case outputYAML:
+		err = writeStructured(stdout, outputYAML, plan.Previews{Workloads: previews})
+	default:
+		err = plan.WritePreviews(stdout, previews, o.output == outputWide)
+	}
+	if err != nil {
+		return failedIf(err)
+	}
+	if bad := plan.Failures(previews); len(bad) > 0 {
+		// Invalid input, as for one workload: exit status 2.
+		return fmt.Errorf("%d of %d workloads have no preview: %s", len(bad), len(previews), strings.Join(bad, "; "))
+	}
+	if !o.strict {
+		return nil
+	}
+	var out []string
+	for i := range previews {
+		if p := &previews[i]; p.Result != nil {
+			for _, g := range p.LeftOut() {
+				out = append(out, p.String()+" "+g)
+			}
+		}
+	}
+	if len(out) > 0 {
+		return failed(fmt.Errorf("--strict: %d groups left out, no NodePool serves them: %s", len(out), strings.Join(out, "; ")))
+	}
+	return nil
+}
+
+// parseNamespaceLabels reads --namespace-labels: NAMESPACE=KEY=VALUE,...
+// (NAMESPACE= for none); a namespace given twice gets both label sets.
+func parseNamespaceLabels(values []string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, v := range values {
+		ns, rest, ok := strings.Cut(v, "=")
+		if !ok || ns == "" {
+			return nil, fmt.Errorf("--namespace-labels %q: want NAMESPACE=KEY=VALUE[,KEY=VALUE...]", v)
+		}
+		if out[ns] == nil {
+			out[ns] = map[string]string{}
+		}
+		if rest == "" {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--namespace-labels %q: %q is not KEY=VALUE", v, kv)
+			}
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				return nil, fmt.Errorf("--namespace-labels %q: label key %q: %s", v, k, strings.Join(errs, "; "))
+			}
+			if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
+				return nil, fmt.Errorf("--namespace-labels %q: label value %q: %s", v, val, strings.Join(errs, "; "))
+			}
+			out[ns][k] = val
+		}
+	}
+	return out, nil
+}
+
 // leftOut is the --strict verdict: an error naming every group no NodePool
 // serves.
 func leftOut(res *plan.Result) error {
-	var out []string
-	for i, g := range res.Details {
-		if g.Unavailable != "" {
-			out = append(out, fmt.Sprintf("group %d (%s): %s", i, g.Key, g.Unavailable))
-		}
-	}
+	out := res.LeftOut()
 	if len(out) == 0 {
 		return nil
 	}
@@ -175,6 +301,9 @@ func (o *planFlags) check() error {
 	}
 	if o.strict && o.nodePools == "" {
 		return errors.New("--strict needs --nodepools: without NodePools no group is left out")
+	}
+	if len(o.namespaceLabels) > 0 && (o.file == "" || o.strategySet) {
+		return errors.New("--namespace-labels needs -f without --strategy: it places the workloads of manifests")
 	}
 	return nil
 }

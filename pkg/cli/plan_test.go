@@ -41,13 +41,29 @@ func planOK(t *testing.T, stdin string, args ...string) planJSON {
 	return p
 }
 
+// planFileOK is planOK for -f of one workload: its entry of "workloads".
+func planFileOK(t *testing.T, stdin string, args ...string) planJSON {
+	t.Helper()
+	code, out, errOut := run(t, stdin, append([]string{"plan", "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("plan %q: exit %d, stderr %q", args, code, errOut)
+	}
+	var p struct {
+		Workloads []planJSON `json:"workloads"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil || len(p.Workloads) != 1 {
+		t.Fatalf("plan %q: want JSON with one workload (%v):\n%s", args, err, out)
+	}
+	return p.Workloads[0]
+}
+
 func TestPlanSeedExamples(t *testing.T) {
 	root := filepath.Join("..", "..", "examples")
-	p := planOK(t, "", "-f", filepath.Join(root, "aws-sample-nginx.yaml"))
+	p := planFileOK(t, "", "-f", filepath.Join(root, "aws-sample-nginx.yaml"))
 	if p.Counts["karpenter.sh/capacity-type=on-demand"] != 4 || p.Counts["karpenter.sh/capacity-type=spot"] != 6 {
 		t.Errorf("seed 004: counts %v, want on-demand 4, spot 6", p.Counts)
 	}
-	p = planOK(t, "", "-f", filepath.Join(root, "eks-blog-alpine.yaml"))
+	p = planFileOK(t, "", "-f", filepath.Join(root, "eks-blog-alpine.yaml"))
 	want := map[string]int64{"nodesize=od4vcpu16gb": 1, "nodesize=spot4vcpu16gb": 5, "nodesize=spot8vcpu32gb": 4}
 	for k, v := range want {
 		if p.Counts[k] != v {
@@ -120,11 +136,11 @@ spec:
   replicas: 6
   template: {metadata: {}}
 `
-	p := planOK(t, doc, "-f", "-")
+	p := planFileOK(t, doc, "-f", "-")
 	if len(p.Sequence) != 6 || p.Counts["kubernetes.io/arch=arm64"] != 3 {
 		t.Errorf("rollout from stdin: %+v", p)
 	}
-	p = planOK(t, doc, "-f", "-", "--replicas", "3")
+	p = planFileOK(t, doc, "-f", "-", "--replicas", "3")
 	if len(p.Sequence) != 3 {
 		t.Errorf("--replicas did not override spec.replicas: %d pods", len(p.Sequence))
 	}
@@ -133,7 +149,7 @@ spec:
 		t.Errorf("--strategy did not override the file: %+v", p)
 	}
 	const noReplicas = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\nspec:\n  template:\n    metadata:\n      annotations:\n        custom-pod-schedule-strategy: a=b,weight=1\n"
-	if p = planOK(t, noReplicas, "-f", "-"); len(p.Sequence) != 1 {
+	if p = planFileOK(t, noReplicas, "-f", "-"); len(p.Sequence) != 1 {
 		t.Errorf("unset spec.replicas should mean 1, got %d pods", len(p.Sequence))
 	}
 }
@@ -148,7 +164,7 @@ func TestPlanBadInput(t *testing.T) {
 		return p
 	}
 	noStrategy := write("plain.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 2}\n")
-	badStrategy := write("bad.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations: {apportion.dev/strategy: 'a=b,weight=x'}\n")
+	service := write("service.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n")
 	notYAML := write("junk.yaml", "{{{ not yaml")
 	two := write("two.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, annotations: {apportion.dev/strategy: 'a=b,weight=1'}}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b, annotations: {apportion.dev/strategy: 'a=b,weight=1'}}\n")
 	for _, tc := range []struct {
@@ -176,10 +192,14 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "extra"}, `unexpected argument "extra"`},
 		{[]string{"plan", "--bogus"}, "unknown flag: --bogus (see apportion plan --help)"},
 		{[]string{"plan", "-f", filepath.Join(dir, "missing.yaml")}, "no such file"},
-		{[]string{"plan", "-f", noStrategy}, "no strategy annotation on Deployment default/web"},
-		{[]string{"plan", "-f", badStrategy}, `Deployment default/web metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2`},
-		{[]string{"plan", "-f", notYAML}, "reading document 1"},
-		{[]string{"plan", "-f", two}, "2 workloads carry a strategy"},
+		{[]string{"plan", "-f", noStrategy, "--strategy", "a=b,weight=1"}, "no strategy annotation on Deployment default/web"},
+		{[]string{"plan", "-f", notYAML}, "junk.yaml: document 1: "},
+		{[]string{"plan", "-f", two, "--strategy", "a=b,weight=1"}, "2 workloads carry a strategy"},
+		{[]string{"plan", "-f", service}, "service.yaml: no Deployment, StatefulSet, ReplicaSet or Argo Rollout in the input"},
+		{[]string{"plan", "-f", two, "--namespace-labels", "team-a"}, `--namespace-labels "team-a": want NAMESPACE=KEY=VALUE`},
+		{[]string{"plan", "-f", two, "--namespace-labels", "team-a=team"}, `--namespace-labels "team-a=team": "team" is not KEY=VALUE`},
+		{[]string{"plan", "-f", two, "--namespace-labels", "team-a=-x-=a"}, `label key "-x-"`},
+		{[]string{"plan", "--strategy", "a=b,weight=1", "--replicas", "1", "--namespace-labels", "a=b=c"}, "--namespace-labels needs -f without --strategy"},
 		{[]string{"frobnicate"}, `apportion: unknown command "frobnicate"`},
 		{[]string{"version", "extra"}, `unexpected argument "extra"`},
 		{[]string{"version", "-o", "table"}, `unknown output format: use json, yaml`},

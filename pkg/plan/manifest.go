@@ -25,6 +25,10 @@ type Workload struct {
 	Kind      string
 	Namespace string
 	Name      string
+	// Labels and Annotations are the workload's own: policies select
+	// workloads by their labels.
+	Labels      map[string]string
+	Annotations map[string]string
 	// Replicas is spec.replicas, nil when the manifest leaves it out.
 	Replicas *int32
 	Strategy string
@@ -49,6 +53,7 @@ type manifest struct {
 	Metadata   struct {
 		Name        string            `json:"name"`
 		Namespace   string            `json:"namespace"`
+		Labels      map[string]string `json:"labels"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {

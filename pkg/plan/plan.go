@@ -48,6 +48,8 @@ type Result struct {
 	Details []Group `json:"details"`
 	// Source says where the strategy was read from, when it came from a file.
 	Source string `json:"source,omitempty"`
+	// Mode is the workload's placement mode, in a preview of manifests.
+	Mode string `json:"mode,omitempty"`
 }
 
 // Options refine a preview.
@@ -192,6 +194,9 @@ func (r *Result) writeTable(w io.Writer, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if r.Source != "" {
 		fmt.Fprintf(tw, "source:\t%s\n", r.Source)
+	}
+	if r.Mode != "" {
+		fmt.Fprintf(tw, "mode:\t%s\n", r.Mode)
 	}
 	fmt.Fprintf(tw, "strategy:\t%s\nreplicas:\t%d\n\n", r.Strategy, r.Replicas)
 	pools := false

@@ -4,6 +4,8 @@
 // and UnsafeDisableDeepCopy), without an API server. Benchmarks use it to
 // measure the admission and placement paths against 10,000 cached pods: the
 // fake client serialises every object through JSON and would measure itself.
+// apportion plan resolves the workloads of manifests over it, as the webhook
+// does over its caches.
 package memcache
 
 import (
