@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -143,6 +145,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	}
 	if o.WebhookScope == options.WebhookScopeNamespaces {
 		cs = append(cs, sweepNamespaces(kube, d, o))
+		if d.Policies != nil && d.APIs.Served(v1alpha1.ClusterPlacementPolicyGVK) {
+			cs = append(cs, coverNamespaces(kube, d, o))
+		}
 	}
 	if o.Rebalance {
 		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, groupCapacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
@@ -178,6 +183,22 @@ func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 				}
 			}
 		}))
+	}
+}
+
+// coverNamespaces labels, on the leader, a namespace created or relabelled
+// into a cluster policy's selector (scope.Marker.Covering), from the
+// namespace metadata informer: its pods reach the scoped webhook from the
+// first, not from the next sweep.
+func coverNamespaces(kube client.Client, d Dependencies, o *options.Options) registerFunc {
+	marker := &scope.Marker{Reader: kube, Writer: kube, Excluded: sets.New(o.Excluded()...)}
+	return func(_ context.Context, m manager.Manager) error {
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		return controllerruntime.NewControllerManagedBy(m).
+			Named("scope.namespaces").
+			For(ns, builder.WithPredicates(scope.CoveringPredicate())).
+			Complete(marker.Covering(d.Policies))
 	}
 }
 

@@ -2,8 +2,10 @@
 // namespaces by (webhook.scope: namespaces): Marker writes it when a
 // workload or PlacementPolicy opts in, or a ClusterPlacementPolicy covers
 // the namespace, from the validating webhooks before
-// the object is admitted, and Sweep writes it for what opted in before
-// (an upgrade, a validator that failed open).
+// the object is admitted; Covering writes it on the leader as soon as a
+// namespace's labels bring it under a ClusterPlacementPolicy; and Sweep
+// writes it for what opted in before (an upgrade, a validator that failed
+// open).
 package scope
 
 import (
@@ -13,10 +15,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
@@ -91,6 +97,57 @@ func (m *Marker) MarkCovered(ctx context.Context, src *policy.Source, p *v1alpha
 		return err
 	}
 	return m.markAll(ctx, namespaces)
+}
+
+// Covering is the reconciler, keyed by namespace name, of the leader's
+// watch of namespaces (CoveringPredicate): it labels a namespace created or
+// relabelled into the selector of a cluster policy at once, so that its
+// first pods reach the pod webhook, not only at the next sweep. Its reads
+// come from the caches.
+func (m *Marker) Covering(src *policy.Source) reconcile.Reconciler {
+	return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		return reconcile.Result{}, m.MarkIfCovered(ctx, src, req.Name)
+	})
+}
+
+// MarkIfCovered labels the namespace when some cluster policy covers it.
+func (m *Marker) MarkIfCovered(ctx context.Context, src *policy.Source, namespace string) error {
+	if m == nil || src == nil || m.Excluded.Has(namespace) {
+		return nil
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := m.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if ns.Labels[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled {
+		return nil
+	}
+	all, err := src.ClusterPolicies(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(all, func(p *v1alpha1.ClusterPlacementPolicy) bool { return src.SelectsNamespace(p, ns) }) {
+		return nil
+	}
+	return m.Mark(ctx, namespace)
+}
+
+// CoveringPredicate passes the namespace events that can bring a namespace
+// under a cluster policy: a namespace created, or its labels changed. A
+// namespace labelled already is passed over.
+func CoveringPredicate() predicate.Predicate {
+	unlabelled := func(o client.Object) bool {
+		return o.GetLabels()[annotations.NamespacePlacement] != annotations.NamespacePlacementEnabled
+	}
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return unlabelled(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return unlabelled(e.ObjectNew) && !labels.Equals(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // covered is the set of namespaces some of policies covers.

@@ -9,11 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
@@ -196,4 +199,67 @@ func TestMarkCovered(t *testing.T) {
 		}
 		check(t, c)
 	})
+}
+
+// A namespace relabelled into a cluster policy's selector is labelled by
+// the leader's watch at once; one the policy does not cover, an ignored or
+// excluded one, or one gone, is not, and one labelled already costs no
+// patch.
+func TestCovering(t *testing.T) {
+	cp := &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "platform", UID: "c1", Generation: 1},
+		Spec: v1alpha1.ClusterPlacementPolicySpec{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+			Strategy: v1alpha1.Strategy{Text: strategyText}}}
+	web := map[string]string{"team": "web"}
+	m, c, patches := newMarker(t,
+		namespace("moved", map[string]string{"team": "db"}), namespace("other", map[string]string{"team": "db"}),
+		namespace("ignored", map[string]string{"team": "web", annotations.Ignore: ""}), namespace("apportion-system", web),
+		namespace("done", map[string]string{"team": "web", annotations.NamespacePlacement: annotations.NamespacePlacementEnabled}), cp)
+	src := policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"})
+	r := m.Covering(src)
+	ctx := context.Background()
+	reconcileAll := func() {
+		t.Helper()
+		for _, ns := range []string{"moved", "other", "ignored", "apportion-system", "done", "gone"} {
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: ns}}); err != nil {
+				t.Fatalf("Reconcile(%s): %v", ns, err)
+			}
+		}
+	}
+	reconcileAll()
+	if *patches != 0 {
+		t.Fatalf("%d patches before any namespace is covered, want 0", *patches)
+	}
+	// The team moves: its namespace now matches the policy.
+	moved := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "moved"}, moved); err != nil {
+		t.Fatal(err)
+	}
+	old := moved.DeepCopy()
+	moved.Labels = web
+	if err := c.Update(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	if !CoveringPredicate().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: moved}) {
+		t.Error("the relabel is not passed to the watch")
+	}
+	*patches = 0
+	reconcileAll()
+	want := map[string]bool{"moved": true, "other": false, "ignored": false, "apportion-system": false, "done": true}
+	for ns, w := range want {
+		if got := labelled(t, c, ns)[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled; got != w {
+			t.Errorf("namespace %s labelled: %v, want %v", ns, got, w)
+		}
+	}
+	if *patches != 1 {
+		t.Errorf("%d patches, want 1 (namespace moved)", *patches)
+	}
+	// Once labelled, its events are passed over.
+	labelledNow := moved.DeepCopy()
+	labelledNow.Labels = map[string]string{"team": "web", "x": "y", annotations.NamespacePlacement: annotations.NamespacePlacementEnabled}
+	if CoveringPredicate().Update(event.UpdateEvent{ObjectOld: moved, ObjectNew: labelledNow}) || CoveringPredicate().Create(event.CreateEvent{Object: labelledNow}) {
+		t.Error("events of a labelled namespace passed to the watch")
+	}
+	if !CoveringPredicate().Create(event.CreateEvent{Object: namespace("new", web)}) {
+		t.Error("a namespace created is not passed to the watch")
+	}
 }

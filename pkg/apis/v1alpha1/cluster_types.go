@@ -92,6 +92,19 @@ type ClusterPlacementPolicyStatus struct {
 	// +optional
 	Placed int32 `json:"placed"`
 
+	// WithinQuota is the number of the workloads it places whose Running
+	// pods, counted by the labels of their nodes, are within quota of the
+	// strategy at their Running count (pods beyond every cap run anywhere).
+	// +optional
+	WithinQuota int32 `json:"withinQuota"`
+
+	// OffStrategy lists, up to 10 and sorted, the workloads it places that
+	// are not within quota, as "namespace/kind/name: reason".
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	OffStrategy []string `json:"offStrategy,omitempty"`
+
 	// Namespaces is the number of namespaces the selector covers.
 	// +optional
 	Namespaces int32 `json:"namespaces"`
@@ -125,6 +138,7 @@ type ClusterPlacementPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.matched`
 // +kubebuilder:printcolumn:name="Placed",type=integer,JSONPath=`.status.placed`
+// +kubebuilder:printcolumn:name="WithinQuota",type=integer,JSONPath=`.status.withinQuota`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Conflict",type=string,JSONPath=`.status.conditions[?(@.type=="Conflict")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -4,17 +4,22 @@
 // metadata caches, and counts the workloads it covers and those it places:
 // the others carry their own strategy, are targeted by a PlacementPolicy of
 // their namespace, are covered by a higher-ranked cluster policy, or opted
-// out. Cluster policies of the same priority that cover one workload are a
-// tie: both report it (the Conflict condition and a Warning Event), and the
-// oldest places the workload.
+// out. Of the workloads it places, it counts those within quota (pkg/split,
+// over their Running pods by the labels of their nodes) and names the first
+// few that are not. Cluster policies of the same priority that cover one
+// workload are a tie: both report it (the Conflict condition and a Warning
+// Event), and the oldest places the workload.
 //
 // Cost: one list of namespaces and of cluster policies, and one list per
 // covered namespace and kind, per reconcile; per covered workload, the
 // index reads of its namespace's PlacementPolicies and the cached typed
-// object for its pod template's annotations. No pod is read: the status is
-// O(covered workloads), whatever the pods do. Reconciles come from cluster
-// policy, namespace and workload events (batched: one reconcile per policy
-// per batchDelay) and every resyncPeriod.
+// object for its pod template's annotations; per placed workload, its pods
+// through a pod cache index by controller (one read per ReplicaSet or
+// StatefulSet) and its nodes' metadata. No other pod is read: the status is
+// O(covered workloads and their pods), whatever the cluster's other pods
+// do. Reconciles come from cluster policy, namespace and workload events
+// (batched: one reconcile per policy per batchDelay) and every
+// resyncPeriod, never from pod events.
 package clusterpolicystatus
 
 import (
@@ -44,11 +49,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/policy"
+	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -62,6 +70,12 @@ const (
 	batchDelay = 2 * time.Second
 	// maxConflicts bounds the policies named in status.conflicts.
 	maxConflicts = 10
+	// maxOffStrategy bounds the workloads named in status.offStrategy.
+	maxOffStrategy = 10
+	// IndexController indexes cached pods by the UID of their controller
+	// (a ReplicaSet, a StatefulSet): a placed workload's pods are read
+	// through it.
+	IndexController = "clusterpolicystatus.controller"
 	// tieEventInterval is how often the same tie is reported again.
 	tieEventInterval = 30 * time.Minute
 )
@@ -86,7 +100,10 @@ func NewController(clk clock.Clock, kubeClient client.Client, source *policy.Sou
 func (c *Controller) Name() string { return "clusterpolicy.status" }
 
 // Register adds the controller to the manager (leader only, the default).
-func (c *Controller) Register(_ context.Context, m manager.Manager) error {
+func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
+	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexController, ControllerIndex); err != nil {
+		return fmt.Errorf("indexing pods by controller: %w", err)
+	}
 	changed := func(o, n client.Object) bool {
 		return o.GetGeneration() != n.GetGeneration() || !labels.Equals(o.GetLabels(), n.GetLabels()) || !equalAnnotations(o, n)
 	}
@@ -150,9 +167,21 @@ func (c *Controller) enqueue(ctx context.Context, q workqueue.TypedRateLimitingI
 	}
 }
 
+// ControllerIndex is the IndexController of a pod: its controller's UID.
+// The owner of a cached pod (podcache.Pod) is read in place.
+func ControllerIndex(o client.Object) []string {
+	if owner := metav1.GetControllerOfNoCopy(o); owner != nil {
+		return []string{string(owner.UID)}
+	}
+	return nil
+}
+
 // observed is what one reconcile found.
 type observed struct {
-	namespaces, matched, placed int32
+	namespaces, matched, placed, within int32
+	// off: "namespace/kind/name: reason" of every placed workload not
+	// within quota.
+	off []string
 	// tied: the names of the policies of the same priority that cover
 	// some of the same workloads, and one such workload.
 	tied    map[string]bool
@@ -173,7 +202,7 @@ func (c *Controller) Reconcile(ctx context.Context, p *v1alpha1.ClusterPlacement
 	raw, serr := policy.ClusterStrategy(&p.Spec)
 	status := v1alpha1.ClusterPlacementPolicyStatus{
 		ObservedGeneration: p.Generation, Strategy: raw,
-		Matched: o.matched, Placed: o.placed, Namespaces: o.namespaces,
+		Matched: o.matched, Placed: o.placed, WithinQuota: o.within, Namespaces: o.namespaces,
 		Conditions: slices.Clone(p.Status.Conditions),
 	}
 	for name := range o.tied {
@@ -183,6 +212,8 @@ func (c *Controller) Reconcile(ctx context.Context, p *v1alpha1.ClusterPlacement
 	if len(status.Conflicts) > maxConflicts {
 		status.Conflicts = status.Conflicts[:maxConflicts]
 	}
+	slices.Sort(o.off)
+	status.OffStrategy = o.off[:min(len(o.off), maxOffStrategy)]
 	now := metav1.NewTime(c.clock.Now())
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: p.Generation, LastTransitionTime: now}
 	switch {
@@ -237,6 +268,12 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.ClusterPlacementPo
 	if err != nil {
 		return o, err
 	}
+	// An invalid strategy places nothing: its workloads have no split.
+	var cs *compiled.Strategy
+	if raw, err := policy.ClusterStrategy(&p.Spec); err == nil {
+		cs, _ = compiled.Parse(raw)
+	}
+	pods := &podReader{c: c, strategy: cs, nodes: map[string]map[string]string{}}
 	nsList := &metav1.PartialObjectMetadataList{}
 	nsList.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
 	if err := c.kubeClient.List(ctx, nsList, client.UnsafeDisableDeepCopy); err != nil {
@@ -248,6 +285,7 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.ClusterPlacementPo
 			continue
 		}
 		o.namespaces++
+		pods.namespace, pods.replicaSets = ns.Name, nil
 		for _, gvk := range c.kinds {
 			if len(p.Spec.Target.Kinds) > 0 && !slices.Contains(p.Spec.Target.Kinds, gvk.Kind) {
 				continue
@@ -268,7 +306,7 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.ClusterPlacementPo
 				if !c.source.Covers(p, ns, top) {
 					continue
 				}
-				if err := c.count(ctx, p, all, ns, top, &o); err != nil {
+				if err := c.count(ctx, p, all, ns, top, pods, &o); err != nil {
 					return o, err
 				}
 			}
@@ -278,7 +316,7 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.ClusterPlacementPo
 }
 
 // count adds one covered workload: who places it, and the ties on it.
-func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, all []*v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata, o *observed) error {
+func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, all []*v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata, pods *podReader, o *observed) error {
 	o.matched++
 	var ranked []*v1alpha1.ClusterPlacementPolicy
 	for _, q := range all {
@@ -291,11 +329,24 @@ func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPoli
 	if len(ranked) == 0 || ranked[0].UID != p.UID {
 		return nil
 	}
-	places, err := c.places(ctx, p, ns, top)
-	if places {
-		o.placed++
+	places, replicas, err := c.places(ctx, p, ns, top)
+	if err != nil || !places {
+		return err
 	}
-	return err
+	o.placed++
+	if pods.strategy == nil {
+		return nil
+	}
+	sp, err := pods.split(ctx, top, replicas)
+	if err != nil {
+		return err
+	}
+	if sp.WithinQuota {
+		o.within++
+	} else {
+		o.off = append(o.off, ns.Name+"/"+top.Kind+"/"+top.Name+": "+offReason(sp))
+	}
+	return nil
 }
 
 // ties records the policies of p's priority that cover top with p, when
@@ -322,24 +373,114 @@ func (o *observed) ties(p *v1alpha1.ClusterPlacementPolicy, ranked []*v1alpha1.C
 // places reports whether p, the highest-ranked cluster policy covering top,
 // places it: top carries no strategy of its own, no PlacementPolicy targets
 // it, and it did not opt out (or p does not allow that).
-func (c *Controller) places(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata) (bool, error) {
+// replicas is its spec.replicas, read for the apps/v1 kinds only (0 for
+// the others: the split at the Running count needs none).
+func (c *Controller) places(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata) (places bool, replicas int64, err error) {
 	template := map[string]string(nil)
 	if top.GroupVersionKind().Group == workload.DeploymentGVK.Group {
 		spec, err := workload.ReadSpec(ctx, c.kubeClient, top.GroupVersionKind(), client.ObjectKeyFromObject(top))
 		if err != nil && !apierrors.IsNotFound(err) {
-			return false, err
+			return false, 0, err
 		}
-		template = spec.Template
+		template, replicas = spec.Template, int64(spec.Replicas)
 	}
 	if _, _, own := strategy.Find(top.Annotations, template); own {
-		return false, nil
+		return false, 0, nil
 	}
 	namespaced, err := c.source.Policies(ctx, ns.Name, top)
 	if err != nil || len(namespaced) > 0 {
-		return false, err
+		return false, 0, err
 	}
 	skip := isTrue(top.Annotations[annotations.Skip]) || isTrue(template[annotations.Skip])
-	return !skip || !p.SkipAllowed(), nil
+	return !skip || !p.SkipAllowed(), replicas, nil
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
+
+// podReader reads the Running pods of the placed workloads of one
+// namespace, by controller, and their nodes' labels, each node once per
+// reconcile.
+type podReader struct {
+	c         *Controller
+	strategy  *compiled.Strategy
+	namespace string
+	// replicaSets maps a Deployment's or Rollout's UID to its
+	// ReplicaSets', listed once per namespace when first needed.
+	replicaSets map[types.UID][]types.UID
+	nodes       map[string]map[string]string
+}
+
+// split is the workload's split now.
+func (x *podReader) split(ctx context.Context, top *metav1.PartialObjectMetadata, replicas int64) (split.Split, error) {
+	controllers := []types.UID{top.UID}
+	if k := top.GroupVersionKind(); k == workload.DeploymentGVK || k == workload.RolloutGVK {
+		if err := x.listReplicaSets(ctx); err != nil {
+			return split.Split{}, err
+		}
+		controllers = x.replicaSets[top.UID]
+	}
+	in := split.Input{Strategy: x.strategy, Replicas: replicas}
+	for _, uid := range controllers {
+		var pods corev1.PodList
+		if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.MatchingFields{IndexController: string(uid)}); err != nil {
+			return split.Split{}, fmt.Errorf("listing pods of %s %s/%s: %w", top.Kind, x.namespace, top.Name, err)
+		}
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if pod.Status.Phase != corev1.PodRunning || !podutil.IsScheduled(pod) || podutil.IsTerminating(pod) {
+				continue
+			}
+			l, err := x.nodeLabels(ctx, pod.Spec.NodeName)
+			if err != nil {
+				return split.Split{}, err
+			}
+			in.NodeLabels = append(in.NodeLabels, l)
+		}
+	}
+	return split.Compute(in), nil
+}
+
+func (x *podReader) listReplicaSets(ctx context.Context) error {
+	if x.replicaSets != nil {
+		return nil
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(workload.ReplicaSetGVK.GroupVersion().WithKind("ReplicaSetList"))
+	if err := x.c.kubeClient.List(ctx, list, client.InNamespace(x.namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing replicasets of %s: %w", x.namespace, err)
+	}
+	x.replicaSets = map[types.UID][]types.UID{}
+	for i := range list.Items {
+		if up := metav1.GetControllerOfNoCopy(&list.Items[i]); up != nil {
+			x.replicaSets[up.UID] = append(x.replicaSets[up.UID], list.Items[i].UID)
+		}
+	}
+	return nil
+}
+
+func (x *podReader) nodeLabels(ctx context.Context, name string) (map[string]string, error) {
+	if l, ok := x.nodes[name]; ok {
+		return l, nil
+	}
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := x.c.kubeClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("getting node %s: %w", name, err)
+	}
+	x.nodes[name] = node.Labels
+	return node.Labels, nil
+}
+
+// offReason says in a few words why a split is not within quota: the
+// first group outside its quota, or the pods on nodes of no group.
+func offReason(sp split.Split) string {
+	for i, g := range sp.Groups {
+		if !g.Within() {
+			return fmt.Sprintf("group %d (%s) %d running, quota %s", i+1, g.Key, g.Actual, split.Bounds(g.Min, g.Max))
+		}
+	}
+	if sp.Unmatched > 0 {
+		return fmt.Sprintf("%d running on nodes of no group", sp.Unmatched)
+	}
+	return "outside quota"
+}

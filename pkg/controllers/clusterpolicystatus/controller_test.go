@@ -3,6 +3,7 @@ package clusterpolicystatus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,13 +63,18 @@ func build(t *testing.T, r reads, objs ...client.Object) client.Client {
 	t.Helper()
 	b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.ClusterPlacementPolicy{}).
-		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex)
+		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex).
+		WithIndex(&corev1.Pod{}, IndexController, ControllerIndex)
 	if r != nil {
 		b = b.WithInterceptorFuncs(interceptor.Funcs{
 			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 				gvk, _ := apiutil.GVKForObject(list, c.Scheme())
 				o := (&client.ListOptions{}).ApplyOptions(opts)
-				r[gvk.Kind+" in "+o.Namespace]++
+				k := gvk.Kind + " in " + o.Namespace
+				if o.FieldSelector != nil && !o.FieldSelector.Empty() {
+					k += " index"
+				}
+				r[k]++
 				return c.List(ctx, list, opts...)
 			},
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -200,12 +206,13 @@ func TestStatusTie(t *testing.T) {
 	}
 }
 
-// TestStatusCost: a reconcile reads no pod, and lists workloads only in the
-// namespaces the policy covers: its cost follows the covered workloads,
-// not the pods nor the cluster's other namespaces.
+// TestStatusCost: a reconcile lists workloads only in the namespaces the
+// policy covers, and reads pods only of the workloads it places, through
+// the controller index: its cost follows the placed workloads, not the
+// cluster's pods nor its other namespaces.
 func TestStatusCost(t *testing.T) {
 	web := map[string]string{"team": "web"}
-	objs := []client.Object{ns("web-a", web), ns("other", nil), cpol("platform", time.Hour, 0)}
+	objs := []client.Object{ns("web-a", web), ns("other", nil), cpol("platform", time.Hour, 0), node("n", "on-demand")}
 	for i := range 5 {
 		d := deploy("web-a", fmt.Sprint("d", i), nil, nil)
 		rs := test.ReplicaSet(metav1.ObjectMeta{Namespace: "web-a", Name: fmt.Sprint("d", i, "-abc"), UID: types.UID(fmt.Sprint("rs", i))}, d)
@@ -215,22 +222,104 @@ func TestStatusCost(t *testing.T) {
 				Owner: rs, NodeName: "n", Phase: corev1.PodRunning}))
 		}
 	}
+	// A workload with its own strategy: covered, not placed, its pods unread.
+	own := deploy("web-a", "own", map[string]string{annotations.Strategy: good}, nil)
+	ownRS := test.ReplicaSet(metav1.ObjectMeta{Namespace: "web-a", Name: "own-abc", UID: "rs-own"}, own)
+	objs = append(objs, own, ownRS, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web-a", Name: "own-1", UID: "own-1"}, Owner: ownRS, NodeName: "n", Phase: corev1.PodRunning}))
 	r := reads{}
 	st := reconcileStatus(t, build(t, r, objs...), k8sevents.NewFakeRecorder(10), "platform")
-	if st.Matched != 5 || st.Placed != 5 {
-		t.Fatalf("matched %d placed %d, want 5, 5", st.Matched, st.Placed)
+	if st.Matched != 6 || st.Placed != 5 {
+		t.Fatalf("matched %d placed %d, want 6, 5", st.Matched, st.Placed)
 	}
 	for k, n := range r {
-		if strings.Contains(k, "Pod") || strings.HasSuffix(k, " in other") {
+		if strings.HasSuffix(k, " in other") || (strings.Contains(k, "Pod") && k != "PodList in web-a index") {
 			t.Errorf("%d reads of %q", n, k)
 		}
 	}
-	// Per covered workload: its namespace's PlacementPolicies (two index
-	// reads) and its typed object; per covered namespace and kind, a list.
-	if n := r["PlacementPolicyList in web-a"]; n != 2*5 {
+	// Per placed workload, one index read per ReplicaSet; each node once.
+	if n := r["PodList in web-a index"]; n != 5 {
+		t.Errorf("%d pod reads, want 5 (one per placed ReplicaSet): %v", n, r)
+	}
+	if n := r["get Node"]; n != 1 {
+		t.Errorf("%d node reads, want 1", n)
+	}
+	// Per covered workload without a strategy of its own: its namespace's
+	// PlacementPolicies (two index reads); per covered namespace and kind,
+	// a list, and the ReplicaSets once more for the placed Deployments.
+	if n := r["PlacementPolicyList in web-a index"]; n != 2*5 {
 		t.Errorf("%d PlacementPolicy reads, want %d", n, 2*5)
 	}
-	if n := r["DeploymentList in web-a"] + r["StatefulSetList in web-a"] + r["ReplicaSetList in web-a"]; n != 3 {
-		t.Errorf("%d workload lists in web-a, want 3 (one per kind): %v", n, r)
+	if n := r["DeploymentList in web-a"] + r["StatefulSetList in web-a"] + r["ReplicaSetList in web-a"]; n != 4 {
+		t.Errorf("%d workload lists in web-a, want 4 (one per kind, one for the pods): %v", n, r)
+	}
+}
+
+func node(name, capacityType string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if capacityType != "" {
+		n.Labels = map[string]string{"karpenter.sh/capacity-type": capacityType}
+	}
+	return n
+}
+
+// running adds a Deployment in namespace and its Running pods, one per node
+// named.
+func running(namespace, name string, nodes ...string) []client.Object {
+	d := deploy(namespace, name, nil, nil)
+	rs := test.ReplicaSet(metav1.ObjectMeta{Namespace: namespace, Name: name + "-abc", UID: types.UID(namespace + "-" + name + "-abc")}, d)
+	objs := []client.Object{d, rs}
+	for i, n := range nodes {
+		objs = append(objs, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprint(name, "-", i), UID: types.UID(fmt.Sprint(namespace, "-", name, "-", i))},
+			Owner: rs, NodeName: n, Phase: corev1.PodRunning}))
+	}
+	// A Pending pod counts in no split.
+	objs = append(objs, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-pending", UID: types.UID(namespace + "-" + name + "-pending")}, Owner: rs, Phase: corev1.PodPending}))
+	return objs
+}
+
+// TestStatusQuota: of the workloads a policy places, those within quota by
+// their Running pods' nodes are counted, and the others named, sorted, at
+// most maxOffStrategy, with the group off its quota.
+func TestStatusQuota(t *testing.T) {
+	web := map[string]string{"team": "web"}
+	objs := []client.Object{ns("web-a", web), ns("web-b", web), cpol("platform", time.Hour, 0), node("od", "on-demand"), node("spot", "spot")}
+	// good at 4: on-demand 2-3, spot 1-2.
+	objs = append(objs, running("web-a", "even", "od", "od", "spot", "spot")...)
+	objs = append(objs, running("web-a", "idle")...)
+	for i := range 12 {
+		objs = append(objs, running("web-b", fmt.Sprintf("all-spot-%02d", i), "spot", "spot", "spot", "spot")...)
+	}
+	st := reconcileStatus(t, build(t, nil, objs...), k8sevents.NewFakeRecorder(10), "platform")
+	if st.Placed != 14 || st.WithinQuota != 2 {
+		t.Errorf("placed %d within quota %d, want 14, 2", st.Placed, st.WithinQuota)
+	}
+	if len(st.OffStrategy) != maxOffStrategy {
+		t.Fatalf("offStrategy %v, want %d entries", st.OffStrategy, maxOffStrategy)
+	}
+	want := "web-b/Deployment/all-spot-00: group 1 (karpenter.sh/capacity-type=on-demand) 0 running, quota 2-3"
+	if st.OffStrategy[0] != want || st.OffStrategy[9] != "web-b/Deployment/all-spot-09: group 1 (karpenter.sh/capacity-type=on-demand) 0 running, quota 2-3" {
+		t.Errorf("offStrategy %q, want first %q, through all-spot-09", st.OffStrategy, want)
+	}
+}
+
+// TestStatusQuotaCaps: pods beyond every cap run anywhere, and are not
+// off strategy; a capped group above its cap otherwise is.
+func TestStatusQuotaCaps(t *testing.T) {
+	web := map[string]string{"team": "web"}
+	p := cpol("platform", time.Hour, 0)
+	p.Spec.Strategy.Text = "karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1,max=1"
+	objs := []client.Object{ns("web-a", web), p, node("od", "on-demand"), node("spot", "spot"), node("plain", "")}
+	// At 5 Running, 2 beyond caps: they run on a node of no group, or
+	// past their group's cap.
+	objs = append(objs, running("web-a", "beyond", "od", "od", "spot", "plain", "plain")...)
+	objs = append(objs, running("web-a", "beyond-in-group", "od", "od", "od", "spot")...)
+	// At 3 Running, none beyond caps: the third on-demand pod is over.
+	objs = append(objs, running("web-a", "over", "od", "od", "od")...)
+	st := reconcileStatus(t, build(t, nil, objs...), k8sevents.NewFakeRecorder(10), "platform")
+	if st.Placed != 3 || st.WithinQuota != 2 {
+		t.Errorf("placed %d within quota %d, want 3, 2", st.Placed, st.WithinQuota)
+	}
+	if want := []string{"web-a/Deployment/over: group 1 (karpenter.sh/capacity-type=on-demand) 3 running, quota 2"}; !slices.Equal(st.OffStrategy, want) {
+		t.Errorf("offStrategy %q, want %q", st.OffStrategy, want)
 	}
 }

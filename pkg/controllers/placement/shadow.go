@@ -76,7 +76,10 @@ func (c *Controller) reconcileShadow(ctx context.Context, pod *corev1.Pod) (reco
 	}
 	key := workload.OwnerKey(pod)
 	if key == "" {
-		if c.podMode(pod) != annotations.ModeShadow || !c.byArchitecture(ctx, pod, nil) {
+		// A pod without a workload opts out by its own annotation; a
+		// workload's pod, as Resolve says: a cluster policy may not
+		// allow it, in shadow mode as in the others.
+		if isTrue(pod.Annotations[annotations.Skip]) || c.podMode(pod) != annotations.ModeShadow || !c.byArchitecture(ctx, pod, nil) {
 			return reconcile.Result{}, nil
 		}
 		full, err := c.withImages(ctx, pod)
@@ -143,12 +146,12 @@ func (c *Controller) WithExcludedNamespaces(namespaces []string, labels bool) *C
 // outOfScope reports whether an ungated pod is one the pod webhook never
 // holds, whatever its workload says, which shadow mode must leave alone as
 // well: pods of excluded or ignored (annotations.Ignore) namespaces, DaemonSet and
-// mirror pods, opted-out pods, and Karpenter's and apportion's own.
+// mirror pods, and Karpenter's and apportion's own. An opted-out pod is not
+// out of scope here: its workload's policy may refuse the opt-out.
 func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
 	switch {
 	case c.excluded.Has(pod.Namespace),
 		isMirror(pod),
-		strings.EqualFold(strings.TrimSpace(pod.Annotations[annotations.Skip]), "true"),
 		workload.IsDaemonSetPod(pod),
 		ownPods.Has(pod.Labels[appNameLabel]):
 		return true
@@ -164,6 +167,8 @@ func (c *Controller) outOfScope(ctx context.Context, pod *corev1.Pod) bool {
 	_, ignored := ns.Labels[annotations.Ignore]
 	return ignored
 }
+
+func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
 
 // isMirror reports whether the pod is a static pod's mirror: the kubelet
 // makes its Node the controller (the mirror annotation itself is not kept

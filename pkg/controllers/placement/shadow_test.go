@@ -12,16 +12,23 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/apportion"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/plan"
+	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/test"
 )
@@ -471,5 +478,49 @@ func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
 	})
 	if pod := f.reconcile(t, job); !decision.HasShadow(pod) {
 		t.Errorf("in-scope Job pod not decided: %v", pod.Annotations)
+	}
+}
+
+// TestShadowClusterPolicyRefusesSkip: in shadow mode, an opted-out pod of
+// a workload a cluster policy with allowSkip: false places gets its shadow
+// decision, as it would be placed in required mode; with allowSkip, or
+// without a workload, the opt-out stands.
+func TestShadowClusterPolicyRefusesSkip(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		allowSkip bool
+		bare      bool
+		want      bool
+	}{
+		{name: "allowSkip false", want: true},
+		{name: "allowSkip true", allowSkip: true},
+		{name: "Job's pod", bare: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "platform", UID: "c1", CreationTimestamp: metav1.NewTime(now)},
+				Spec: v1alpha1.ClusterPlacementPolicySpec{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+					Strategy: v1alpha1.Strategy{Text: seed004}, Mode: v1alpha1.Mode(annotations.ModeShadow), AllowSkip: ptr.To(tc.allowSkip)}}
+			deploy, rs := test.Workload(nil)
+			c := fake.NewClientBuilder().WithScheme(test.Scheme()).
+				WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex).
+				WithObjects(cp, deploy, rs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"team": "web"}}},
+					nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot")).Build()
+			f := &fixture{client: c, recorder: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(now), rs: rs, tally: placement.NewTally()}
+			f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second).
+				WithPolicies(policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"})).WithSigner(decision.RandomSigner())
+			if tc.bare {
+				f.ctrl.WithDefaultMode(annotations.ModeShadow).ArchitecturesForAll(true).
+					WithImages(&fakeImages{res: result("example.com/multi:1", "amd64", "arm64")}, time.Second)
+			}
+			pod := f.reconcile(t, f.gatedPod(t, 0, ungated, func(p *corev1.Pod) {
+				p.Annotations = map[string]string{annotations.Skip: "true"}
+				if tc.bare {
+					p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name = "batch/v1", "Job", "job"
+				}
+			}))
+			if got := decision.HasShadow(pod); got != tc.want {
+				t.Errorf("shadow decision written: %v, want %v (%v)", got, tc.want, pod.Annotations)
+			}
+		})
 	}
 }
