@@ -39,6 +39,9 @@ var (
 	WorkflowGVK    = schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Workflow"}
 )
 
+// Owners are the kinds Resolve reads, from the metadata caches.
+var Owners = []schema.GroupVersionKind{ReplicaSetGVK, DeploymentGVK, StatefulSetGVK, RolloutGVK, JobGVK, CronJobGVK, WorkflowGVK}
+
 // IsBatch reports whether the pod's controller is a Job or an Argo Workflow:
 // its pods run to completion, and only the live ones are counted.
 func IsBatch(pod metav1.Object) bool {
