@@ -393,7 +393,7 @@ func TestParseRef(t *testing.T) {
 			t.Errorf("%v: got %+v, %v", tc.args, got, err)
 		}
 	}
-	for _, bad := range [][]string{{"web"}, {"job/x"}, {"pod/"}, {"pod/a/b"}, {"a", "b", "c"}} {
+	for _, bad := range [][]string{{"web"}, {"daemonset/x"}, {"pod/"}, {"pod/a/b"}, {"a", "b", "c"}} {
 		if _, err := ParseRef(bad, "n"); !errors.Is(err, ErrUsage) {
 			t.Errorf("%v: want a usage error, got %v", bad, err)
 		}
@@ -592,9 +592,45 @@ func TestBatchReports(t *testing.T) {
 	if r.Kind != "Workflow" || r.Source != "Workflow etl spec.podMetadata.annotations[apportion.dev/strategy]" || r.Replicas != 1 || r.Pods.Live != 1 {
 		t.Errorf("a Workflow: %+v", r)
 	}
+	// status lists the running Job and the Workflow, not a finished Job.
+	done := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "done", UID: "done-uid", Annotations: map[string]string{annotations.Strategy: odSpot}},
+		Spec: batchv1.JobSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "done-uid"}}},
+		Status: batchv1.JobStatus{CompletionTime: ptr.To(metav1.Now())}}
+	f.objs = append(f.objs, done)
+	c = f.cluster(t)
+	c.Workflows = true
+	c.Reader = workflowMetadata{c.Reader, wf}
+	rows, err := c.Status(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range rows {
+		got = append(got, w.Kind+"/"+w.Name)
+	}
+	if want := "Job/nightly-1 Workflow/etl"; strings.Join(got, " ") != want {
+		t.Errorf("status rows %v, want %s", got, want)
+	}
 	for _, arg := range []string{"job/nightly-1", "jobs.batch/nightly-1", "wf/etl", "workflow.argoproj.io/etl"} {
 		if _, err := ParseRef([]string{arg}, ns); err != nil {
 			t.Errorf("ParseRef(%q): %v", arg, err)
 		}
 	}
+}
+
+// workflowMetadata lists wf's metadata as the API server's metadata view
+// does, which the fake client does not do for an unstructured kind.
+type workflowMetadata struct {
+	client.Reader
+	wf *unstructured.Unstructured
+}
+
+func (r workflowMetadata) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if l, ok := list.(*metav1.PartialObjectMetadataList); ok && l.GroupVersionKind().Kind == "WorkflowList" {
+		m := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: r.wf.GetNamespace(), Name: r.wf.GetName(), UID: r.wf.GetUID(), Labels: r.wf.GetLabels()}}
+		m.SetGroupVersionKind(workload.WorkflowGVK)
+		l.Items = []metav1.PartialObjectMetadata{m}
+		return nil
+	}
+	return r.Reader.List(ctx, list, opts...)
 }
