@@ -594,7 +594,7 @@ func TestBatchReports(t *testing.T) {
 	}
 	// status lists the running Job and the Workflow, not a finished Job.
 	done := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "done", UID: "done-uid", Annotations: map[string]string{annotations.Strategy: odSpot}},
-		Spec: batchv1.JobSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "done-uid"}}},
+		Spec:   batchv1.JobSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "done-uid"}}},
 		Status: batchv1.JobStatus{CompletionTime: ptr.To(metav1.Now())}}
 	f.objs = append(f.objs, done)
 	c = f.cluster(t)
