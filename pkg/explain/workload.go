@@ -385,27 +385,13 @@ func revisionOf(p *corev1.Pod) string {
 // template's win for the mode), else the oldest PlacementPolicy targeting
 // it, else the highest-ranked ClusterPlacementPolicy covering it.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
-	raw, src, found := strategy.Find(o.meta.Annotations, o.template.Annotations)
-	var parentRaw string
-	if o.batch {
-		// A batch owner's pods' annotations come first, then its own,
-		// then its CronJob's.
-		if raw, src, found = strategy.Find(nil, o.template.Annotations); !found {
-			raw, src, found = strategy.Find(o.meta.Annotations, nil)
-		}
-		if !found && o.parent != nil {
-			if parentRaw, src, found = strategy.Find(o.parent.Annotations, nil); found {
-				raw, src.Owner = parentRaw, o.parent.Kind+" "+o.parent.Name
-			}
-		}
-	}
+	raw, src, found := o.findStrategy()
 	namespaced, ranked, err := c.policies(ctx, o, !found, r)
 	if err != nil {
 		return err
 	}
-	if namespaced == nil && !found && o.parent != nil && c.Policies {
-		// A policy targeting the CronJob applies to each of its Jobs.
-		if namespaced, err = c.policy(ctx, &object{meta: o.parent}); err != nil {
+	if namespaced == nil && len(ranked) == 0 && !found {
+		if namespaced, err = c.parentPolicy(ctx, o); err != nil {
 			return err
 		}
 	}
@@ -426,26 +412,8 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
 		r.Why = clusterWhy(o, ranked)
 	}
-	levels := []struct {
-		annotations map[string]string
-		where       string
-	}{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, o.templateAt()}}
-	if o.parent != nil {
-		levels = slices.Insert(levels, 0, struct {
-			annotations map[string]string
-			where       string
-		}{o.parent.Annotations, o.parent.Kind + " " + o.parent.Name + " metadata.annotations"})
-	}
-	for _, level := range levels {
-		// An out-of-range value is passed over, as placement does.
-		if m, ok := annotations.ParseMode(level.annotations[annotations.Mode]); ok {
-			r.Mode, r.ModeSource = m, level.where+"["+annotations.Mode+"]"
-		}
-	}
-	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
-	if o.parent != nil {
-		skip = skip || isTrue(o.parent.Annotations[annotations.Skip])
-	}
+	o.modeOf(r)
+	skip := o.skipped()
 	switch {
 	case skip && !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed():
 		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
@@ -455,6 +423,59 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
 	return nil
+}
+
+// parentPolicy is the oldest PlacementPolicy targeting o's CronJob, which
+// applies to each of its Jobs that no policy places; nil when there is none.
+func (c *Cluster) parentPolicy(ctx context.Context, o *object) (*v1alpha1.PlacementPolicy, error) {
+	if o.parent == nil || !c.Policies {
+		return nil, nil
+	}
+	return c.policy(ctx, &object{meta: o.parent})
+}
+
+// skipped reports whether o, its pod template or its CronJob opts out.
+func (o *object) skipped() bool {
+	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
+	return skip || (o.parent != nil && isTrue(o.parent.Annotations[annotations.Skip]))
+}
+
+// findStrategy finds the strategy written on o as placement does: a batch
+// owner's pods' annotations come first, then its own, then its CronJob's;
+// any other workload's own annotations come before its pod template's.
+func (o *object) findStrategy() (raw string, src strategy.Source, found bool) {
+	if !o.batch {
+		return strategy.Find(o.meta.Annotations, o.template.Annotations)
+	}
+	if raw, src, found = strategy.Find(nil, o.template.Annotations); found {
+		return raw, src, found
+	}
+	if raw, src, found = strategy.Find(o.meta.Annotations, nil); found || o.parent == nil {
+		return raw, src, found
+	}
+	raw, src, found = strategy.Find(o.parent.Annotations, nil)
+	src.Owner = o.parent.Kind + " " + o.parent.Name
+	return raw, src, found
+}
+
+// modeOf sets r's mode from o's annotations, if any: its pod template's,
+// else its own, else its CronJob's.
+func (o *object) modeOf(r *WorkloadReport) {
+	type level struct {
+		annotations map[string]string
+		where       string
+	}
+	levels := []level{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, o.templateAt()}}
+	if o.parent != nil {
+		levels = slices.Insert(levels, 0, level{o.parent.Annotations, o.parent.Kind + " " + o.parent.Name + " metadata.annotations"})
+	}
+	for _, l := range levels {
+		// The last found wins; an out-of-range value is passed over, as
+		// placement does.
+		if m, ok := annotations.ParseMode(l.annotations[annotations.Mode]); ok {
+			r.Mode, r.ModeSource = m, l.where+"["+annotations.Mode+"]"
+		}
+	}
 }
 
 // setPolicy reports a policy's strategy and mode as the workload's; source

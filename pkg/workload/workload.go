@@ -233,82 +233,18 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	if owner == nil {
 		return nil, nil
 	}
-	var top, parent *metav1.PartialObjectMetadata
 	info := &Info{}
-	batch := false
-	switch {
-	case Is(owner, ReplicaSetGVK):
-		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		info.Revision = pod.Labels[PodTemplateHashLabel]
-		top = rs
-		if up := metav1.GetControllerOfNoCopy(rs); up != nil {
-			switch {
-			case Is(up, DeploymentGVK):
-				if top, err = get(ctx, r, DeploymentGVK, namespace, up.Name, up.UID); err != nil {
-					return nil, err
-				}
-			case Is(up, RolloutGVK):
-				if top, err = get(ctx, r, RolloutGVK, namespace, up.Name, up.UID); err != nil {
-					return nil, err
-				}
-			}
-		}
-	case Is(owner, StatefulSetGVK):
-		sts, err := get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		info.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-		top = sts
-	case Is(owner, JobGVK):
-		job, err := get(ctx, r, JobGVK, namespace, owner.Name, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		top, batch = job, true
-		// The Job is the workload (each Job of a CronJob is split on its
-		// own); the CronJob only gives defaults.
-		if up := metav1.GetControllerOfNoCopy(job); Is(up, CronJobGVK) {
-			if parent, err = get(ctx, r, CronJobGVK, namespace, up.Name, up.UID); err != nil {
-				return nil, err
-			}
-			info.Parent = Ref{Kind: parent.Kind, Namespace: namespace, Name: parent.Name, UID: parent.UID}
-		}
-	case Is(owner, WorkflowGVK):
-		wf, err := get(ctx, r, WorkflowGVK, namespace, owner.Name, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		top, batch = wf, true
-	default:
-		return nil, nil
+	top, parent, err := owners(ctx, r, namespace, pod, owner, info)
+	if err != nil || top == nil {
+		return nil, err
 	}
 	info.Workload = Ref{Kind: top.Kind, Namespace: namespace, Name: top.Name, UID: top.UID}
 	var up map[string]string
 	if parent != nil {
 		up = parent.Annotations
+		info.Parent = Ref{Kind: parent.Kind, Namespace: namespace, Name: parent.Name, UID: parent.UID}
 	}
-	if batch {
-		// A batch pod's own annotations (its template's, and for a
-		// Workflow its spec.podMetadata, which Argo copies onto each pod)
-		// come first, then the Job's or Workflow's (a CronJob's
-		// jobTemplate annotations are copied onto each Job), then the
-		// CronJob's.
-		info.Strategy, info.Source, info.Found = strategy.Find(nil, pod.Annotations)
-		if !info.Found {
-			info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, nil)
-		}
-		if !info.Found && parent != nil {
-			info.Strategy, info.Source, info.Found = strategy.Find(up, nil)
-			info.Source.Owner = info.Parent.Kind + " " + info.Parent.Name
-		}
-	} else {
-		// The pod's own annotations are its template's: the template level.
-		info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
-	}
+	findStrategy(info, pod, top, parent)
 	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip]) || isTrue(up[annotations.Skip])
 	policyMode, err := o.fromPolicy(ctx, namespace, top, info)
 	if err != nil {
@@ -329,6 +265,70 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 		info.Problems = append(info.Problems, annotations.Check(up)...)
 	}
 	return info, nil
+}
+
+// owners reads, from the caches, the workload at the top of the pod's owner
+// chain and, for a CronJob's Job, the CronJob (parent, nil otherwise), and
+// sets info's Revision. top is nil for an owner apportion does not follow.
+func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference, info *Info) (top, parent *metav1.PartialObjectMetadata, err error) {
+	switch {
+	case Is(owner, ReplicaSetGVK):
+		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
+		if err != nil {
+			return nil, nil, err
+		}
+		info.Revision = pod.Labels[PodTemplateHashLabel]
+		up := metav1.GetControllerOfNoCopy(rs)
+		switch {
+		case Is(up, DeploymentGVK):
+			top, err = get(ctx, r, DeploymentGVK, namespace, up.Name, up.UID)
+		case Is(up, RolloutGVK):
+			top, err = get(ctx, r, RolloutGVK, namespace, up.Name, up.UID)
+		default:
+			top = rs
+		}
+		return top, nil, err
+	case Is(owner, StatefulSetGVK):
+		info.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+		top, err = get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
+		return top, nil, err
+	case Is(owner, JobGVK):
+		if top, err = get(ctx, r, JobGVK, namespace, owner.Name, owner.UID); err != nil {
+			return nil, nil, err
+		}
+		// The Job is the workload (each Job of a CronJob is split on its
+		// own); the CronJob only gives defaults.
+		if up := metav1.GetControllerOfNoCopy(top); Is(up, CronJobGVK) {
+			parent, err = get(ctx, r, CronJobGVK, namespace, up.Name, up.UID)
+		}
+		return top, parent, err
+	case Is(owner, WorkflowGVK):
+		top, err = get(ctx, r, WorkflowGVK, namespace, owner.Name, owner.UID)
+		return top, nil, err
+	}
+	return nil, nil, nil
+}
+
+// findStrategy gives info the strategy written on the pod, its workload top
+// or the CronJob parent (nil but for a CronJob's Job). A batch pod's own
+// annotations (its template's, and for a Workflow its spec.podMetadata,
+// which Argo copies onto each pod) come first, then the Job's or Workflow's
+// (a CronJob's jobTemplate annotations are copied onto each Job), then the
+// CronJob's. For the other kinds the workload's own come first.
+func findStrategy(info *Info, pod *corev1.Pod, top, parent *metav1.PartialObjectMetadata) {
+	if !IsBatch(pod) {
+		// The pod's own annotations are its template's: the template level.
+		info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
+		return
+	}
+	if info.Strategy, info.Source, info.Found = strategy.Find(nil, pod.Annotations); info.Found {
+		return
+	}
+	if info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, nil); info.Found || parent == nil {
+		return
+	}
+	info.Strategy, info.Source, info.Found = strategy.Find(parent.Annotations, nil)
+	info.Source.Owner = parent.Kind + " " + parent.Name
 }
 
 // fromPolicy gives info the strategy of the policy that applies to top, when

@@ -109,17 +109,17 @@ func meta(gvk schema.GroupVersionKind, name string, uid types.UID, ann map[strin
 // from the pod (template or Argo's podMetadata), then the Job or Workflow,
 // then the CronJob, then a policy of the Job, then one of the CronJob.
 func TestResolveBatch(t *testing.T) {
-	strat := func(v string) map[string]string { return map[string]string{annotations.Strategy: v} }
+	withStrategy := func(v string) map[string]string { return map[string]string{annotations.Strategy: v} }
 	cache := memcache.New(test.Scheme())
 	if err := cache.Add(
 		meta(JobGVK, "plain", "j0", nil, nil),
 		meta(JobGVK, "annotated", "j1", map[string]string{annotations.Strategy: "job=1,weight=1", annotations.Mode: "preferred"}, nil),
 		meta(CronJobGVK, "nightly", "c1", map[string]string{annotations.Strategy: "cron=1,weight=1", annotations.Mode: "shadow", annotations.CapacityTimeout: "3m"}, nil),
 		meta(JobGVK, "nightly-100", "j2", nil, owner("CronJob", "batch/v1", "nightly", "c1")),
-		meta(JobGVK, "nightly-101", "j3", strat("copied=1,weight=1"), owner("CronJob", "batch/v1", "nightly", "c1")),
+		meta(JobGVK, "nightly-101", "j3", withStrategy("copied=1,weight=1"), owner("CronJob", "batch/v1", "nightly", "c1")),
 		meta(CronJobGVK, "bare", "c2", nil, nil),
 		meta(JobGVK, "bare-1", "j4", nil, owner("CronJob", "batch/v1", "bare", "c2")),
-		meta(WorkflowGVK, "etl", "w1", strat("wf=1,weight=1"), nil),
+		meta(WorkflowGVK, "etl", "w1", withStrategy("wf=1,weight=1"), nil),
 		meta(JobGVK, "gone-parent", "j5", nil, owner("CronJob", "batch/v1", "deleted", "c9")),
 	); err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestResolveBatch(t *testing.T) {
 		{name: "CronJob not cached", pod: pod("Job", "batch/v1", "gone-parent", "j5", nil), ownerKey: "j5", err: ErrNotCached},
 		{name: "Workflow pod, from the Workflow", pod: pod("Workflow", "argoproj.io/v1alpha1", "etl", "w1", nil),
 			workload: "Workflow batch/etl", strategy: "wf=1,weight=1", source: "metadata.annotations[apportion.dev/strategy]", mode: "required", ownerKey: "w1"},
-		{name: "Workflow pod, Argo's podMetadata on the pod wins", pod: pod("Workflow", "argoproj.io/v1alpha1", "etl", "w1", strat("pm=1,weight=1")),
+		{name: "Workflow pod, Argo's podMetadata on the pod wins", pod: pod("Workflow", "argoproj.io/v1alpha1", "etl", "w1", withStrategy("pm=1,weight=1")),
 			workload: "Workflow batch/etl", strategy: "pm=1,weight=1", source: "spec.template.metadata.annotations[apportion.dev/strategy]", mode: "required", ownerKey: "w1"},
 		{name: "Workflow of another group: not followed", pod: pod("Workflow", "example.com/v1", "etl", "w1", nil)},
 	} {
