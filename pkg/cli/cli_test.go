@@ -78,7 +78,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"webhook", "extra"}, ExitUsage},
 		{[]string{"release-gates", "--nope"}, ExitUsage},
 		{[]string{"explain"}, ExitUsage},
-		{[]string{"explain", "job/x"}, ExitUsage},
+		{[]string{"explain", "daemonset/x"}, ExitUsage},
 		{[]string{"explain", "web"}, ExitUsage},
 		{[]string{"explain", "deploy/web", "-o", "wide"}, ExitUsage},
 		{[]string{"status", "extra"}, ExitUsage},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,5 +238,51 @@ func TestPlanManifestsErrors(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(out, "Deployment default/a\nreplicas:    1\nnot placed:  no strategy") ||
 		!strings.Contains(errOut, `1 of 2 workloads have no preview: Deployment default/b: metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "weight=x"`) {
 		t.Errorf("invalid strategy: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestPlanManifestsBatch: a Job is previewed at its parallelism, its pod
+// template's strategy first; a CronJob's Jobs at theirs, the strategy from
+// the CronJob when neither the jobTemplate nor its pods carry one.
+func TestPlanManifestsBatch(t *testing.T) {
+	const docs = `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: render
+  namespace: ci
+  annotations: {apportion.dev/strategy: "zone=x,weight=1"}
+spec:
+  parallelism: 8
+  template:
+    metadata:
+      annotations: {apportion.dev/strategy: "a=1,weight=1:b=2,weight=3"}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+  namespace: ci
+  annotations: {apportion.dev/strategy: "a=1,base=2,weight=1:b=2,weight=1"}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      parallelism: 6
+`
+	p, _ := previewOK(t, docs, "-f", "-")
+	if len(p.Workloads) != 2 {
+		t.Fatalf("%d workloads, want 2: %+v", len(p.Workloads), p)
+	}
+	for i, want := range []struct {
+		id, source string
+		counts     map[string]int64
+	}{
+		{"Job ci/render", "spec.template.metadata.annotations[apportion.dev/strategy]", map[string]int64{"a=1": 2, "b=2": 6}},
+		{"CronJob ci/nightly", "CronJob nightly metadata.annotations[apportion.dev/strategy]", map[string]int64{"a=1": 4, "b=2": 2}},
+	} {
+		got := p.Workloads[i]
+		if id := got.Kind + " " + got.Namespace + "/" + got.Name; id != want.id || got.Source != want.source || fmt.Sprint(got.Counts) != fmt.Sprint(want.counts) {
+			t.Errorf("workload %d: %s from %q, counts %v; want %s from %q, counts %v", i, id, got.Source, got.Counts, want.id, want.source, want.counts)
+		}
 	}
 }

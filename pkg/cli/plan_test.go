@@ -195,7 +195,7 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "-f", noStrategy, "--strategy", "a=b,weight=1"}, "no strategy annotation on Deployment default/web"},
 		{[]string{"plan", "-f", notYAML}, "junk.yaml: document 1: "},
 		{[]string{"plan", "-f", two, "--strategy", "a=b,weight=1"}, "2 workloads carry a strategy"},
-		{[]string{"plan", "-f", service}, "service.yaml: no Deployment, StatefulSet, ReplicaSet or Argo Rollout in the input"},
+		{[]string{"plan", "-f", service}, "service.yaml: no Deployment, StatefulSet, ReplicaSet, Argo Rollout, Job or CronJob in the input"},
 		{[]string{"plan", "-f", two, "--namespace-labels", "team-a"}, `--namespace-labels "team-a": want NAMESPACE=KEY=VALUE`},
 		{[]string{"plan", "-f", two, "--namespace-labels", "team-a=team"}, `--namespace-labels "team-a=team": "team" is not KEY=VALUE`},
 		{[]string{"plan", "-f", two, "--namespace-labels", "team-a=-x-=a"}, `label key "-x-"`},

@@ -166,7 +166,8 @@ func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 	marker := &scope.Marker{Reader: kube, Writer: kube, Excluded: sets.New(o.Excluded()...)}
 	return func(_ context.Context, m manager.Manager) error {
 		var kinds []schema.GroupVersionKind
-		for _, gvk := range followedKinds {
+		// A batch owner opts in its namespace as any workload does.
+		for _, gvk := range append(slices.Clone(followedKinds), workload.JobGVK, workload.CronJobGVK, workload.WorkflowGVK) {
 			if d.APIs.Served(gvk) {
 				kinds = append(kinds, gvk)
 			}

@@ -45,8 +45,9 @@ type Cluster struct {
 	// with Karpenter, from the nodes' labels without.
 	Capacity capacity.Capacity
 	// NodePools and Policies say whether karpenter.sh/v1 NodePools and
-	// PlacementPolicies are served; Rollouts whether Argo Rollouts are.
-	NodePools, Policies, Rollouts bool
+	// PlacementPolicies are served; Rollouts and Workflows whether Argo
+	// Rollouts and Workflows are.
+	NodePools, Policies, Rollouts, Workflows bool
 	// ClusterPolicies says whether ClusterPlacementPolicies are served.
 	ClusterPolicies bool
 
@@ -81,6 +82,9 @@ func NewCluster(c client.Client) (*Cluster, error) {
 	if cl.Rollouts, err = served(workload.RolloutGVK); err != nil {
 		return nil, err
 	}
+	if cl.Workflows, err = served(workload.WorkflowGVK); err != nil {
+		return nil, err
+	}
 	if cl.NodePools {
 		cl.Capacity = &capacity.NodePoolCapacity{Reader: c}
 	} else {
@@ -91,7 +95,7 @@ func NewCluster(c client.Client) (*Cluster, error) {
 
 // Ref names what to explain: a pod or a workload.
 type Ref struct {
-	Kind      string // Pod, Deployment, StatefulSet, ReplicaSet or Rollout
+	Kind      string // Pod, Deployment, StatefulSet, ReplicaSet, Rollout, Job or Workflow
 	Namespace string
 	Name      string
 }
@@ -105,6 +109,8 @@ var kinds = map[string]string{
 	"statefulset": "StatefulSet", "statefulsets": "StatefulSet", "sts": "StatefulSet",
 	"replicaset": "ReplicaSet", "replicasets": "ReplicaSet", "rs": "ReplicaSet",
 	"rollout": "Rollout", "rollouts": "Rollout", "ro": "Rollout",
+	"job": "Job", "jobs": "Job",
+	"workflow": "Workflow", "workflows": "Workflow", "wf": "Workflow",
 }
 
 // ErrUsage marks an argument that names nothing explain can read.
@@ -124,9 +130,13 @@ func ParseRef(args []string, namespace string) (Ref, error) {
 	default:
 		return Ref{}, fmt.Errorf("%w: one TYPE/NAME is needed, got %d arguments", ErrUsage, len(args))
 	}
-	k, ok := kinds[strings.ToLower(strings.TrimSuffix(kind, ".apps"))]
+	kind = strings.ToLower(kind)
+	for _, group := range []string{".apps", ".batch", ".argoproj.io"} {
+		kind = strings.TrimSuffix(kind, group)
+	}
+	k, ok := kinds[kind]
 	if !ok {
-		return Ref{}, fmt.Errorf("%w: unknown type %q: use pod, deployment, statefulset, replicaset or rollout", ErrUsage, kind)
+		return Ref{}, fmt.Errorf("%w: unknown type %q: use pod, deployment, statefulset, replicaset, rollout, job or workflow", ErrUsage, kind)
 	}
 	if name == "" || strings.Contains(name, "/") {
 		return Ref{}, fmt.Errorf("%w: %q is not a name", ErrUsage, name)

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +28,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/test"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 const (
@@ -390,7 +393,7 @@ func TestParseRef(t *testing.T) {
 			t.Errorf("%v: got %+v, %v", tc.args, got, err)
 		}
 	}
-	for _, bad := range [][]string{{"web"}, {"job/x"}, {"pod/"}, {"pod/a/b"}, {"a", "b", "c"}} {
+	for _, bad := range [][]string{{"web"}, {"daemonset/x"}, {"pod/"}, {"pod/a/b"}, {"a", "b", "c"}} {
 		if _, err := ParseRef(bad, "n"); !errors.Is(err, ErrUsage) {
 			t.Errorf("%v: want a usage error, got %v", bad, err)
 		}
@@ -529,4 +532,105 @@ func TestWorkloadCaps(t *testing.T) {
 	if len(r.Next) != NextPods || r.Next[0] != NextBeyondCaps {
 		t.Errorf("next: %v, want beyond caps", r.Next)
 	}
+}
+
+// TestBatchReports: a CronJob's Job takes its strategy from the CronJob
+// unless its pod template has one, and is split over its live pods; a
+// Workflow's comes from its spec.podMetadata, and its pods are found by
+// Argo's label.
+func TestBatchReports(t *testing.T) {
+	f := newFixture(nil, false)
+	cron := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly", UID: "cron-uid",
+		Annotations: map[string]string{annotations.Strategy: odSpot, annotations.Mode: "preferred"}}}
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "job-uid"}}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly-1", UID: "job-uid",
+		OwnerReferences: test.OwnedBy("batch/v1", "CronJob", "nightly", "cron-uid")},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4), Selector: sel}}
+	f.objs = append(f.objs, cron, job)
+	for i, phase := range []corev1.PodPhase{corev1.PodRunning, corev1.PodRunning, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed} {
+		node, group := "od-1", odKey
+		if i == 2 {
+			node, group = "spot-1", spotKey
+		}
+		f.objs = append(f.objs, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("nightly-1-%d", i), UID: types.UID(fmt.Sprintf("job-pod-%d", i)),
+			Labels: sel.MatchLabels, OwnerReferences: test.OwnedBy("batch/v1", "Job", "nightly-1", "job-uid")}, NodeName: node, Phase: phase, Group: group}))
+	}
+	wf := &unstructured.Unstructured{}
+	wf.SetGroupVersionKind(workload.WorkflowGVK)
+	wf.SetNamespace(ns)
+	wf.SetName("etl")
+	wf.SetUID("wf-uid")
+	if err := unstructured.SetNestedStringMap(wf.Object, map[string]string{annotations.Strategy: odSpot}, "spec", "podMetadata", "annotations"); err != nil {
+		t.Fatal(err)
+	}
+	f.objs = append(f.objs, wf, test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etl-step", UID: "wf-pod",
+		Labels: map[string]string{"workflows.argoproj.io/workflow": "etl"}, OwnerReferences: test.OwnedBy("argoproj.io/v1alpha1", "Workflow", "etl", "wf-uid")},
+		NodeName: "spot-1", Phase: corev1.PodRunning, Group: spotKey}))
+	c := f.cluster(t)
+	c.Workflows = true
+
+	r, err := c.Workload(context.Background(), Ref{Kind: "Job", Namespace: ns, Name: "nightly-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != "Job" || r.Source != "CronJob nightly metadata.annotations[apportion.dev/strategy]" || r.Mode != "preferred" ||
+		r.Replicas != 3 || r.Pods.Live != 3 || r.Pods.Decided != 3 || r.Running != 3 || !r.WithinQuota {
+		t.Errorf("a CronJob's Job: %+v", r)
+	}
+	job.Spec.Template.Annotations = map[string]string{annotations.Strategy: odSpot, annotations.Mode: "required"}
+	r, err = f.cluster(t).Workload(context.Background(), Ref{Kind: "Job", Namespace: ns, Name: "nightly-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Source != "Job nightly-1 spec.template.metadata.annotations[apportion.dev/strategy]" || r.Mode != "required" {
+		t.Errorf("the Job's pod template wins over its CronJob: %+v", r)
+	}
+	r, err = c.Workload(context.Background(), Ref{Kind: "Workflow", Namespace: ns, Name: "etl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != "Workflow" || r.Source != "Workflow etl spec.podMetadata.annotations[apportion.dev/strategy]" || r.Replicas != 1 || r.Pods.Live != 1 {
+		t.Errorf("a Workflow: %+v", r)
+	}
+	// status lists the running Job and the Workflow, not a finished Job.
+	done := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "done", UID: "done-uid", Annotations: map[string]string{annotations.Strategy: odSpot}},
+		Spec:   batchv1.JobSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "done-uid"}}},
+		Status: batchv1.JobStatus{CompletionTime: ptr.To(metav1.Now())}}
+	f.objs = append(f.objs, done)
+	c = f.cluster(t)
+	c.Workflows = true
+	c.Reader = workflowMetadata{c.Reader, wf}
+	rows, err := c.Status(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range rows {
+		got = append(got, w.Kind+"/"+w.Name)
+	}
+	if want := "Job/nightly-1 Workflow/etl"; strings.Join(got, " ") != want {
+		t.Errorf("status rows %v, want %s", got, want)
+	}
+	for _, arg := range []string{"job/nightly-1", "jobs.batch/nightly-1", "wf/etl", "workflow.argoproj.io/etl"} {
+		if _, err := ParseRef([]string{arg}, ns); err != nil {
+			t.Errorf("ParseRef(%q): %v", arg, err)
+		}
+	}
+}
+
+// workflowMetadata lists wf's metadata as the API server's metadata view
+// does, which the fake client does not do for an unstructured kind.
+type workflowMetadata struct {
+	client.Reader
+	wf *unstructured.Unstructured
+}
+
+func (r workflowMetadata) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if l, ok := list.(*metav1.PartialObjectMetadataList); ok && l.GroupVersionKind().Kind == "WorkflowList" {
+		m := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: r.wf.GetNamespace(), Name: r.wf.GetName(), UID: r.wf.GetUID(), Labels: r.wf.GetLabels()}}
+		m.SetGroupVersionKind(workload.WorkflowGVK)
+		l.Items = []metav1.PartialObjectMetadata{m}
+		return nil
+	}
+	return r.Reader.List(ctx, list, opts...)
 }

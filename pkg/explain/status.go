@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,6 +113,11 @@ func (c *Cluster) candidates(ctx context.Context, namespace string) ([]Ref, erro
 			refs = append(refs, Ref{Kind: "Rollout", Namespace: rollouts.Items[i].Namespace, Name: rollouts.Items[i].Name})
 		}
 	}
+	batch, err := c.batchCandidates(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	refs = append(refs, batch...)
 	slices.SortFunc(refs, func(a, b Ref) int {
 		return strings.Compare(a.Namespace+"/"+a.Kind+"/"+a.Name, b.Namespace+"/"+b.Kind+"/"+b.Name)
 	})
@@ -176,4 +182,46 @@ func (c *Cluster) coveredNamespaces(ctx context.Context, namespace string, into 
 		}
 	}
 	return nil
+}
+
+// jobFailed reports whether the Job has failed for good.
+func jobFailed(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// batchCandidates are the Jobs and Workflows of namespace that run: a
+// finished one has no live pods to split. Their strategy may come from a
+// CronJob or from their pods' annotations: every running one is a
+// candidate, Workload tells.
+func (c *Cluster) batchCandidates(ctx context.Context, namespace string) ([]Ref, error) {
+	var refs []Ref
+	var jobs batchv1.JobList
+	if err := c.Reader.List(ctx, &jobs, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing Jobs: %w", err)
+	}
+	for i := range jobs.Items {
+		if j := &jobs.Items[i]; j.Status.CompletionTime == nil && !jobFailed(j) {
+			refs = append(refs, Ref{Kind: "Job", Namespace: j.Namespace, Name: j.Name})
+		}
+	}
+	if !c.Workflows {
+		return refs, nil
+	}
+	var workflows metav1.PartialObjectMetadataList
+	workflows.SetGroupVersionKind(workload.WorkflowGVK.GroupVersion().WithKind("WorkflowList"))
+	if err := c.Reader.List(ctx, &workflows, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing Workflows: %w", err)
+	}
+	for i := range workflows.Items {
+		// Argo labels a Workflow that is done.
+		if w := &workflows.Items[i]; w.Labels["workflows.argoproj.io/completed"] != "true" {
+			refs = append(refs, Ref{Kind: "Workflow", Namespace: w.Namespace, Name: w.Name})
+		}
+	}
+	return refs, nil
 }

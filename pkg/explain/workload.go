@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,6 +114,12 @@ type object struct {
 	template corev1.PodTemplateSpec
 	revision string
 	owners   map[types.UID]bool // the pods' controllers: the object, or its ReplicaSets
+	// batch is true for a Job or Workflow: split over its live pods, its
+	// pods' own annotations first. parent is a Job's CronJob (nil
+	// otherwise); templatePath where the pods' annotations are written.
+	batch        bool
+	parent       *metav1.PartialObjectMetadata
+	templatePath string
 }
 
 // Workload reports on the workload ref names.
@@ -124,6 +131,10 @@ func (c *Cluster) Workload(ctx context.Context, ref Ref) (*WorkloadReport, error
 	pods, err := c.pods(ctx, obj)
 	if err != nil {
 		return nil, err
+	}
+	if obj.batch {
+		// A Job or Workflow is split over its live pods.
+		obj.replicas = int64(len(pods))
 	}
 	return c.report(ctx, obj, pods)
 }
@@ -164,6 +175,13 @@ func (c *Cluster) object(ctx context.Context, ref Ref) (*object, error) {
 			return nil, fmt.Errorf("%w: the cluster serves no Argo Rollouts", ErrUsage)
 		}
 		return c.rollout(ctx, key)
+	case "Job":
+		return c.job(ctx, key)
+	case "Workflow":
+		if !c.Workflows {
+			return nil, fmt.Errorf("%w: the cluster serves no Argo Workflows", ErrUsage)
+		}
+		return c.workflow(ctx, key)
 	}
 	return nil, fmt.Errorf("%w: %s is not a workload", ErrUsage, ref.Kind)
 }
@@ -234,6 +252,42 @@ func (c *Cluster) rollout(ctx context.Context, key client.ObjectKey) (*object, e
 	if hash, _, _ := unstructured.NestedString(u.Object, "status", "currentPodHash"); hash != "" {
 		o.revision = hash
 	}
+	return o, nil
+}
+
+// job reads a Job, and the CronJob that controls it.
+func (c *Cluster) job(ctx context.Context, key client.ObjectKey) (*object, error) {
+	j := &batchv1.Job{}
+	if err := c.Reader.Get(ctx, key, j); err != nil {
+		return nil, err
+	}
+	o := &object{meta: metaOf(&j.ObjectMeta, workload.JobGVK), template: j.Spec.Template,
+		owners: map[types.UID]bool{j.UID: true}, batch: true}
+	if up := metav1.GetControllerOfNoCopy(j); workload.Is(up, workload.CronJobGVK) {
+		cj := &batchv1.CronJob{}
+		if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: up.Name}, cj); err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		} else if err == nil && cj.UID == up.UID {
+			o.parent = metaOf(&cj.ObjectMeta, workload.CronJobGVK)
+		}
+	}
+	return o, o.setSelector(j.Spec.Selector)
+}
+
+// workflow reads an Argo Workflow, which has no Go type here. Its pods
+// carry its spec.podMetadata (Argo copies it) and the label
+// workflows.argoproj.io/workflow: its name.
+func (c *Cluster) workflow(ctx context.Context, key client.ObjectKey) (*object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(workload.WorkflowGVK)
+	if err := c.Reader.Get(ctx, key, u); err != nil {
+		return nil, err
+	}
+	m := &metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(), CreationTimestamp: u.GetCreationTimestamp()}
+	o := &object{meta: metaOf(m, workload.WorkflowGVK), owners: map[types.UID]bool{u.GetUID(): true}, batch: true,
+		templatePath: "spec.podMetadata.annotations"}
+	o.template.Annotations, _, _ = unstructured.NestedStringMap(u.Object, "spec", "podMetadata", "annotations")
+	o.selector = labels.SelectorFromSet(labels.Set{"workflows.argoproj.io/workflow": u.GetName()})
 	return o, nil
 }
 
@@ -331,10 +385,15 @@ func revisionOf(p *corev1.Pod) string {
 // template's win for the mode), else the oldest PlacementPolicy targeting
 // it, else the highest-ranked ClusterPlacementPolicy covering it.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
-	raw, src, found := strategy.Find(o.meta.Annotations, o.template.Annotations)
+	raw, src, found := o.findStrategy()
 	namespaced, ranked, err := c.policies(ctx, o, !found, r)
 	if err != nil {
 		return err
+	}
+	if namespaced == nil && len(ranked) == 0 && !found {
+		if namespaced, err = c.parentPolicy(ctx, o); err != nil {
+			return err
+		}
 	}
 	switch {
 	case found:
@@ -353,16 +412,8 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
 		r.Why = clusterWhy(o, ranked)
 	}
-	for _, level := range []struct {
-		annotations map[string]string
-		where       string
-	}{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, "spec.template.metadata.annotations"}} {
-		// An out-of-range value is passed over, as placement does.
-		if m, ok := annotations.ParseMode(level.annotations[annotations.Mode]); ok {
-			r.Mode, r.ModeSource = m, level.where+"["+annotations.Mode+"]"
-		}
-	}
-	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
+	o.modeOf(r)
+	skip := o.skipped()
 	switch {
 	case skip && !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed():
 		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
@@ -372,6 +423,59 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
 	return nil
+}
+
+// parentPolicy is the oldest PlacementPolicy targeting o's CronJob, which
+// applies to each of its Jobs that no policy places; nil when there is none.
+func (c *Cluster) parentPolicy(ctx context.Context, o *object) (*v1alpha1.PlacementPolicy, error) {
+	if o.parent == nil || !c.Policies {
+		return nil, nil
+	}
+	return c.policy(ctx, &object{meta: o.parent})
+}
+
+// skipped reports whether o, its pod template or its CronJob opts out.
+func (o *object) skipped() bool {
+	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
+	return skip || (o.parent != nil && isTrue(o.parent.Annotations[annotations.Skip]))
+}
+
+// findStrategy finds the strategy written on o as placement does: a batch
+// owner's pods' annotations come first, then its own, then its CronJob's;
+// any other workload's own annotations come before its pod template's.
+func (o *object) findStrategy() (raw string, src strategy.Source, found bool) {
+	if !o.batch {
+		return strategy.Find(o.meta.Annotations, o.template.Annotations)
+	}
+	if raw, src, found = strategy.Find(nil, o.template.Annotations); found {
+		return raw, src, found
+	}
+	if raw, src, found = strategy.Find(o.meta.Annotations, nil); found || o.parent == nil {
+		return raw, src, found
+	}
+	raw, src, found = strategy.Find(o.parent.Annotations, nil)
+	src.Owner = o.parent.Kind + " " + o.parent.Name
+	return raw, src, found
+}
+
+// modeOf sets r's mode from o's annotations, if any: its pod template's,
+// else its own, else its CronJob's.
+func (o *object) modeOf(r *WorkloadReport) {
+	type level struct {
+		annotations map[string]string
+		where       string
+	}
+	levels := []level{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, o.templateAt()}}
+	if o.parent != nil {
+		levels = slices.Insert(levels, 0, level{o.parent.Annotations, o.parent.Kind + " " + o.parent.Name + " metadata.annotations"})
+	}
+	for _, l := range levels {
+		// The last found wins; an out-of-range value is passed over, as
+		// placement does.
+		if m, ok := annotations.ParseMode(l.annotations[annotations.Mode]); ok {
+			r.Mode, r.ModeSource = m, l.where+"["+annotations.Mode+"]"
+		}
+	}
 }
 
 // setPolicy reports a policy's strategy and mode as the workload's; source
@@ -460,7 +564,21 @@ func names(ps []*v1alpha1.ClusterPlacementPolicy) string {
 }
 
 func describeSource(o *object, src strategy.Source) string {
+	if src.Template {
+		return o.meta.Kind + " " + o.meta.Name + " " + o.templateAt() + "[" + src.Annotation + "]"
+	}
+	if src.Owner != "" {
+		return src.String()
+	}
 	return o.meta.Kind + " " + o.meta.Name + " " + src.String()
+}
+
+// templateAt is where o's pods' annotations are written.
+func (o *object) templateAt() string {
+	if o.templatePath != "" {
+		return o.templatePath
+	}
+	return "spec.template.metadata.annotations"
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }

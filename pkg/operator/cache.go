@@ -34,7 +34,9 @@ import (
 func startInformers(ctx context.Context, mgr manager.Manager, apis *APIWatch, o *options.Options) (*policy.Source, error) {
 	logger := log.FromContext(ctx)
 	var objs []client.Object
-	for _, gvk := range []schema.GroupVersionKind{workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK} {
+	// The owners a pod's workload is resolved through, as metadata: an
+	// optional API (Argo Rollouts and Workflows) only when it is served.
+	for _, gvk := range workload.Owners {
 		if !apis.Served(gvk) {
 			logger.Info("workload kind not served, not followed", "kind", gvk.Kind)
 			continue

@@ -98,7 +98,7 @@ func NewOperator(ctx context.Context, cfg *rest.Config, o *options.Options) (*Op
 	if err != nil {
 		return nil, fmt.Errorf("creating the discovery client: %w", err)
 	}
-	op.APIs, err = NewAPIWatch(dc, o.APICheckInterval, capacity.NodePoolGVK, workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK, v1alpha1.PlacementPolicyGVK, v1alpha1.ClusterPlacementPolicyGVK)
+	op.APIs, err = NewAPIWatch(dc, o.APICheckInterval, capacity.NodePoolGVK, workload.ReplicaSetGVK, workload.DeploymentGVK, workload.StatefulSetGVK, workload.RolloutGVK, workload.JobGVK, workload.CronJobGVK, workload.WorkflowGVK, v1alpha1.PlacementPolicyGVK, v1alpha1.ClusterPlacementPolicyGVK)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ var workloadKinds = map[string]string{
 	"StatefulSet": "apps",
 	"ReplicaSet":  "apps",
 	"Rollout":     "argoproj.io",
+	"Job":         "batch",
+	"CronJob":     "batch",
 }
 
 // Workload is what a preview needs from a workload manifest.
@@ -29,10 +31,14 @@ type Workload struct {
 	// workloads by their labels.
 	Labels      map[string]string
 	Annotations map[string]string
-	// Replicas is spec.replicas, nil when the manifest leaves it out.
+	// Replicas is spec.replicas, nil when the manifest leaves it out; a
+	// Job's spec.parallelism (its live pods at most), a CronJob's Jobs'.
 	Replicas *int32
-	Strategy string
-	Source   strategy.Source
+	// JobAnnotations are a CronJob's spec.jobTemplate.metadata.annotations,
+	// which each of its Jobs gets.
+	JobAnnotations map[string]string
+	Strategy       string
+	Source         strategy.Source
 	// Template is the pod template, for NodePool selection.
 	Template corev1.PodTemplateSpec
 }
@@ -45,8 +51,9 @@ func (w *Workload) String() string {
 	return fmt.Sprintf("%s %s/%s", w.Kind, ns, w.Name)
 }
 
-// manifest is the part of a Deployment, StatefulSet, ReplicaSet or Rollout a
-// preview reads; the four kinds agree on these fields.
+// manifest is the part of a workload manifest a preview reads: a
+// Deployment, StatefulSet, ReplicaSet, Rollout or Job (spec.template), or a
+// CronJob (spec.jobTemplate).
 type manifest struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -57,9 +64,47 @@ type manifest struct {
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
-		Replicas *int32                 `json:"replicas"`
-		Template corev1.PodTemplateSpec `json:"template"`
+		Replicas    *int32                 `json:"replicas"`
+		Parallelism *int32                 `json:"parallelism"`
+		Template    corev1.PodTemplateSpec `json:"template"`
+		JobTemplate struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+			Spec struct {
+				Parallelism *int32                 `json:"parallelism"`
+				Template    corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		} `json:"jobTemplate"`
 	} `json:"spec"`
+}
+
+// workload is m as a Workload in namespace, its strategy found as the
+// webhook finds it: for a Job or CronJob, its pods' annotations first.
+func (m *manifest) workload(namespace string) *Workload {
+	w := &Workload{Kind: m.Kind, Namespace: namespace, Name: m.Metadata.Name,
+		Labels: m.Metadata.Labels, Annotations: m.Metadata.Annotations, Replicas: m.Spec.Replicas, Template: m.Spec.Template}
+	var ok bool
+	switch m.Kind {
+	case "Job":
+		w.Replicas = m.Spec.Parallelism
+		if w.Strategy, w.Source, ok = strategy.Find(nil, w.Template.Annotations); !ok {
+			w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
+		}
+	case "CronJob":
+		w.Replicas, w.Template, w.JobAnnotations = m.Spec.JobTemplate.Spec.Parallelism, m.Spec.JobTemplate.Spec.Template, m.Spec.JobTemplate.Metadata.Annotations
+		if w.Strategy, w.Source, ok = strategy.Find(nil, w.Template.Annotations); ok {
+			break
+		}
+		if w.Strategy, w.Source, ok = strategy.Find(w.JobAnnotations, nil); ok {
+			w.Source.Owner = "spec.jobTemplate"
+			break
+		}
+		w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
+	default:
+		w.Strategy, w.Source, _ = strategy.Find(w.Annotations, w.Template.Annotations)
+	}
+	return w
 }
 
 // ReadWorkload reads a YAML or JSON stream (one or more documents) and returns
@@ -82,13 +127,11 @@ func ReadWorkload(r io.Reader) (*Workload, error) {
 		if !ok || !strings.HasPrefix(m.APIVersion, group+"/") {
 			continue
 		}
-		w := &Workload{Kind: m.Kind, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name, Replicas: m.Spec.Replicas, Template: m.Spec.Template}
-		value, src, ok := strategy.Find(m.Metadata.Annotations, m.Spec.Template.Annotations)
-		if !ok {
+		w := m.workload(m.Metadata.Namespace)
+		if w.Source.Annotation == "" {
 			without = append(without, w.String())
 			continue
 		}
-		w.Strategy, w.Source = value, src
 		found = append(found, w)
 	}
 	switch {
@@ -103,6 +146,6 @@ func ReadWorkload(r io.Reader) (*Workload, error) {
 	case len(without) > 0:
 		return nil, fmt.Errorf("no strategy annotation on %s (looked for apportion.dev/strategy, custom-pod-schedule-strategy, CustomPodScheduleStrategy on the workload and its pod template)", strings.Join(without, ", "))
 	default:
-		return nil, errors.New("no Deployment, StatefulSet, ReplicaSet or Argo Rollout in the input")
+		return nil, errors.New("no Deployment, StatefulSet, ReplicaSet, Argo Rollout, Job or CronJob in the input")
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
-	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
 // Manifests are the objects of a set of manifests that a preview of all of
@@ -160,15 +159,14 @@ func (m *Manifests) add(raw json.RawMessage, where string) error {
 	return nil
 }
 
-// addWorkload reads a Deployment, StatefulSet, ReplicaSet or Rollout.
+// addWorkload reads a Deployment, StatefulSet, ReplicaSet, Rollout, Job or
+// CronJob.
 func (m *Manifests) addWorkload(raw json.RawMessage, where, kind string) error {
 	var doc manifest
 	if err := decode(raw, where, kind, &doc); err != nil {
 		return err
 	}
-	w := &Workload{Kind: doc.Kind, Namespace: m.namespaceOr(doc.Metadata.Namespace), Name: doc.Metadata.Name,
-		Labels: doc.Metadata.Labels, Annotations: doc.Metadata.Annotations, Replicas: doc.Spec.Replicas, Template: doc.Spec.Template}
-	w.Strategy, w.Source, _ = strategy.Find(doc.Metadata.Annotations, doc.Spec.Template.Annotations)
+	w := doc.workload(m.namespaceOr(doc.Metadata.Namespace))
 	m.Workloads = append(m.Workloads, w)
 	return m.once(w.Kind, w.Namespace, w.Name, where)
 }

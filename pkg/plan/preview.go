@@ -121,6 +121,8 @@ var topGVK = map[string]schema.GroupVersionKind{
 	"StatefulSet": workload.StatefulSetGVK,
 	"ReplicaSet":  workload.ReplicaSetGVK,
 	"Rollout":     workload.RolloutGVK,
+	"Job":         workload.JobGVK,
+	"CronJob":     workload.CronJobGVK,
 }
 
 // reader holds m's objects as the informer caches would: the workloads'
@@ -161,6 +163,14 @@ func (m *Manifests) reader() (*memcache.Reader, []*metav1.PartialObjectMetadata,
 		top.Labels, top.Annotations = w.Labels, w.Annotations
 		owners[i] = top
 		objs = append(objs, top)
+		if w.Kind == "CronJob" {
+			// One of its Jobs, as the CronJob controller makes it.
+			job := meta(workload.JobGVK, w.Namespace, w.Name+"/job", top.UID+"-job")
+			job.Annotations = w.JobAnnotations
+			job.OwnerReferences = []metav1.OwnerReference{controllerRef(top)}
+			owners[i] = job
+			objs = append(objs, job)
+		}
 		if w.Kind == "Deployment" || w.Kind == "Rollout" {
 			// A name no object can have ('/'): the ReplicaSet is
 			// this preview's own.
@@ -250,7 +260,7 @@ func Failures(previews []WorkloadPreview) []string {
 }
 
 // ErrNoWorkload is returned when manifests hold no workload to preview.
-var ErrNoWorkload = errors.New("no Deployment, StatefulSet, ReplicaSet or Argo Rollout in the input")
+var ErrNoWorkload = errors.New("no Deployment, StatefulSet, ReplicaSet, Argo Rollout, Job or CronJob in the input")
 
 // LeftOut says, one line per group, which groups of the split no NodePool
 // serves.

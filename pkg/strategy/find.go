@@ -19,6 +19,9 @@ type Source struct {
 	Policy string
 	// Cluster is true when Policy names a ClusterPlacementPolicy.
 	Cluster bool
+	// Owner is "Kind name" of the object above the workload the
+	// annotation was found on (a Job's CronJob); "" for the workload's own.
+	Owner string
 }
 
 func (s Source) String() string {
@@ -30,6 +33,9 @@ func (s Source) String() string {
 	}
 	if s.Template {
 		return "spec.template.metadata.annotations[" + s.Annotation + "]"
+	}
+	if s.Owner != "" {
+		return s.Owner + " metadata.annotations[" + s.Annotation + "]"
 	}
 	return "metadata.annotations[" + s.Annotation + "]"
 }

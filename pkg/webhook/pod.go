@@ -260,9 +260,10 @@ func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.P
 		return ResultSkipped, nil
 	}
 	if workload.OwnerKey(pod) == "" {
-		// A bare pod, or one of a Job: no strategy applies, but placement
-		// by architecture may. The skip of a pod with a workload is
-		// Resolve's: a cluster policy may not allow it.
+		// A bare pod, or one of an owner not followed: no strategy
+		// applies, but placement by architecture may. The skip of a pod
+		// with a workload is Resolve's: a cluster policy may not allow
+		// it.
 		if strings.EqualFold(pod.Annotations[annotations.Skip], "true") || !m.architecturesAuto(ctx, namespace, pod, nil) {
 			return ResultSkipped, nil
 		}

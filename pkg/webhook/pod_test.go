@@ -215,6 +215,10 @@ func TestWorkloadValidator(t *testing.T) {
 		{`{"metadata":{},"spec":{"template":{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,wieght=1"}}}}}`, false,
 			`spec.template.metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "wieght=1": did you mean "weight"?`},
 		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1,max=3"}}}`, true, ""},
+		{`{"metadata":{},"spec":{"jobTemplate":{"spec":{"template":{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,wieght=1"}}}}}}}`, false,
+			`spec.jobTemplate.spec.template.metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "wieght=1": did you mean "weight"?`},
+		{`{"metadata":{},"spec":{"podMetadata":{"annotations":{"apportion.dev/strategy":"a=b,weight=1::"}}}}`, false,
+			`spec.podMetadata.annotations[apportion.dev/strategy]: invalid strategy: group 2: group is empty`},
 		{`{"metadata":{"annotations":{"apportion.dev/strategy":"a=b,base=4,weight=1,max=3"}}}`, false,
 			`group 1: base 4 is more than max 3`},
 	} {

@@ -22,11 +22,12 @@ import (
 // WorkloadValidatorPath is where the workload validator is served.
 const WorkloadValidatorPath = "/validate-apportion-workloads"
 
-// WorkloadValidator rejects Deployments, StatefulSets, ReplicaSets and Argo
-// Rollouts whose strategy does not parse, with the parser's message, so that
-// `kubectl apply` fails where the mistake is made. It reads only the
-// annotations of the object and of its pod template, which these four kinds
-// keep at the same paths.
+// WorkloadValidator rejects Deployments, StatefulSets, ReplicaSets, Argo
+// Rollouts, Jobs, CronJobs and Argo Workflows whose strategy does not parse,
+// with the parser's message, so that `kubectl apply` fails where the mistake
+// is made. It reads only annotations: the object's, its pod template's
+// (spec.template), a CronJob's jobTemplate and its pod template's, and a
+// Workflow's spec.podMetadata.
 //
 // With a Marker (the chart's scoped pod webhook), a workload that opts in
 // (a valid strategy, or apportion.dev/architectures: auto, on the workload
@@ -41,6 +42,10 @@ type WorkloadValidator struct {
 
 var _ admission.Handler = WorkloadValidator{}
 
+type annotated struct {
+	Annotations map[string]string `json:"annotations"`
+}
+
 type workloadAnnotations struct {
 	Metadata struct {
 		Labels      map[string]string `json:"labels"`
@@ -48,11 +53,37 @@ type workloadAnnotations struct {
 	} `json:"metadata"`
 	Spec struct {
 		Template struct {
-			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"metadata"`
+			Metadata annotated `json:"metadata"`
 		} `json:"template"`
+		// A CronJob's.
+		JobTemplate struct {
+			Metadata annotated `json:"metadata"`
+			Spec     struct {
+				Template struct {
+					Metadata annotated `json:"metadata"`
+				} `json:"template"`
+			} `json:"spec"`
+		} `json:"jobTemplate"`
+		// An Argo Workflow's: Argo copies it onto each pod.
+		PodMetadata annotated `json:"podMetadata"`
 	} `json:"spec"`
+}
+
+// level is one place of a workload where apportion's annotations are read.
+type level struct {
+	path        string
+	annotations map[string]string
+}
+
+// levels are w's annotations by path, in the order they are checked.
+func (w *workloadAnnotations) levels() []level {
+	return []level{
+		{"metadata.annotations", w.Metadata.Annotations},
+		{"spec.template.metadata.annotations", w.Spec.Template.Metadata.Annotations},
+		{"spec.jobTemplate.metadata.annotations", w.Spec.JobTemplate.Metadata.Annotations},
+		{"spec.jobTemplate.spec.template.metadata.annotations", w.Spec.JobTemplate.Spec.Template.Metadata.Annotations},
+		{"spec.podMetadata.annotations", w.Spec.PodMetadata.Annotations},
+	}
 }
 
 // Handle implements admission.Handler.
@@ -65,13 +96,17 @@ func (v WorkloadValidator) Handle(ctx context.Context, req admission.Request) ad
 		log.FromContext(ctx).Error(err, "decoding workload, admitting it", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name)
 		return admission.Allowed("")
 	}
-	raw, src, ok := strategy.Find(w.Metadata.Annotations, w.Spec.Template.Metadata.Annotations)
-	if ok {
-		if _, err := strategy.Parse(raw); err != nil {
-			return admission.Denied(src.String() + ": " + err.Error())
+	optedIn := false
+	for _, l := range w.levels() {
+		// Each level is checked: a batch pod may take its strategy from
+		// any of them.
+		if raw, src, ok := strategy.Find(l.annotations, nil); ok {
+			if _, err := strategy.Parse(raw); err != nil {
+				return admission.Denied(l.path + "[" + src.Annotation + "]: " + err.Error())
+			}
 		}
+		optedIn = optedIn || scope.OptedIn(l.annotations)
 	}
-	optedIn := scope.OptedIn(w.Metadata.Annotations) || scope.OptedIn(w.Spec.Template.Metadata.Annotations)
 	if !optedIn && v.Marker != nil {
 		optedIn = v.covered(ctx, req, w.Metadata.Labels)
 	}
@@ -86,11 +121,10 @@ func (v WorkloadValidator) Handle(ctx context.Context, req admission.Request) ad
 	// The other knobs are warned about, not refused: each has a safe
 	// default that apportion uses instead.
 	var warnings []string
-	for _, p := range annotations.Check(w.Metadata.Annotations) {
-		warnings = append(warnings, "apportion: metadata.annotations["+p.Key+"]: "+p.Detail())
-	}
-	for _, p := range annotations.Check(w.Spec.Template.Metadata.Annotations) {
-		warnings = append(warnings, "apportion: spec.template.metadata.annotations["+p.Key+"]: "+p.Detail())
+	for _, l := range w.levels() {
+		for _, p := range annotations.Check(l.annotations) {
+			warnings = append(warnings, "apportion: "+l.path+"["+p.Key+"]: "+p.Detail())
+		}
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

@@ -1,6 +1,7 @@
 // Package workload resolves the workload a pod belongs to (Pod -> ReplicaSet
-// -> Deployment or Argo Rollout; Pod -> StatefulSet; a bare ReplicaSet), the
-// revision it is counted in, and the strategy written on it. It reads only
+// -> Deployment or Argo Rollout; Pod -> StatefulSet; a bare ReplicaSet; Pod
+// -> Job, and the CronJob above it; Pod -> Argo Workflow), the revision it is
+// counted in, and the strategy written on it. It reads only
 // object metadata from the informer caches: everything it needs (owner
 // references, annotations, the revision labels) is metadata, so the caches
 // hold no specs. ReadSpec (spec.go), for the controllers that report on a
@@ -33,7 +34,20 @@ var (
 	StatefulSetGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
 	DaemonSetGVK   = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}
 	RolloutGVK     = schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Rollout"}
+	JobGVK         = schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
+	CronJobGVK     = schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}
+	WorkflowGVK    = schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Workflow"}
 )
+
+// Owners are the kinds Resolve reads, from the metadata caches.
+var Owners = []schema.GroupVersionKind{ReplicaSetGVK, DeploymentGVK, StatefulSetGVK, RolloutGVK, JobGVK, CronJobGVK, WorkflowGVK}
+
+// IsBatch reports whether the pod's controller is a Job or an Argo Workflow:
+// its pods run to completion, and only the live ones are counted.
+func IsBatch(pod metav1.Object) bool {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	return Is(owner, JobGVK) || Is(owner, WorkflowGVK)
+}
 
 // PodTemplateHashLabel is the revision label the ReplicaSet controller sets
 // (named here because the tests of other packages build pods with it).
@@ -65,6 +79,9 @@ type Info struct {
 	// Workload is the object the user wrote the strategy on (the top of
 	// the owner chain apportion follows).
 	Workload Ref
+	// Parent is the CronJob above a Job (zero otherwise): its annotations
+	// and the policies targeting it apply after the Job's.
+	Parent Ref
 	// Revision is the pod-template-hash or controller-revision-hash.
 	Revision string
 	// Strategy is the raw strategy text and where it was found; Found is
@@ -162,14 +179,15 @@ var ErrNotCached = errors.New("owner not in cache")
 // OwnerKey is the identity pods are counted under: the controller owner's UID
 // and, for StatefulSets (one owner for every revision), the revision. For
 // Deployments and Rollouts each revision is its own ReplicaSet, so the
-// ReplicaSet's UID is already per revision. Empty for pods apportion does not
-// follow.
+// ReplicaSet's UID is already per revision. A Job or a Workflow is counted
+// as one owner, by its UID: each Job of a CronJob is its own. Empty for pods
+// apportion does not follow.
 func OwnerKey(pod metav1.Object) string {
 	owner := metav1.GetControllerOfNoCopy(pod)
 	switch {
 	case owner == nil:
 		return ""
-	case Is(owner, ReplicaSetGVK):
+	case Is(owner, ReplicaSetGVK), Is(owner, JobGVK), Is(owner, WorkflowGVK):
 		return string(owner.UID)
 	case Is(owner, StatefulSetGVK):
 		return string(owner.UID) + "/" + pod.GetLabels()[appsv1.ControllerRevisionHashLabelKey]
@@ -215,55 +233,102 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	if owner == nil {
 		return nil, nil
 	}
-	var top *metav1.PartialObjectMetadata
 	info := &Info{}
-	switch {
-	case Is(owner, ReplicaSetGVK):
-		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		info.Revision = pod.Labels[PodTemplateHashLabel]
-		top = rs
-		if up := metav1.GetControllerOfNoCopy(rs); up != nil {
-			switch {
-			case Is(up, DeploymentGVK):
-				if top, err = get(ctx, r, DeploymentGVK, namespace, up.Name, up.UID); err != nil {
-					return nil, err
-				}
-			case Is(up, RolloutGVK):
-				if top, err = get(ctx, r, RolloutGVK, namespace, up.Name, up.UID); err != nil {
-					return nil, err
-				}
-			}
-		}
-	case Is(owner, StatefulSetGVK):
-		sts, err := get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		info.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-		top = sts
-	default:
-		return nil, nil
+	top, parent, err := owners(ctx, r, namespace, pod, owner, info)
+	if err != nil || top == nil {
+		return nil, err
 	}
 	info.Workload = Ref{Kind: top.Kind, Namespace: namespace, Name: top.Name, UID: top.UID}
-	// The pod's own annotations are its template's: the template level.
-	info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
-	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip])
+	var up map[string]string
+	if parent != nil {
+		up = parent.Annotations
+		info.Parent = Ref{Kind: parent.Kind, Namespace: namespace, Name: parent.Name, UID: parent.UID}
+	}
+	findStrategy(info, pod, top, parent)
+	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip]) || isTrue(up[annotations.Skip])
 	policyMode, err := o.fromPolicy(ctx, namespace, top, info)
 	if err != nil {
 		return nil, err
 	}
-	info.Mode = annotations.FirstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], policyMode, o.defaultMode)
-	info.CapacityTimeout = top.Annotations[annotations.CapacityTimeout]
-	if v, ok := pod.Annotations[annotations.CapacityTimeout]; ok {
-		info.CapacityTimeout = v
+	if !info.Found && parent != nil {
+		// A policy targeting the CronJob applies to each of its Jobs.
+		if policyMode, err = o.fromPolicy(ctx, namespace, parent, info); err != nil {
+			return nil, err
+		}
 	}
-	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures])
-	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance])
+	info.Mode = annotations.FirstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], up[annotations.Mode], policyMode, o.defaultMode)
+	info.CapacityTimeout = first(annotations.CapacityTimeout, pod.Annotations, top.Annotations, up)
+	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures]) || IsArchitecturesAuto(up[annotations.Architectures])
+	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance]) || isTrue(up[annotations.Rebalance])
 	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
+	if parent != nil {
+		info.Problems = append(info.Problems, annotations.Check(up)...)
+	}
 	return info, nil
+}
+
+// owners reads, from the caches, the workload at the top of the pod's owner
+// chain and, for a CronJob's Job, the CronJob (parent, nil otherwise), and
+// sets info's Revision. top is nil for an owner apportion does not follow.
+func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference, info *Info) (top, parent *metav1.PartialObjectMetadata, err error) {
+	switch {
+	case Is(owner, ReplicaSetGVK):
+		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
+		if err != nil {
+			return nil, nil, err
+		}
+		info.Revision = pod.Labels[PodTemplateHashLabel]
+		up := metav1.GetControllerOfNoCopy(rs)
+		switch {
+		case Is(up, DeploymentGVK):
+			top, err = get(ctx, r, DeploymentGVK, namespace, up.Name, up.UID)
+		case Is(up, RolloutGVK):
+			top, err = get(ctx, r, RolloutGVK, namespace, up.Name, up.UID)
+		default:
+			top = rs
+		}
+		return top, nil, err
+	case Is(owner, StatefulSetGVK):
+		info.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+		top, err = get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
+		return top, nil, err
+	case Is(owner, JobGVK):
+		if top, err = get(ctx, r, JobGVK, namespace, owner.Name, owner.UID); err != nil {
+			return nil, nil, err
+		}
+		// The Job is the workload (each Job of a CronJob is split on its
+		// own); the CronJob only gives defaults.
+		if up := metav1.GetControllerOfNoCopy(top); Is(up, CronJobGVK) {
+			parent, err = get(ctx, r, CronJobGVK, namespace, up.Name, up.UID)
+		}
+		return top, parent, err
+	case Is(owner, WorkflowGVK):
+		top, err = get(ctx, r, WorkflowGVK, namespace, owner.Name, owner.UID)
+		return top, nil, err
+	}
+	return nil, nil, nil
+}
+
+// findStrategy gives info the strategy written on the pod, its workload top
+// or the CronJob parent (nil but for a CronJob's Job). A batch pod's own
+// annotations (its template's, and for a Workflow its spec.podMetadata,
+// which Argo copies onto each pod) come first, then the Job's or Workflow's
+// (a CronJob's jobTemplate annotations are copied onto each Job), then the
+// CronJob's. For the other kinds the workload's own come first.
+func findStrategy(info *Info, pod *corev1.Pod, top, parent *metav1.PartialObjectMetadata) {
+	if !IsBatch(pod) {
+		// The pod's own annotations are its template's: the template level.
+		info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
+		return
+	}
+	if info.Strategy, info.Source, info.Found = strategy.Find(nil, pod.Annotations); info.Found {
+		return
+	}
+	if info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, nil); info.Found || parent == nil {
+		return
+	}
+	info.Strategy, info.Source, info.Found = strategy.Find(parent.Annotations, nil)
+	info.Source.Owner = parent.Kind + " " + parent.Name
 }
 
 // fromPolicy gives info the strategy of the policy that applies to top, when
@@ -334,6 +399,17 @@ func DescribeProblems(problems []annotations.Problem) string {
 // IsArchitecturesAuto reports whether v asks for architecture-only placement.
 func IsArchitecturesAuto(v string) bool {
 	return strings.EqualFold(strings.TrimSpace(v), annotations.ArchitecturesAuto)
+}
+
+// first is the value of key on the first of levels that has it ("" when
+// none does).
+func first(key string, levels ...map[string]string) string {
+	for _, l := range levels {
+		if v, ok := l[key]; ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }

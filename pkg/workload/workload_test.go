@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,7 +64,8 @@ func TestResolve(t *testing.T) {
 			workload: "StatefulSet web/db", revision: "db-7f", archAuto: true, ownerKey: "s1/db-7f"},
 		{name: "ReplicaSet not cached", pod: pod(owner("ReplicaSet", "apps/v1", "new", "rs9"), nil, nil), ownerKey: "rs9", err: ErrNotCached},
 		{name: "owner replaced (other uid)", pod: pod(owner("ReplicaSet", "apps/v1", "nginx-abc", "old"), nil, nil), ownerKey: "old", err: ErrNotCached},
-		{name: "Job pod: not followed", pod: pod(owner("Job", "batch/v1", "j", "j1"), nil, nil)},
+		{name: "Job pod, Job not cached", pod: pod(owner("Job", "batch/v1", "j", "j1"), nil, nil), ownerKey: "j1", err: ErrNotCached},
+		{name: "Job of another group: not followed", pod: pod(owner("Job", "example.com/v1", "j", "j1"), nil, nil)},
 		// Same kind, other API group: OpenKruise's Advanced StatefulSet and
 		// CloneSet-made ReplicaSet look-alikes are not followed.
 		{name: "OpenKruise StatefulSet: not followed", pod: pod(owner("StatefulSet", "apps.kruise.io/v1beta1", "db", "s1"), map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7f"}, nil)},
@@ -91,6 +93,97 @@ func TestResolve(t *testing.T) {
 			}
 			if info.Workload.String() != tc.workload || info.Revision != tc.revision || info.Found != tc.found || info.Skip != tc.skip || info.Preferred() != tc.preferred || info.ArchitecturesAuto != tc.archAuto {
 				t.Errorf("info = %+v (%s)", info, info.Workload)
+			}
+		})
+	}
+}
+
+func meta(gvk schema.GroupVersionKind, name string, uid types.UID, ann map[string]string, owners []metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: name, UID: uid, Annotations: ann, OwnerReferences: owners}}
+	m.SetGroupVersionKind(gvk)
+	return m
+}
+
+// TestResolveBatch: a Job's pod, a CronJob's Job's pod and a Workflow's pod
+// are each counted under their own owner's UID, and their strategy comes
+// from the pod (template or Argo's podMetadata), then the Job or Workflow,
+// then the CronJob, then a policy of the Job, then one of the CronJob.
+func TestResolveBatch(t *testing.T) {
+	withStrategy := func(v string) map[string]string { return map[string]string{annotations.Strategy: v} }
+	cache := memcache.New(test.Scheme())
+	if err := cache.Add(
+		meta(JobGVK, "plain", "j0", nil, nil),
+		meta(JobGVK, "annotated", "j1", map[string]string{annotations.Strategy: "job=1,weight=1", annotations.Mode: "preferred"}, nil),
+		meta(CronJobGVK, "nightly", "c1", map[string]string{annotations.Strategy: "cron=1,weight=1", annotations.Mode: "shadow", annotations.CapacityTimeout: "3m"}, nil),
+		meta(JobGVK, "nightly-100", "j2", nil, owner("CronJob", "batch/v1", "nightly", "c1")),
+		meta(JobGVK, "nightly-101", "j3", withStrategy("copied=1,weight=1"), owner("CronJob", "batch/v1", "nightly", "c1")),
+		meta(CronJobGVK, "bare", "c2", nil, nil),
+		meta(JobGVK, "bare-1", "j4", nil, owner("CronJob", "batch/v1", "bare", "c2")),
+		meta(WorkflowGVK, "etl", "w1", withStrategy("wf=1,weight=1"), nil),
+		meta(JobGVK, "gone-parent", "j5", nil, owner("CronJob", "batch/v1", "deleted", "c9")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	policies := fakePolicies{"plain": "policy-job=1,weight=1", "bare": "policy-cron=1,weight=1"}
+	pod := func(kind, apiVersion, name string, uid types.UID, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: owner(kind, apiVersion, name, uid), Annotations: ann}}
+	}
+	for _, tc := range []struct {
+		name, workload, parent, strategy, source, mode, timeout, ownerKey string
+		pod                                                               *corev1.Pod
+		err                                                               error
+	}{
+		{name: "Job, from a policy of the Job", pod: pod("Job", "batch/v1", "plain", "j0", nil),
+			workload: "Job batch/plain", strategy: "policy-job=1,weight=1", source: "PlacementPolicy batch/p-plain", mode: "preferred", ownerKey: "j0"},
+		{name: "Job, its annotation", pod: pod("Job", "batch/v1", "annotated", "j1", nil),
+			workload: "Job batch/annotated", strategy: "job=1,weight=1", source: "metadata.annotations[apportion.dev/strategy]", mode: "preferred", ownerKey: "j1"},
+		{name: "Job, the pod template wins", pod: pod("Job", "batch/v1", "annotated", "j1", map[string]string{annotations.Strategy: "pod=1,weight=1", annotations.Mode: "required"}),
+			workload: "Job batch/annotated", strategy: "pod=1,weight=1", source: "spec.template.metadata.annotations[apportion.dev/strategy]", mode: "required", ownerKey: "j1"},
+		{name: "CronJob's Job, from the CronJob", pod: pod("Job", "batch/v1", "nightly-100", "j2", nil),
+			workload: "Job batch/nightly-100", parent: "CronJob batch/nightly", strategy: "cron=1,weight=1",
+			source: "CronJob nightly metadata.annotations[apportion.dev/strategy]", mode: "shadow", timeout: "3m", ownerKey: "j2"},
+		{name: "CronJob's Job, its jobTemplate's annotation copied onto the Job wins", pod: pod("Job", "batch/v1", "nightly-101", "j3", nil),
+			workload: "Job batch/nightly-101", parent: "CronJob batch/nightly", strategy: "copied=1,weight=1",
+			source: "metadata.annotations[apportion.dev/strategy]", mode: "shadow", timeout: "3m", ownerKey: "j3"},
+		{name: "CronJob's Job, from a policy of the CronJob", pod: pod("Job", "batch/v1", "bare-1", "j4", nil),
+			workload: "Job batch/bare-1", parent: "CronJob batch/bare", strategy: "policy-cron=1,weight=1", source: "PlacementPolicy batch/p-bare", mode: "preferred", ownerKey: "j4"},
+		{name: "CronJob not cached", pod: pod("Job", "batch/v1", "gone-parent", "j5", nil), ownerKey: "j5", err: ErrNotCached},
+		{name: "Workflow pod, from the Workflow", pod: pod("Workflow", "argoproj.io/v1alpha1", "etl", "w1", nil),
+			workload: "Workflow batch/etl", strategy: "wf=1,weight=1", source: "metadata.annotations[apportion.dev/strategy]", mode: "required", ownerKey: "w1"},
+		{name: "Workflow pod, Argo's podMetadata on the pod wins", pod: pod("Workflow", "argoproj.io/v1alpha1", "etl", "w1", withStrategy("pm=1,weight=1")),
+			workload: "Workflow batch/etl", strategy: "pm=1,weight=1", source: "spec.template.metadata.annotations[apportion.dev/strategy]", mode: "required", ownerKey: "w1"},
+		{name: "Workflow of another group: not followed", pod: pod("Workflow", "example.com/v1", "etl", "w1", nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := OwnerKey(tc.pod); got != tc.ownerKey {
+				t.Errorf("OwnerKey = %q, want %q", got, tc.ownerKey)
+			}
+			if got := IsBatch(tc.pod); got != (tc.ownerKey != "") {
+				t.Errorf("IsBatch = %v", got)
+			}
+			info, err := Resolve(context.Background(), client.Reader(cache), "batch", tc.pod, WithPolicies(policies))
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err = %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.workload == "" {
+				if info != nil {
+					t.Fatalf("info = %+v, want nil", info)
+				}
+				return
+			}
+			parent := ""
+			if info.Parent.Kind != "" {
+				parent = info.Parent.String()
+			}
+			if info.Workload.String() != tc.workload || parent != tc.parent || info.Revision != "" || !info.Found ||
+				info.Strategy != tc.strategy || info.Source.String() != tc.source || info.Mode != tc.mode || info.CapacityTimeout != tc.timeout {
+				t.Errorf("info = %+v (%s, from %s)", info, info.Workload, info.Source)
 			}
 		})
 	}

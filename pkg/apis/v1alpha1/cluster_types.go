@@ -51,8 +51,8 @@ type ClusterTarget struct {
 	// Kinds of the workloads covered; every kind when empty.
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=4
-	// +kubebuilder:validation:items:Enum=Deployment;StatefulSet;ReplicaSet;Rollout
+	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:items:Enum=Deployment;StatefulSet;ReplicaSet;Rollout;Job;CronJob;Workflow
 	Kinds []string `json:"kinds,omitempty"`
 
 	// Selector matches the labels of workloads (the workload's own labels,

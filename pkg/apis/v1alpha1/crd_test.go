@@ -137,7 +137,24 @@ func TestGeneratedClusterCRD(t *testing.T) {
 	for _, e := range spec.Properties["target"].Properties["kinds"].Items.Schema.Enum {
 		kinds = append(kinds, string(e.Raw))
 	}
-	if strings.Join(kinds, ",") != `"Deployment","StatefulSet","ReplicaSet","Rollout"` {
+	const want = `"Deployment","StatefulSet","ReplicaSet","Rollout","Job","CronJob","Workflow"`
+	if strings.Join(kinds, ",") != want {
 		t.Errorf("target.kinds enum %v", kinds)
+	}
+	// A PlacementPolicy targets the same kinds.
+	raw, err = os.ReadFile(filepath.Join("..", "..", "..", "chart", "crds", "apportion.dev_placementpolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var namespaced apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(raw, &namespaced); err != nil {
+		t.Fatal(err)
+	}
+	kinds = nil
+	for _, e := range namespaced.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["target"].Properties["kind"].Enum {
+		kinds = append(kinds, string(e.Raw))
+	}
+	if strings.Join(kinds, ",") != want {
+		t.Errorf("PlacementPolicy target.kind enum %v", kinds)
 	}
 }

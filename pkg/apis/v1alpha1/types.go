@@ -58,17 +58,19 @@ type PlacementPolicySpec struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(self.name) != has(self.selector)",message="exactly one of name and selector must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.name) || has(self.kind)",message="kind is required with name"
-// +kubebuilder:validation:XValidation:rule="!has(self.apiVersion) || (has(self.kind) && (self.kind == 'Rollout' ? self.apiVersion.startsWith('argoproj.io/') : self.apiVersion == 'apps/v1'))",message="apiVersion must be apps/v1 for Deployment, StatefulSet and ReplicaSet, argoproj.io/... for Rollout"
+// +kubebuilder:validation:XValidation:rule="!has(self.apiVersion) || (has(self.kind) && (self.kind in ['Rollout', 'Workflow'] ? self.apiVersion.startsWith('argoproj.io/') : self.kind in ['Job', 'CronJob'] ? self.apiVersion == 'batch/v1' : self.apiVersion == 'apps/v1'))",message="apiVersion must be apps/v1 for Deployment, StatefulSet and ReplicaSet, batch/v1 for Job and CronJob, argoproj.io/... for Rollout and Workflow"
 type Target struct {
-	// APIVersion of the workload: apps/v1, or argoproj.io/v1alpha1 for a
-	// Rollout. Optional: the kind says it.
+	// APIVersion of the workload: apps/v1, batch/v1 for a Job or CronJob,
+	// or argoproj.io/v1alpha1 for a Rollout or Workflow. Optional: the kind
+	// says it.
 	// +optional
 	APIVersion string `json:"apiVersion,omitempty"`
 
 	// Kind of the workload. Required with name; with a selector, only
-	// workloads of this kind match (every kind when empty).
+	// workloads of this kind match (every kind when empty). A policy
+	// targeting a CronJob applies to each of its Jobs.
 	// +optional
-	// +kubebuilder:validation:Enum=Deployment;StatefulSet;ReplicaSet;Rollout
+	// +kubebuilder:validation:Enum=Deployment;StatefulSet;ReplicaSet;Rollout;Job;CronJob;Workflow
 	Kind string `json:"kind,omitempty"`
 
 	// Name of the workload, in the policy's namespace.

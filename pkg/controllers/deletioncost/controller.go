@@ -185,7 +185,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexOwnerKey, func(o client.Object) []string {
 		// The owner and labels of a cached pod (podcache.Pod) are read
 		// in place: no view of the whole pod on every pod event.
-		if k := workload.OwnerKey(o); k != "" {
+		if k := ownerKey(o); k != "" {
 			return []string{k}
 		}
 		return nil

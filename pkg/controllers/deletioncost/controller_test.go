@@ -261,3 +261,33 @@ func TestEventsThatChangeCosts(t *testing.T) {
 		}
 	}
 }
+
+// TestJobPodsKeepNoCost: the pods of a Job or an Argo Workflow are never
+// given a deletion cost (the Job controller does not read it, Argo deletes
+// no pod): none of their events enqueues anything, and the owner index
+// leaves them out.
+func TestJobPodsKeepNoCost(t *testing.T) {
+	ctx := context.Background()
+	ctrl := NewController(ownedPodsClient(), testSigner).WithDebounce(time.Second)
+	for _, owner := range []metav1.OwnerReference{
+		test.ControllerRef("batch/v1", "Job", "etl-1", "job1"),
+		test.ControllerRef("argoproj.io/v1alpha1", "Workflow", "etl", "wf1"),
+	} {
+		meta := func(name string) metav1.ObjectMeta {
+			return metav1.ObjectMeta{Namespace: "ci", Name: name, UID: types.UID(name), OwnerReferences: []metav1.OwnerReference{owner}}
+		}
+		gated := test.Pod(test.PodOptions{ObjectMeta: meta("p1"), Gated: true})
+		placed := test.Pod(test.PodOptions{ObjectMeta: meta("p1"), Group: "g=a", Signer: testSigner})
+		stray := test.Pod(test.PodOptions{ObjectMeta: meta("p2"), NodeName: "n"})
+		q := &recordingQueue{}
+		ctrl.EventHandler().Update(ctx, event.UpdateEvent{ObjectOld: gated, ObjectNew: placed}, q)
+		ctrl.EventHandler().Create(ctx, event.CreateEvent{Object: stray}, q)
+		ctrl.EventHandler().Delete(ctx, event.DeleteEvent{Object: placed}, q)
+		if len(q.added) != 0 {
+			t.Errorf("%s pod: enqueued %v, want nothing", owner.Kind, q.added)
+		}
+		if k := ownerKey(placed); k != "" {
+			t.Errorf("%s pod: indexed under %q, want not indexed", owner.Kind, k)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,7 +94,7 @@ func (c *Controller) changesCosts(old, pod *corev1.Pod) bool {
 // its shadow pods take costs: its workload was not in shadow mode at its
 // last reconcile.
 func (c *Controller) shadowsCounted(pod *corev1.Pod) bool {
-	key := workload.OwnerKey(pod)
+	key := ownerKey(pod)
 	if key == "" {
 		return false
 	}
@@ -117,7 +118,7 @@ func (c *Controller) live(pod *corev1.Pod) bool {
 // that does not carry the strays' cost yet, and was not such a stray before
 // (old nil: a pod the cache just listed).
 func (c *Controller) newStray(old, pod *corev1.Pod) bool {
-	key := workload.OwnerKey(pod)
+	key := ownerKey(pod)
 	if key == "" {
 		return false
 	}
@@ -140,7 +141,17 @@ func (c *Controller) enqueue(q Queue, pod *corev1.Pod, yes bool) {
 	if !yes {
 		return
 	}
-	if key := workload.OwnerKey(pod); key != "" {
+	if key := ownerKey(pod); key != "" {
 		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: key}}, c.debounce)
 	}
+}
+
+// ownerKey is the revision whose costs the pod's events may change: its
+// workload.OwnerKey, or "" for the pod of a Job or Workflow, which keeps no
+// cost (the Job controller does not read it, and Argo deletes no pod).
+func ownerKey(pod metav1.Object) string {
+	if workload.IsBatch(pod) {
+		return ""
+	}
+	return workload.OwnerKey(pod)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -359,5 +360,39 @@ func TestLongReasonShortened(t *testing.T) {
 	}
 	if got := shorten("short"); got != "short" {
 		t.Errorf("a short reason changed: %q", got)
+	}
+}
+
+// TestJobDriftsOnlyWhileRunning: a Job is split over its live pods; its
+// drift is reported while they run, and once they are done the Job is no
+// longer watched.
+func TestJobDriftsOnlyWhileRunning(t *testing.T) {
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "etl", UID: "etl", Annotations: map[string]string{annotations.Strategy: seed004}}}
+	objs := []client.Object{job}
+	for _, p := range pods("etl", "x", "od-1", 0, 10) {
+		p.SetOwnerReferences(test.OwnedBy("batch/v1", "Job", "etl", "etl"))
+		objs = append(objs, p)
+	}
+	f := newFixture(t, 10, objs...)
+	f.pools.noSpot = true
+	f.sweep(0)
+	f.sweep(12 * time.Minute)
+	ev := f.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], "SplitDrift") || !strings.Contains(ev[0], "at 10 replicas") {
+		t.Fatalf("Events %q, want one SplitDrift at 10 replicas", ev)
+	}
+	if g := testutil.ToFloat64(metrics.WorkloadDrift.WithLabelValues("web", "Job", "etl")); g != 1 {
+		t.Errorf("apportion_workload_drift of the Job %v, want 1", g)
+	}
+	for _, o := range objs[1:] {
+		p := o.(*corev1.Pod)
+		p.Status.Phase = corev1.PodSucceeded
+		if err := f.client.Status().Update(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sweep(time.Minute)
+	if n := testutil.ToFloat64(metrics.WorkloadsDrifting); n != 0 {
+		t.Errorf("apportion_workloads_drifting %v after the Job completed, want 0", n)
 	}
 }

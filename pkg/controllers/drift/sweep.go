@@ -29,6 +29,8 @@ var kinds = map[string]schema.GroupVersionKind{
 	workload.StatefulSetGVK.Kind: workload.StatefulSetGVK,
 	workload.ReplicaSetGVK.Kind:  workload.ReplicaSetGVK,
 	workload.RolloutGVK.Kind:     workload.RolloutGVK,
+	workload.JobGVK.Kind:         workload.JobGVK,
+	workload.WorkflowGVK.Kind:    workload.WorkflowGVK,
 }
 
 // placed reports whether apportion places the workload's pods by a
@@ -151,8 +153,13 @@ func (c *Controller) observe(ctx context.Context, w *observed, nodes *nodeLabels
 	if !known {
 		return sp, false, false, nil
 	}
-	spec, err := workload.ReadSpec(ctx, c.kube, gvk, client.ObjectKey{Namespace: info.Workload.Namespace, Name: info.Workload.Name})
-	if err != nil {
+	var spec workload.Spec
+	if gvk == workload.JobGVK || gvk == workload.WorkflowGVK {
+		// A Job or Workflow is split over its live pods: they are its
+		// replicas while it runs, and once they are done it is no longer
+		// seen, so a finished Job never drifts.
+		spec.Replicas = int32(len(w.pods))
+	} else if spec, err = workload.ReadSpec(ctx, c.kube, gvk, client.ObjectKey{Namespace: info.Workload.Namespace, Name: info.Workload.Name}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return sp, false, false, nil
 		}

@@ -348,7 +348,9 @@ func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key strin
 	if g = p.Method.Next(seen, avail); g < 0 {
 		return g, counts, strays, nil
 	}
-	if !shadow {
+	// A Job's or Workflow's pod has no deletion cost: the Job controller
+	// does not read it, and Argo deletes no pod.
+	if !shadow && !workload.IsBatch(pod) {
 		cost = c.deletionCost(p, c.withShadowStrays(ctx, rev, p, counts), g)
 	}
 	c.tally.Record(pod.UID, rev, p.Strategy.Groups[g].Key(), c.clock.Now())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -411,5 +412,57 @@ func TestCapsHoldInPlacement(t *testing.T) {
 				t.Errorf("released beyond caps %v times, want %d", got, beyond)
 			}
 		})
+	}
+}
+
+// TestJobSplitAmongLivePods: a Job's pods are split among its live pods:
+// when pods of one group complete, the next ones go there, so the running
+// pods stay within quota; and none gets a deletion cost.
+func TestJobSplitAmongLivePods(t *testing.T) {
+	const half = "g=a,weight=1:g=b,weight=1"
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "etl", UID: "job1", Annotations: map[string]string{annotations.Strategy: half}}}
+	pool := func(name string) *karpv1.NodePool {
+		return test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: name}, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement("g", name)}})
+	}
+	f := newFixture(t, nil, job, pool("a"), pool("b"))
+	ctx := context.Background()
+	live := map[string]*corev1.Pod{}
+	place := func(i int) {
+		t.Helper()
+		pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: fmt.Sprintf("etl-%d", i), UID: types.UID(fmt.Sprintf("job-pod-%d", i)),
+			CreationTimestamp: metav1.NewTime(now), OwnerReferences: test.OwnedBy("batch/v1", "Job", "etl", "job1")}, Gated: true})
+		if err := f.client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod = f.reconcile(t, pod)
+		if _, ok := pod.Annotations["controller.kubernetes.io/pod-deletion-cost"]; ok || pod.Annotations[annotations.Group] == "" {
+			t.Fatalf("pod %d: annotations %v, want a group and no deletion cost", i, pod.Annotations)
+		}
+		f.tally.Observe(pod)
+		live[pod.Name] = pod
+	}
+	split := func() map[string]int {
+		n := map[string]int{}
+		for _, p := range live {
+			n[p.Annotations[annotations.Group]]++
+		}
+		return n
+	}
+	for i := range 4 {
+		place(i)
+	}
+	// Both pods of g=a complete.
+	for name, p := range live {
+		if p.Annotations[annotations.Group] == "g=a" {
+			done := p.DeepCopy()
+			done.Status.Phase = corev1.PodSucceeded
+			f.tally.Observe(done)
+			delete(live, name)
+		}
+	}
+	place(4)
+	place(5)
+	if got := split(); got["g=a"] != 2 || got["g=b"] != 2 {
+		t.Errorf("live split %v, want 2 and 2", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -409,6 +410,9 @@ func TestShadowArchitectureOnly(t *testing.T) {
 	f.ctrl.WithDefaultMode(annotations.ModeShadow)
 	job := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "job-1", UID: "job-1", CreationTimestamp: metav1.NewTime(now),
 		OwnerReferences: test.OwnedBy("batch/v1", "Job", "job", "job-uid")}})
+	if err := f.client.Create(context.Background(), &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "job", UID: "job-uid"}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.client.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
@@ -473,8 +477,11 @@ func TestShadowLeavesOutOfScopePodsAlone(t *testing.T) {
 	// DaemonSet pods above.
 	f.ctrl.WithDefaultMode(annotations.ModeShadow).ArchitecturesForAll(true).
 		WithImages(&fakeImages{res: result("example.com/multi:1", "amd64", "arm64")}, time.Second)
+	if err := f.client.Create(context.Background(), &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "job", UID: "job-uid"}}); err != nil {
+		t.Fatal(err)
+	}
 	job := f.gatedPod(t, 1, ungated, func(p *corev1.Pod) {
-		p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name = "batch/v1", "Job", "job"
+		p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "batch/v1", "Job", "job", "job-uid"
 	})
 	if pod := f.reconcile(t, job); !decision.HasShadow(pod) {
 		t.Errorf("in-scope Job pod not decided: %v", pod.Annotations)
@@ -494,7 +501,7 @@ func TestShadowClusterPolicyRefusesSkip(t *testing.T) {
 	}{
 		{name: "allowSkip false", want: true},
 		{name: "allowSkip true", allowSkip: true},
-		{name: "Job's pod", bare: true},
+		{name: "bare pod", bare: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "platform", UID: "c1", CreationTimestamp: metav1.NewTime(now)},
@@ -515,7 +522,7 @@ func TestShadowClusterPolicyRefusesSkip(t *testing.T) {
 			pod := f.reconcile(t, f.gatedPod(t, 0, ungated, func(p *corev1.Pod) {
 				p.Annotations = map[string]string{annotations.Skip: "true"}
 				if tc.bare {
-					p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name = "batch/v1", "Job", "job"
+					p.OwnerReferences = nil
 				}
 			}))
 			if got := decision.HasShadow(pod); got != tc.want {

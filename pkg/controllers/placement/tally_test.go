@@ -364,3 +364,97 @@ func TestTallyCountsShadowDecisionsApart(t *testing.T) {
 		t.Errorf("%d strays after the shadow pods went, want %d", tl.Strays(rev), len(forged))
 	}
 }
+
+// jobPod is a pod of the Job (or, with kind Workflow, the Argo Workflow)
+// uid, decided for group (signed) unless group is empty.
+func jobPod(kind, owner, uid, group string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	apiVersion := "batch/v1"
+	if kind == "Workflow" {
+		apiVersion = "argoproj.io/v1alpha1"
+	}
+	o := test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: uid, UID: types.UID(uid),
+		OwnerReferences: test.OwnedBy(apiVersion, kind, owner, types.UID(owner))}}
+	if group != "" {
+		o.Group, o.Signer = group, tallySigner
+	}
+	p := test.Pod(o)
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func phase(ph corev1.PodPhase) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Status.Phase = ph } }
+
+// TestTallyCountsLiveBatchPods: a Job's or a Workflow's pods are counted
+// under their owner, and a pod that completes (Succeeded or Failed, an
+// informer update) leaves the count, so that the next pods are decided from
+// the live ones.
+func TestTallyCountsLiveBatchPods(t *testing.T) {
+	index := map[string]int{"a": 0, "b": 1}
+	tl := newTally()
+	counts := func(rev string) [2]int64 {
+		c := make([]int64, 2)
+		tl.Counts(rev, index, c)
+		return [2]int64{c[0], c[1]}
+	}
+	for _, kind := range []string{"Job", "Workflow"} {
+		rev := Revision("ci", kind+"-uid")
+		tl.Observe(jobPod(kind, kind+"-uid", kind+"1", "a", phase(corev1.PodRunning)))
+		tl.Observe(jobPod(kind, kind+"-uid", kind+"2", "a", phase(corev1.PodRunning)))
+		tl.Observe(jobPod(kind, kind+"-uid", kind+"3", "b", phase(corev1.PodRunning)))
+		if got := counts(rev); got != [2]int64{2, 1} {
+			t.Fatalf("%s: live counts %v, want [2 1]", kind, got)
+		}
+		tl.Observe(jobPod(kind, kind+"-uid", kind+"1", "a", phase(corev1.PodSucceeded)))
+		tl.Observe(jobPod(kind, kind+"-uid", kind+"3", "b", phase(corev1.PodFailed)))
+		if got := counts(rev); got != [2]int64{1, 0} {
+			t.Errorf("%s: after two pods completed, counts %v, want [1 0]", kind, got)
+		}
+	}
+}
+
+// TestTallyForgetsJobsThatCameAndWent: 200 Jobs, each with decided pods, a
+// pending decision and a stray, run and complete; the tally then holds
+// nothing about any of them.
+func TestTallyForgetsJobsThatCameAndWent(t *testing.T) {
+	tl := newTally()
+	now := time.Now()
+	bound := func(p *corev1.Pod) { p.Spec.NodeName = "n1" }
+	for j := range 200 {
+		job := fmt.Sprintf("job-%d", j)
+		rev := Revision("ci", job)
+		pods := []*corev1.Pod{
+			jobPod("Job", job, job+"-a", "a", phase(corev1.PodRunning), bound),
+			jobPod("Job", job, job+"-b", "b", phase(corev1.PodRunning), bound),
+			jobPod("Job", job, job+"-stray", "", phase(corev1.PodRunning), bound),
+			jobPod("Job", job, job+"-pending", "", phase(corev1.PodPending)),
+		}
+		for _, p := range pods {
+			tl.Observe(p)
+		}
+		tl.Record(pods[3].UID, rev, "a", now)
+		if tl.Strays(rev) != 1 || !tl.Decided(pods[3].UID) {
+			t.Fatalf("%s: strays %d, pending decided %v", job, tl.Strays(rev), tl.Decided(pods[3].UID))
+		}
+		// Half of the Jobs' pods complete and are deleted with their Job
+		// later; the others are deleted as they complete.
+		for i, p := range pods {
+			done := p.DeepCopy()
+			done.Status.Phase = corev1.PodSucceeded
+			if i == 1 {
+				done.Status.Phase = corev1.PodFailed
+			}
+			tl.Observe(done)
+			if j%2 == 0 {
+				tl.Forget(done)
+			}
+		}
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if n := len(tl.pods) + len(tl.observed) + len(tl.pending) + len(tl.byRev) + len(tl.strays); n != 0 {
+		t.Errorf("after 200 Jobs came and went the tally holds %d pods, %d revisions observed, %d pending, %d revisions pending, %d with strays",
+			len(tl.pods), len(tl.observed), len(tl.pending), len(tl.byRev), len(tl.strays))
+	}
+}
