@@ -54,7 +54,7 @@ func TestJobFallsBackWithoutARetry(t *testing.T) {
 				// so (its pod-complete stage): these keep running.
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}, Annotations: map[string]string{annotations.Strategy: seed004,
 					"pod-complete.stage.kwok.x-k8s.io/delay": "1h", "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "1h"}},
-				Spec:       spec,
+				Spec: spec,
 			},
 		},
 	}
