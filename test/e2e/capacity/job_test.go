@@ -50,11 +50,8 @@ func TestJobFallsBackWithoutARetry(t *testing.T) {
 				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 			}}},
 			Template: corev1.PodTemplateSpec{
-				// kwok completes a Job's Running pods after a second or
-				// so (its pod-complete stage): these keep running.
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}, Annotations: map[string]string{annotations.Strategy: seed004,
-					"pod-complete.stage.kwok.x-k8s.io/delay": "1h", "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "1h"}},
-				Spec: spec,
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}, Annotations: map[string]string{annotations.Strategy: seed004}},
+				Spec:       spec,
 			},
 		},
 	}
