@@ -168,11 +168,15 @@ var (
 		Help: "NodePool outages checked again against their evidence. Labels: reason, result (still, lifted, expired).",
 	}, []string{LabelReason, LabelResult})
 	// CapacityPodsDeletedTotal counts stuck pods deleted so that their
-	// controller recreates them in a group that has capacity.
-	CapacityPodsDeletedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	// controller recreates them in a group that has capacity (result
+	// deleted), and the batch pods left pending because deleting them would
+	// cost their owner a retry: kept_job (a Job whose podFailurePolicy does
+	// not ignore DisruptionTarget), kept_workflow (Argo does not recreate
+	// them).
+	CapacityPodsDeletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "capacity", Name: "pods_deleted_total",
-		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere.",
-	})
+		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere, or kept. Labels: result (deleted, kept_job, kept_workflow).",
+	}, []string{LabelResult})
 	// WorkloadDrift is 1 while a workload placed by a strategy has been off
 	// it (outside quota, pods outside every group, or a group left out)
 	// for longer than --drift-after, else 0; per workload, for at most

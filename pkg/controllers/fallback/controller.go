@@ -5,7 +5,10 @@
 // group's label set (node-label mode) out of capacity in a capacity.Tracker.
 // It then deletes the stuck pods of what it marked that a ReplicaSet or
 // StatefulSet will recreate, so that placement puts the new pods in groups
-// that have capacity.
+// that have capacity. A Job's pods are evicted instead, and only when the
+// Job's podFailurePolicy ignores the DisruptionTarget condition the eviction
+// adds: otherwise the Job would count each one as failed. A Workflow's pods
+// are never deleted: Argo does not recreate them.
 //
 // The scope of a mark follows its evidence. Karpenter's Events are hints:
 // anyone who may create Events in a namespace can write one that says it is
@@ -69,7 +72,8 @@
 // evidence turned into a signal), evidence.go (what Karpenter's Events and
 // NodeClaims said, kept per pod and pool), report.go (Events, metrics and
 // the queueing of a marked key's pods), deletion.go (the deletion
-// controller: a source.Channel queue, paced), outage.go (the NodePool
+// controller: a source.Channel queue, paced), batch.go (what it does with
+// the pods of Jobs and Workflows), outage.go (the NodePool
 // outage controller that checks a cluster-wide outage's evidence again),
 // gauge.go (the outage gauge, a periodic singleton) and register.go
 // (indexes, watches and handlers).
@@ -196,6 +200,9 @@ type Controller struct {
 	noTypes      map[string]poolEvents                         // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
 	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
 	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
+
+	jobs *ttlcache.Cache[types.UID, jobPolicy] // Job UID -> what its pods' deletion needs
+	kept *ttlcache.Cache[types.UID, struct{}]  // batch pods left pending, counted once
 }
 
 // NewController builds the detector. A zero Timeout or NominationWait takes
@@ -221,6 +228,8 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		noTypes:      map[string]poolEvents{},
 		outages:      map[string]outage{},
 		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
+		jobs:         newJobCache(),
+		kept:         newKeptCache(),
 	}
 }
 
@@ -338,10 +347,11 @@ func scopeOf(pod *corev1.Pod, info *workload.Info) string {
 	return string(pod.UID)
 }
 
-// queueDeletion queues the pod for the deleter if its controller recreates
-// it and deletions are on. It is false only when the queue was full.
+// queueDeletion queues the pod for the deleter if deletions are on and its
+// controller recreates it, or it is a batch pod (the deleter decides). It is
+// false only when the queue was full.
 func (c *Controller) queueDeletion(pod *corev1.Pod) bool {
-	if c.opts.DeleteQPS > 0 && workload.Recreated(pod) {
+	if c.opts.DeleteQPS > 0 && deletable(pod) {
 		return c.queue(pod)
 	}
 	return true

@@ -322,12 +322,12 @@ func TestNotReady(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.CapacityUnavailable.WithLabelValues(capacity.KindNodePool, "workload")); got != 0 {
 		t.Errorf("unavailable gauge (workload) %v, want 0", got)
 	}
-	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal)
+	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted))
 	f.drain()
 	if _, ok := f.get("p1"); ok {
 		t.Error("stuck pod not deleted")
 	}
-	if got := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal) - deleted; got != 1 {
+	if got := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted)) - deleted; got != 1 {
 		t.Errorf("pods_deleted_total grew by %v, want 1", got)
 	}
 	// A second pod of the key: no second Event, deleted too.
@@ -785,13 +785,13 @@ func TestDeletePreconditions(t *testing.T) {
 		t.Fatalf("delete options %+v; want UID %s and resourceVersion %s preconditions", seen, p1.UID, p1.ResourceVersion)
 	}
 	bindFirst = true
-	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal)
+	deleted := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted))
 	f.drain()
 	p2, ok := f.get("p2")
 	if !ok || p2.Spec.NodeName != "node-1" {
 		t.Fatal("a pod bound after the cache read was deleted")
 	}
-	if got := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal) - deleted; got != 0 {
+	if got := testutil.ToFloat64(metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted)) - deleted; got != 0 {
 		t.Errorf("refused deletion counted: %v", got)
 	}
 }

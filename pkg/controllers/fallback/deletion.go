@@ -22,7 +22,6 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/metrics"
-	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // deletionBuffer bounds the pods handed to the deletion controller and not
@@ -88,28 +87,50 @@ func (c *Controller) deletionSource() source.Source {
 
 // reconcileDeletion deletes the pod if it is still a stuck pod of a key out
 // of capacity that its controller will recreate: it is checked before
-// waiting for the limiter and again after. An API error other than
+// waiting for the limiter and again after. A Job's pod is evicted, and only
+// when its Job ignores the eviction's DisruptionTarget condition; a batch pod
+// that cannot go is kept, with an Event on its owner. An API error other than
 // not-found or conflict is returned, for the workqueue to retry.
 func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if c.opts.DeleteQPS <= 0 || c.stuck(ctx, req.NamespacedName) == nil {
+	if c.opts.DeleteQPS <= 0 {
 		return reconcile.Result{}, nil
-	}
-	if err := c.limiter.Wait(ctx); err != nil {
-		return reconcile.Result{}, nil // shutting down
 	}
 	pod := c.stuck(ctx, req.NamespacedName)
 	if pod == nil {
 		return reconcile.Result{}, nil
 	}
+	owner := batchOwner(pod)
+	if owner != nil {
+		evict, result, why, err := c.batchVerdict(ctx, pod, owner)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if !evict {
+			key, _ := c.keyOf(pod)
+			c.keep(ctx, pod, owner, key, result, why)
+			return reconcile.Result{}, nil
+		}
+	}
+	if err := c.limiter.Wait(ctx); err != nil {
+		return reconcile.Result{}, nil // shutting down
+	}
+	if pod = c.stuck(ctx, req.NamespacedName); pod == nil {
+		return reconcile.Result{}, nil
+	}
 	key, _ := c.keyOf(pod)
 	// The preconditions make the API refuse the deletion if the pod
 	// changed since the cache saw it (bound meanwhile, or replaced).
-	err := c.kubeClient.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+	var err error
+	if owner != nil {
+		err = c.evict(ctx, pod)
+	} else {
+		err = c.kubeClient.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+	}
 	switch {
 	case err == nil:
-		metrics.CapacityPodsDeletedTotal.Inc()
+		metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted).Inc()
 		log.FromContext(ctx).Info("deleted pod stuck on a key out of capacity, for its controller to recreate elsewhere",
-			"namespace", pod.Namespace, "name", pod.Name, "key", string(key))
+			"namespace", pod.Namespace, "name", pod.Name, "key", string(key), "evicted", owner != nil)
 	case apierrors.IsNotFound(err):
 	case apierrors.IsConflict(err):
 		// Changed: its update event brings it back to Reconcile.
@@ -124,15 +145,16 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 
 // stuck returns the cached pod if it may be deleted now: placed by
 // apportion, pending in a key that is out for every workload or for its own,
-// owned by a ReplicaSet or StatefulSet (which recreate it), and not waiting
-// for a node Karpenter is bringing it.
+// owned by a ReplicaSet or StatefulSet (which recreate it) or a batch owner
+// (reconcileDeletion decides), and not waiting for a node Karpenter is
+// bringing it.
 func (c *Controller) stuck(ctx context.Context, name types.NamespacedName) *corev1.Pod {
 	pod := &corev1.Pod{}
 	if err := c.kubeClient.Get(ctx, name, pod); err != nil {
 		return nil
 	}
 	key, ok := c.keyOf(pod)
-	if !ok || !workload.Recreated(pod) {
+	if !ok || !deletable(pod) {
 		return nil
 	}
 	info, ref := c.resolve(ctx, pod)

@@ -237,6 +237,10 @@ var pools = []pool{
 	{name: "drift-od", caseName: "drift", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "drift-spot", caseName: "drift", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50,
 		taints: []corev1.Taint{{Key: "e2e.apportion.dev/spot", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+	// jobfb: a Job's pods fall back without costing it a retry
+	// (job_test.go); the spot pool holds two of its pods a node.
+	{name: "jobfb-od", caseName: "jobfb", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "jobfb-spot", caseName: "jobfb", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50},
 	// strays.
 	{name: "strays-od", caseName: "strays", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "strays-spot", caseName: "strays", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
