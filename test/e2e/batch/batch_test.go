@@ -3,11 +3,9 @@
 package batch_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,70 +32,13 @@ const (
 	spot     = ct + "=" + karpv1.CapacityTypeSpot
 	// seed004: on-demand base 2 weight 1, spot weight 3.
 	seed004 = onDemand + ",base=2,weight=1:" + spot + ",weight=3"
-	// runFor is how long the runner keeps a pod Running before it
-	// completes it; pods without it run until the test ends.
-	runFor = "e2e.apportion.dev/run-for"
+	// runFor is how long framework.RunPods keeps a pod Running.
+	runFor = framework.RunForAnnotation
 )
 
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	return framework.NewNamespace(t, env.Kube, framework.TestNamespaceName(t, "batch"), nil)
-}
-
-// runner plays the kubelet for the ProcessPodLabel pods of a namespace: a
-// bound pod turns Running, and after its runFor annotation Succeeded, as a
-// container that exits 0 would; a deleted one is removed. kwok's own stages
-// complete a Job's pods the moment they run, too fast to watch a Job's live
-// pods.
-func runner(t *testing.T, ns string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			var list corev1.PodList
-			if err := env.Kube.List(ctx, &list, client.InNamespace(ns), client.HasLabels{cluster.ProcessPodLabel}); err == nil {
-				for i := range list.Items {
-					step(ctx, &list.Items[i])
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-}
-
-func step(ctx context.Context, p *corev1.Pod) {
-	now := metav1.Now()
-	switch {
-	case p.DeletionTimestamp != nil:
-		_ = env.Kube.Delete(ctx, p, client.GracePeriodSeconds(0))
-	case p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
-	case p.Status.Phase != corev1.PodRunning:
-		p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
-		p.Status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		}
-		_ = env.Kube.Status().Update(ctx, p)
-	default:
-		d, err := time.ParseDuration(p.Annotations[runFor])
-		if err != nil || p.Status.StartTime == nil || time.Since(p.Status.StartTime.Time) < d {
-			return
-		}
-		p.Status.Phase = corev1.PodSucceeded
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
-		for _, c := range p.Spec.Containers {
-			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: *p.Status.StartTime, FinishedAt: now}}})
-		}
-		_ = env.Kube.Status().Update(ctx, p)
-	}
 }
 
 // podTemplate is the pod template of a Job: one small container, run by the
@@ -178,7 +119,7 @@ func withinQuota(t *testing.T, raw string, counts map[string]int64, n int64) str
 // pod.
 func TestIndexedJobWithinQuotaAmongLivePods(t *testing.T) {
 	ns := newNamespace(t)
-	runner(t, ns)
+	framework.RunPods(t, env.Kube, ns)
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "render", Annotations: map[string]string{annotations.Strategy: seed004}},
 		Spec: batchv1.JobSpec{
@@ -258,7 +199,7 @@ func alone(t *testing.T, what string, counts map[string]int64) {
 // at its own pods, the strategy coming from the CronJob.
 func TestCronJobJobsSplitSeparately(t *testing.T) {
 	ns := newNamespace(t)
-	runner(t, ns)
+	framework.RunPods(t, env.Kube, ns)
 	cron := &batchv1.CronJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly", Annotations: map[string]string{annotations.Strategy: perOwner}},
 		Spec: batchv1.CronJobSpec{

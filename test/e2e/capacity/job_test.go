@@ -21,7 +21,8 @@ import (
 
 // TestJobFallsBackWithoutARetry: a Job (seed 004 on its pod template,
 // 900m pods that keep running) whose podFailurePolicy ignores
-// DisruptionTarget runs 4 pods, 2 on spot's one c-2x node; the spot pool is
+// DisruptionTarget runs 4 pods (run by the test: kwok would complete
+// them), 2 on spot's one c-2x node; the spot pool is
 // capped at what it uses and the Job's parallelism raised to 6. The new
 // pods decided spot cannot get a node: the pool is marked out, they are
 // evicted (the API server marks them DisruptionTarget) and the Job
@@ -50,11 +51,14 @@ func TestJobFallsBackWithoutARetry(t *testing.T) {
 				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 			}}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}, Annotations: map[string]string{annotations.Strategy: seed004}},
+				// Run by the test (framework.RunPods): kwok completes a Job's
+				// pods as soon as they run.
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name, framework.ProcessLabel: ""}, Annotations: map[string]string{annotations.Strategy: seed004}},
 				Spec:       spec,
 			},
 		},
 	}
+	framework.RunPods(t, env.Kube, ns)
 	create(t, job)
 	running := waitRunning(t, ns, name, 4, 3*time.Minute)
 	for _, p := range running {
