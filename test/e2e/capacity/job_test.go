@@ -124,6 +124,8 @@ func TestJobFallsBackWithoutARetry(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("Job after the fallback: %d pods evicted and recreated on on-demand, status failed %d, active %d, backoffLimit %d",
+		len(fallback), j.Status.Failed, j.Status.Active, ptr.Deref(j.Spec.BackoffLimit, -1))
 	if j.Status.Failed != 0 || j.Status.Active != 6 {
 		t.Errorf("Job status: failed %d, active %d; want 0 failed and 6 active", j.Status.Failed, j.Status.Active)
 	}
