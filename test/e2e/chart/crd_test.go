@@ -26,6 +26,8 @@ import (
 const (
 	crdRelease = "apportion-crd"
 	policyCRD  = "placementpolicies.apportion.dev"
+	// clusterPolicyCRD is installed by the main chart's crds/ too.
+	clusterPolicyCRD = "clusterplacementpolicies.apportion.dev"
 )
 
 func crdChartDir() string { return filepath.Join(framework.RepoRoot(), "chart-crd") }
@@ -59,10 +61,11 @@ func testCRDUpgrade(t *testing.T) {
 		t.Fatalf("helm install %s over a CRD no release owns: want Helm's ownership error, got %v\n%s", crdRelease, err, out)
 	}
 
-	// The migration, as a user runs it.
+	// The migration, as a user runs it: every CRD the main chart
+	// installed (both, with this version).
 	for _, args := range [][]string{
-		{"label", "crd", policyCRD, "app.kubernetes.io/managed-by=Helm", "--overwrite"},
-		{"annotate", "crd", policyCRD, "meta.helm.sh/release-name=" + crdRelease, "meta.helm.sh/release-namespace=" + namespace, "--overwrite"},
+		{"label", "crd", policyCRD, clusterPolicyCRD, "app.kubernetes.io/managed-by=Helm", "--overwrite"},
+		{"annotate", "crd", policyCRD, clusterPolicyCRD, "meta.helm.sh/release-name=" + crdRelease, "meta.helm.sh/release-namespace=" + namespace, "--overwrite"},
 	} {
 		if out, err := kubectl(args...); err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
