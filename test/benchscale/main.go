@@ -9,6 +9,9 @@
 //
 //	go run ./test/benchscale --workloads 20 --replicas 100 --json out.json
 //
+// With --batch it runs one Job with apportion instead, and checks its live
+// pods against the quota every second until the Job completes.
+//
 // It needs root (a private network namespace) and the tools `make tools`
 // builds.
 package main
