@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
 // The batch mode's Job, in a namespace of its own, takes the capacity
@@ -65,21 +66,50 @@ func (ss *samples) add(s quotaSample) {
 	}
 }
 
-// checkSample checks the live pods among recs, bound and neither Succeeded
-// nor Failed, against w's quota by their nodes' labels. No live pods is
-// within quota.
+// checkSample checks the Job's live pods among recs against w's quota: the
+// pods apportion has decided (as it counts them) and that are neither
+// Succeeded nor Failed, a bound pod by its node's labels, a pod decided but
+// not bound yet by its decision's group. A pod not decided yet is not
+// counted: its group is chosen when it is. No live pods is within quota.
 func checkSample(w workload, recs []podRecord, nodes map[string]map[string]string) quotaSample {
 	var live []podRecord
+	var pending map[string]map[string]string
 	for _, r := range recs {
-		if r.node != "" && !r.done && !r.gone {
-			live = append(live, r)
+		switch {
+		case r.done || r.gone || (r.node == "" && r.group == ""):
+			continue
+		case r.node == "":
+			// Decided, not bound: stands on a node of its group's labels.
+			if pending == nil {
+				pending = maps.Clone(nodes)
+				if pending == nil {
+					pending = map[string]map[string]string{}
+				}
+			}
+			r.node = decidedNode + r.group
+			if _, ok := pending[r.node]; !ok {
+				if s, err := strategy.Parse(w.strategy); err == nil {
+					for _, g := range s.Groups {
+						if g.Key() == r.group {
+							pending[r.node] = g.Selector()
+						}
+					}
+				}
+			}
 		}
+		live = append(live, r)
 	}
 	if len(live) == 0 {
 		return quotaSample{Split: split{Workload: w.name, Strategy: w.strategy, Counts: map[string]int64{}, Within: true}}
 	}
+	if pending != nil {
+		nodes = pending
+	}
 	return quotaSample{Live: len(live), Split: checkSplit(w, live, nodes)}
 }
+
+// decidedNode prefixes the stand-in node of a pod decided but not bound.
+const decidedNode = "decided:"
 
 // job is the batch mode's Job: pods completions, parallelism at a time, of
 // the bench's pods, which kwok completes as soon as they run.

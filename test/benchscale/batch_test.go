@@ -16,6 +16,13 @@ func done(recs []podRecord) []podRecord {
 	return recs
 }
 
+func decided(recs []podRecord, group string) []podRecord {
+	for i := range recs {
+		recs[i].group = group
+	}
+	return recs
+}
+
 func TestCheckSample(t *testing.T) {
 	w := workload{name: "batch", strategy: capacitySpread}
 	for _, tc := range []struct {
@@ -30,9 +37,13 @@ func TestCheckSample(t *testing.T) {
 		// not count.
 		{"completed pods left out", append(append(records("batch", "od", 4), records("batch", "spot", 6)...), done(records("batch", "od", 7))...), 10, true,
 			"karpenter.sh/capacity-type=on-demand: 4 (ideal 4.00)"},
-		// Pending pods are not live yet: 4 bound on spot of 4 is off.
+		// Pods not decided yet are not counted: 4 bound on spot of 4 is off.
 		{"pending pods left out", append(records("batch", "", 6), records("batch", "spot", 4)...), 4, false,
 			"karpenter.sh/capacity-type=spot: 4 (ideal 1.50)"},
+		// Decided but not bound yet: counted by the decision's group, as
+		// apportion counts them: 2 on-demand decided, 2 bound, 6 spot.
+		{"decided pods counted by their group", append(append(decided(records("batch", "", 2), "karpenter.sh/capacity-type=on-demand"), records("batch", "od", 2)...), records("batch", "spot", 6)...), 10, true,
+			"karpenter.sh/capacity-type=on-demand: 4 (ideal 4.00)"},
 		{"completed spot pods leave too many on-demand", append(append(records("batch", "od", 4), records("batch", "spot", 1)...), done(records("batch", "spot", 5))...), 5, false,
 			"karpenter.sh/capacity-type=on-demand: 4"},
 	} {
