@@ -47,16 +47,21 @@ func workloads(n int) []workload {
 	return out
 }
 
-// deployment is w at zero replicas: tiny requests, so that a node holds as
-// many pods as kwok's instance types allow.
+// deployment is w at zero replicas, of the bench's pods.
 func deployment(ns, image string, w workload) *appsv1.Deployment {
+	d := framework.Deployment(ns, w.name, 0, map[string]string{annotations.Strategy: w.strategy}, podSpec(image))
+	d.Spec.Template.Labels[benchLabel] = "true"
+	return d
+}
+
+// podSpec is the bench's pod: tiny requests, so that a node holds as many
+// pods as kwok's instance types allow.
+func podSpec(image string) corev1.PodSpec {
 	spec := framework.AppPodSpec(image)
 	spec.Containers[0].Resources.Requests = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
 	}
-	d := framework.Deployment(ns, w.name, 0, map[string]string{annotations.Strategy: w.strategy}, spec)
-	d.Spec.Template.Labels[benchLabel] = "true"
-	return d
+	return spec
 }
 
 // groupLabel tells apart the Deployments of one workload in the pinned

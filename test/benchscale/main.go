@@ -9,6 +9,9 @@
 //
 //	go run ./test/benchscale --workloads 20 --replicas 100 --json out.json
 //
+// With --batch it runs one Job with apportion instead, and checks its live
+// pods against the quota every second until the Job completes.
+//
 // It needs root (a private network namespace) and the tools `make tools`
 // builds.
 package main
@@ -38,6 +41,9 @@ type options struct {
 	profileFor    time.Duration
 	only          string
 	pinned        bool
+	batch         bool
+	jobPods       int
+	jobParallel   int
 }
 
 // runs reports whether the burst of mode is run.
@@ -64,6 +70,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.profileFor, "cpu-profile-duration", 30*time.Second, "length of the --cpu-profile")
 	fs.StringVar(&o.only, "only", "", `run one burst only: "with" or "without" apportion, or "pinned" (the same splits by nodeSelector, without apportion)`)
 	fs.BoolVar(&o.pinned, "pinned", true, "also run the burst pinned by hand: each workload as one Deployment per group, with the group's labels as nodeSelector and its count of the quota, without apportion (what the placement itself costs the control plane)")
+	fs.BoolVar(&o.batch, "batch", false, "instead of the bursts, run one Job with apportion (capacity spread) and check its live pods against the quota every second")
+	fs.IntVar(&o.jobPods, "job-pods", 2000, "with --batch, the Job's completions")
+	fs.IntVar(&o.jobParallel, "job-parallelism", 200, "with --batch, the Job's parallelism")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -72,6 +81,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.workloads < 1 || o.replicas < 1:
 		return o, errors.New("--workloads and --replicas must be at least 1")
+	case o.jobPods < 1 || o.jobParallel < 1:
+		return o, errors.New("--job-pods and --job-parallelism must be at least 1")
 	case o.apportion < 1:
 		return o, errors.New("--replicas-apportion must be at least 1")
 	case o.only != "" && o.only != modeWith && o.only != modeWithout && o.only != modePinned:

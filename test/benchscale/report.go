@@ -12,6 +12,10 @@ import (
 // report prints the results as tables.
 func report(w io.Writer, res *result) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if res.Batch != nil {
+		reportBatch(tw, res)
+		return flush(tw)
+	}
 	fmt.Fprintf(tw, "\nBurst: %d workloads × %d replicas = %d pods, scaled from 0 at once, from no spare capacity; %d apportion replica(s)\n",
 		res.Workloads, res.Replicas, res.Pods, res.ApportionReplicas)
 	for _, s := range res.Strategies {
@@ -43,6 +47,10 @@ func report(w io.Writer, res *result) error {
 	if res.CPUProfile != "" {
 		fmt.Fprintf(tw, "\nCPU profile of the leader during the burst: %s (go tool pprof %s)\n", res.CPUProfile, res.CPUProfile)
 	}
+	return flush(tw)
+}
+
+func flush(tw *tabwriter.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}

@@ -20,22 +20,31 @@ type result struct {
 	Without           *burstResult   `json:"without,omitempty"`
 	Pinned            *burstResult   `json:"pinned,omitempty"`
 	With              *burstResult   `json:"with,omitempty"`
+	Batch             *batchResult   `json:"batch,omitempty"`
 	Cost              *apportionCost `json:"apportion,omitempty"`
 	CPUProfile        string         `json:"cpuProfile,omitempty"`
 }
 
-// run sets the cluster up, runs the bursts, prints the report and returns
-// an error when a burst did not finish or a split is off its quota.
+// run sets the cluster up, runs the bursts (or the Job of --batch), prints
+// the report and returns an error when a burst did not finish or a split is
+// off its quota.
 func run(ctx context.Context, o options, out io.Writer) (err error) {
 	b, err := setUp(ctx, o)
 	defer func() { b.stop(err != nil) }()
 	if err != nil {
 		return err
 	}
-	res := &result{Workloads: o.workloads, Replicas: o.replicas, Pods: o.workloads * o.replicas,
-		ApportionReplicas: o.apportion, Strategies: strategies[:min(len(strategies), o.workloads)]}
+	var res *result
+	var runErr error
 	// What was measured is printed also when a later step fails.
-	runErr := b.bursts(ctx, res)
+	if o.batch {
+		res = &result{ApportionReplicas: o.apportion}
+		runErr = b.runBatch(ctx, res)
+	} else {
+		res = &result{Workloads: o.workloads, Replicas: o.replicas, Pods: o.workloads * o.replicas,
+			ApportionReplicas: o.apportion, Strategies: strategies[:min(len(strategies), o.workloads)]}
+		runErr = b.bursts(ctx, res)
+	}
 	if err := errors.Join(report(out, res), writeJSON(o.jsonFile, res)); err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -122,9 +131,13 @@ func (b *bench) runWith(ctx context.Context, res *result) error {
 }
 
 // verdict fails a benchmark whose burst with apportion did not get every
-// pod scheduled, or left a workload off its quota.
+// pod scheduled, or left a workload off its quota (or whose Job did not
+// complete, or had its live pods off quota).
 func verdict(res *result) error {
 	var errs []error
+	if res.Batch != nil {
+		errs = append(errs, batchVerdict(res.Batch)...)
+	}
 	if res.With != nil {
 		if res.With.Reached == "" {
 			errs = append(errs, fmt.Errorf("with apportion, %d of %d pods existed and not all were scheduled before the run timeout", res.With.Pods, res.Pods))

@@ -37,6 +37,8 @@ type podRecord struct {
 	created     time.Time
 	scheduledAt time.Time
 	gone        bool
+	// done is Succeeded or Failed: a Job's pod no longer counted live.
+	done bool
 }
 
 // podWatch keeps a podRecord per bench pod, by namespace and name.
@@ -109,6 +111,9 @@ func (r *podRecord) update(p *corev1.Pod, now time.Time) {
 	}
 	if p.Status.Phase == corev1.PodRunning && r.running.IsZero() {
 		r.running = now
+	}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		r.done = true
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
