@@ -90,6 +90,34 @@ func groups(pods []corev1.Pod, keep func(*corev1.Pod) bool) (map[string]int64, i
 	return out, n
 }
 
+// liveWithinQuota says why the live pods of a Job running parallelism pods
+// at a time are off the strategy's quota: at parallelism, within quota; with
+// fewer (pods finished whose replacements are not decided yet), no group
+// above its quota at parallelism, as the replacements can only add to the
+// groups that are short; "" when they are within it.
+func liveWithinQuota(t *testing.T, raw string, counts map[string]int64, n, parallelism int64) string {
+	t.Helper()
+	if n >= parallelism {
+		return withinQuota(t, raw, counts, n)
+	}
+	s, err := strategy.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := compiled.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off []string
+	for i, sh := range c.Method.Shares(parallelism, apportion.All) {
+		key := s.Groups[i].Key()
+		if got := counts[key]; got > sh.Upper() {
+			off = append(off, fmt.Sprintf("%s: %d, more than %d of %d", key, got, sh.Upper(), parallelism))
+		}
+	}
+	return strings.Join(off, "; ")
+}
+
 // withinQuota says why counts (n pods) are not within the strategy's quota
 // at n: each group between the floor and the ceiling of its ideal share;
 // "" when they are.
@@ -115,8 +143,9 @@ func withinQuota(t *testing.T, raw string, counts map[string]int64, n int64) str
 
 // TestIndexedJobWithinQuotaAmongLivePods: an Indexed Job of 36 completions,
 // 12 at a time, whose pods run 3 s each: at every sample taken while the
-// Job still creates pods, its live decided pods are within quota at their
-// number, and it completes with no failed pod.
+// Job still creates pods, its live decided pods are within quota (with 12
+// live) or short only by pods finished and not yet replaced (no group above
+// its quota at 12), and it completes with no failed pod.
 func TestIndexedJobWithinQuotaAmongLivePods(t *testing.T) {
 	ns := newNamespace(t)
 	framework.RunPods(t, env.Kube, ns)
@@ -129,7 +158,7 @@ func TestIndexedJobWithinQuotaAmongLivePods(t *testing.T) {
 	}
 	framework.Create(t, env.Kube, job)
 	deadline := time.Now().Add(3 * time.Minute)
-	samples, tail, maxLive := 0, 0, int64(0)
+	samples, full, tail, maxLive := 0, 0, 0, int64(0)
 	var off []string
 	for {
 		if time.Now().After(deadline) {
@@ -148,8 +177,11 @@ func TestIndexedJobWithinQuotaAmongLivePods(t *testing.T) {
 			tail++
 		} else if n > 0 {
 			samples++
+			if n >= 12 {
+				full++
+			}
 			maxLive = max(maxLive, n)
-			if why := withinQuota(t, seed004, counts, n); why != "" {
+			if why := liveWithinQuota(t, seed004, counts, n, 12); why != "" {
 				off = append(off, fmt.Sprintf("%d live: %s", n, why))
 			}
 		}
@@ -166,6 +198,9 @@ func TestIndexedJobWithinQuotaAmongLivePods(t *testing.T) {
 	}
 	all, _ := groups(ownedBy(t, ns, string(job.UID)), func(*corev1.Pod) bool { return true })
 	t.Logf("%d samples while the Job created pods, up to %d live pods, within quota; %d samples after its last pod, not held to it; all the Job's pods by group: %v", samples, maxLive, tail, all)
+	if full == 0 {
+		t.Errorf("no sample with all 12 pods live and decided: the quota at full parallelism was never checked")
+	}
 	if maxLive < 6 || samples < 5 {
 		t.Errorf("%d samples, at most %d live decided pods: too few to tell", samples, maxLive)
 	}
