@@ -166,8 +166,9 @@ $(CONTROLLER_GEN):
 	mv $(BIN)/controller-gen $@
 
 .PHONY: verify
-verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current, no tracked file over 1 MiB or binary; fails if anything would change
+verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current, no tracked file over 1 MiB or binary, Markdown links and anchors; fails if anything would change
 	@hack/verify-tree.sh
+	$(GO) run ./hack/verify-links
 	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds chart-crd/templates); \
 	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds chart-crd/templates | head -50; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
