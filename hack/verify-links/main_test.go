@@ -75,8 +75,8 @@ func TestCheck(t *testing.T) {
 			"[ok](docs/guide.md#usage) [self](#install) [dir](examples/) [src](pkg/x.go#L3)\n" +
 			"[ext](https://example.com/none.md#nothing) [mail](mailto:a@b.c)\n" +
 			"[root](/docs/guide.md) [folder anchor](docs#index)\n",
-		"docs/README.md": "# Index\n[up](../README.md#title) [sibling](guide.md)\n",
-		"docs/guide.md":  "# Guide\n## Usage\n",
+		"docs/README.md":  "# Index\n[up](../README.md#title) [sibling](guide.md)\n",
+		"docs/guide.md":   "# Guide\n## Usage\n",
 		"examples/a.yaml": "",
 		"pkg/x.go":        "",
 	}

@@ -26,6 +26,11 @@ const (
 	valuesSection = "## Values"
 )
 
+// rbacDoc is the page with the tables of the permissions the chart grants:
+// its ServiceAccount's (rbac_test.go) and those aggregated to users
+// (userroles_test.go).
+const rbacDoc = "docs/security.md"
+
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)

@@ -1,7 +1,7 @@
 // Package chartdocs holds tests that keep the Helm chart and its docs in
 // step: values.yaml, values.schema.json and the values table of
-// chart/README.md (no helm binary needed), and the RBAC table of the
-// top-level README.md against the rules chart/templates/rbac.yaml renders in
+// chart/README.md (no helm binary needed), and the RBAC tables of
+// docs/security.md against the rules chart/templates/rbac.yaml renders in
 // every mode (TestRBACTable runs `helm template`: $HELM, else the helm
 // test/tools/build.sh built, else one built from test/tools/helm):
 // `go test -tags chart ./test/chartdocs/`.

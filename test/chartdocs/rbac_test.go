@@ -25,7 +25,7 @@ import (
 )
 
 // The release the chart is rendered as, and the names its rules then carry
-// (the README's table shows the names of this release).
+// (the table of docs/security.md shows the names of this release).
 const (
 	rbacRelease   = "apportion"
 	rbacNamespace = "apportion-system"
@@ -87,7 +87,7 @@ func allModes() []mode {
 	return modes
 }
 
-// permission is one verb on one resource: what a README row and a rendered
+// permission is one verb on one resource: what a table row and a rendered
 // rule both come down to.
 type permission struct {
 	scope    string // "cluster" (ClusterRole) or "release namespace" (Role)
@@ -141,7 +141,7 @@ func rulePermissions(scope string, rules []rbacv1.PolicyRule) ([]permission, []s
 	return out, problems
 }
 
-// rbacRow is one row of the README's RBAC table.
+// rbacRow is one row of the RBAC table of docs/security.md.
 type rbacRow struct {
 	line        int
 	permissions []permission
@@ -154,10 +154,10 @@ var (
 	clauseRE   = regexp.MustCompile("^(not )?`([A-Za-z0-9_.]+): ([^`]+)`$")
 )
 
-// rbacHeader is the header of the README's RBAC table.
+// rbacHeader is the header of the RBAC table of docs/security.md.
 var rbacHeader = []string{"resource", "verbs", "scope", "when", "why"}
 
-// readmeRBAC parses the README's RBAC table: the markdown table with
+// readmeRBAC parses the RBAC table of docs/security.md: the markdown table with
 // rbacHeader. Cells:
 //
 //	resource  `name`, `name`, ...           kubectl's resource[.group][/subresource]
@@ -170,7 +170,7 @@ func readmeRBAC(readme string) ([]rbacRow, []string) {
 	var rows []rbacRow
 	var problems []string
 	bad := func(i int, format string, args ...any) {
-		problems = append(problems, fmt.Sprintf("README.md:%d: ", i+1)+fmt.Sprintf(format, args...))
+		problems = append(problems, fmt.Sprintf(rbacDoc+":%d: ", i+1)+fmt.Sprintf(format, args...))
 	}
 	tables := 0
 	for i := 0; i < len(lines); i++ {
@@ -230,7 +230,7 @@ func readmeRBAC(readme string) ([]rbacRow, []string) {
 		}
 	}
 	if tables != 1 {
-		problems = append(problems, fmt.Sprintf("README.md: want exactly one RBAC table with the header | %s |, found %d", strings.Join(rbacHeader, " | "), tables))
+		problems = append(problems, fmt.Sprintf(rbacDoc+": want exactly one RBAC table with the header | %s |, found %d", strings.Join(rbacHeader, " | "), tables))
 	}
 	return rows, problems
 }
@@ -270,7 +270,7 @@ func parseWhen(cell string) (func(mode) bool, error) {
 }
 
 // compareRBAC checks, in every mode, that the permissions the chart renders
-// are exactly those of the README rows whose condition holds, each stated
+// are exactly those of the table rows whose condition holds, each stated
 // once; and that every row holds in some mode. A problem found in several
 // modes is reported once, with how many modes and the first of them.
 func compareRBAC(rows []rbacRow, modes []mode, render func(mode) ([]permission, error)) []string {
@@ -294,7 +294,7 @@ func compareRBAC(rows []rbacRow, modes []mode, render func(mode) ([]permission, 
 		for _, p := range rendered {
 			have[p] = true
 		}
-		stated := map[permission]int{} // -> README line
+		stated := map[permission]int{} // -> line of rbacDoc
 		for k, r := range rows {
 			if !r.when(m) {
 				continue
@@ -302,12 +302,12 @@ func compareRBAC(rows []rbacRow, modes []mode, render func(mode) ([]permission, 
 			applies[k] = true
 			for _, p := range r.permissions {
 				if prev, dup := stated[p]; dup {
-					report(m, "README.md:%d: %s is already stated at line %d", r.line, p, prev)
+					report(m, rbacDoc+":%d: %s is already stated at line %d", r.line, p, prev)
 					continue
 				}
 				stated[p] = r.line
 				if !have[p] {
-					report(m, "README.md:%d: says %s when %s, but chart/templates/rbac.yaml has no such rule", r.line, p, r.whenText)
+					report(m, rbacDoc+":%d: says %s when %s, but chart/templates/rbac.yaml has no such rule", r.line, p, r.whenText)
 				}
 			}
 		}
@@ -319,7 +319,7 @@ func compareRBAC(rows []rbacRow, modes []mode, render func(mode) ([]permission, 
 		}
 		sort.Strings(missing)
 		for _, p := range missing {
-			report(m, "chart/templates/rbac.yaml grants %s, and the README's RBAC table has no row for it (or its row's \"when\" excludes this)", p)
+			report(m, "chart/templates/rbac.yaml grants %s, and the RBAC table of docs/security.md has no row for it (or its row's \"when\" excludes this)", p)
 		}
 	}
 	var problems []string
@@ -329,14 +329,14 @@ func compareRBAC(rows []rbacRow, modes []mode, render func(mode) ([]permission, 
 	}
 	for k, r := range rows {
 		if !applies[k] {
-			problems = append(problems, fmt.Sprintf("README.md:%d: %q holds in no mode", r.line, r.whenText))
+			problems = append(problems, fmt.Sprintf(rbacDoc+":%d: %q holds in no mode", r.line, r.whenText))
 		}
 	}
 	return problems
 }
 
 // TestRBACTable renders chart/templates/rbac.yaml with helm in every
-// combination of the values it depends on and checks that the README's
+// combination of the values it depends on and checks that the
 // RBAC table states exactly the rendered ClusterRole and Role rules:
 // resource, verbs, scope, object names and the values under which each is
 // granted. A rule added without a row, a row left without its rule, or a
@@ -350,7 +350,7 @@ func TestRBACTable(t *testing.T) {
 	}
 	checkDimensionsCoverSchema(t)
 
-	rows, problems := readmeRBAC(string(read(t, "README.md")))
+	rows, problems := readmeRBAC(string(read(t, rbacDoc)))
 	for _, p := range problems {
 		t.Error(p)
 	}
@@ -508,7 +508,7 @@ func TestRBACCompare(t *testing.T) {
 		want   []string // substrings, one problem each
 	}{
 		{"exact", table(pods, eviction, secret), nil},
-		{"rule without a row", table(pods, secret), []string{"grants create pods/eviction (cluster), and the README's RBAC table has no row for it"}},
+		{"rule without a row", table(pods, secret), []string{"grants create pods/eviction (cluster), and the RBAC table of docs/security.md has no row for it"}},
 		{"row without a rule", table(pods, eviction, secret, "| `nodes` | list | cluster | always | x |"), []string{"says list nodes (cluster) when always"}},
 		{"wrong condition", table(pods, strings.Replace(eviction, "`settings.rebalance: true`", "always", 1), secret),
 			[]string{"says create pods/eviction (cluster) when always"}},
@@ -551,7 +551,7 @@ func TestRBACCompare(t *testing.T) {
 		}
 	}
 	if _, problems := readmeRBAC("no table here\n"); len(problems) == 0 {
-		t.Error("a README without the RBAC table: no problem reported")
+		t.Error("a page without the RBAC table: no problem reported")
 	}
 }
 

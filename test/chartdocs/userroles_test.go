@@ -19,7 +19,7 @@ import (
 	"github.com/apportion-dev/apportion/test/helmbin"
 )
 
-// userRolesHeader is the header of the README's table of the ClusterRoles
+// userRolesHeader is the header of the table of docs/security.md of the ClusterRoles
 // the chart aggregates into Kubernetes' view, edit and admin.
 var userRolesHeader = []string{"ClusterRole", "aggregated to", "resource", "verbs"}
 
@@ -36,7 +36,7 @@ type userGrant struct {
 	role, aggregatedTo, resource, verb string
 }
 
-// readmeUserRoles parses the README's table with userRolesHeader.
+// readmeUserRoles parses the table of docs/security.md with userRolesHeader.
 func readmeUserRoles(t *testing.T, readme string) map[userGrant]int {
 	t.Helper()
 	out := map[userGrant]int{}
@@ -50,7 +50,7 @@ func readmeUserRoles(t *testing.T, readme string) map[userGrant]int {
 		for i += 2; i < len(lines) && strings.HasPrefix(strings.TrimSpace(lines[i]), "|"); i++ {
 			cells := splitRow(strings.TrimSpace(lines[i]))
 			if len(cells) != len(userRolesHeader) {
-				t.Errorf("README.md:%d: want %d cells, got %d", i+1, len(userRolesHeader), len(cells))
+				t.Errorf(rbacDoc+":%d: want %d cells, got %d", i+1, len(userRolesHeader), len(cells))
 				continue
 			}
 			role := strings.Trim(cells[0], "`")
@@ -67,13 +67,13 @@ func readmeUserRoles(t *testing.T, readme string) map[userGrant]int {
 		}
 	}
 	if tables != 1 {
-		t.Errorf("README.md: want exactly one table with the header | %s |, found %d", strings.Join(userRolesHeader, " | "), tables)
+		t.Errorf(rbacDoc+": want exactly one table with the header | %s |, found %d", strings.Join(userRolesHeader, " | "), tables)
 	}
 	return out
 }
 
 // TestUserRolesTable renders chart/templates/aggregate-roles.yaml and checks
-// that the README's table states exactly its ClusterRoles: the roles each
+// that the table of docs/security.md states exactly its ClusterRoles: the roles each
 // is aggregated into, resources and verbs. And what the table promises
 // besides: namespace users may write PlacementPolicies (edit, admin), and
 // no aggregated role writes a ClusterPlacementPolicy or reaches past view
@@ -117,15 +117,15 @@ func TestUserRolesTable(t *testing.T) {
 			rendered[userGrant{role: role.Name, aggregatedTo: strings.Join(to, ","), resource: p.resource, verb: p.verb}] = true
 		}
 	}
-	stated := readmeUserRoles(t, string(read(t, "README.md")))
+	stated := readmeUserRoles(t, string(read(t, rbacDoc)))
 	for g := range rendered {
 		if _, ok := stated[g]; !ok {
-			t.Errorf("aggregate-roles.yaml grants %s on %s in %s (aggregated to %s), and the README's table has no row for it", g.verb, g.resource, g.role, g.aggregatedTo)
+			t.Errorf("aggregate-roles.yaml grants %s on %s in %s (aggregated to %s), and the table of docs/security.md has no row for it", g.verb, g.resource, g.role, g.aggregatedTo)
 		}
 	}
 	for g, line := range stated {
 		if !rendered[g] {
-			t.Errorf("README.md:%d: says %s on %s in %s (aggregated to %s), but aggregate-roles.yaml has no such rule", line, g.verb, g.resource, g.role, g.aggregatedTo)
+			t.Errorf(rbacDoc+":%d: says %s on %s in %s (aggregated to %s), but aggregate-roles.yaml has no such rule", line, g.verb, g.resource, g.role, g.aggregatedTo)
 		}
 	}
 	writes := map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}

@@ -265,6 +265,10 @@ func TestDashboardConfigMap(t *testing.T) {
 	}
 }
 
+// runbookDoc is the page with a section "Alert: NAME" for each alert, the
+// anchor its runbook_url ends with.
+const runbookDoc = "docs/troubleshooting.md"
+
 func TestPrometheusRule(t *testing.T) {
 	objs := render(t, "prometheusRule.enabled=true", "prometheusRule.runbookURL=https://example.com/README.md")
 	rule := objs["PrometheusRule/apportion"]
@@ -283,7 +287,7 @@ func TestPrometheusRule(t *testing.T) {
 	if groups == nil {
 		t.FailNow()
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	runbooks, err := os.ReadFile(filepath.Join("..", "..", runbookDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +304,8 @@ func TestPrometheusRule(t *testing.T) {
 			if got := r.Annotations["runbook_url"]; got != want {
 				t.Errorf("%s: runbook_url %q, want %q", r.Alert, got, want)
 			}
-			if !bytes.Contains(readme, []byte("\n### Alert: "+r.Alert+"\n")) {
-				t.Errorf("%s: README.md has no section \"### Alert: %s\" for its runbook_url", r.Alert, r.Alert)
+			if !regexp.MustCompile(`(?m)^#{1,6} Alert: ` + regexp.QuoteMeta(r.Alert) + `$`).Match(runbooks) {
+				t.Errorf("%s: %s has no section \"## Alert: %s\" for its runbook_url", r.Alert, runbookDoc, r.Alert)
 			}
 		}
 	}
