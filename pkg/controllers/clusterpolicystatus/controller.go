@@ -9,9 +9,10 @@
 // few that are not. A Job, CronJob or Workflow is split over its live pods
 // (a CronJob over those of its Jobs that nothing of their own places), and
 // its own strategy is found where placement finds it: on its pods (their
-// template's annotations), on itself, on a Job's CronJob. Cluster policies of the same priority that cover one
-// workload are a tie: both report it (the Conflict condition and a Warning
-// Event), and the oldest places the workload.
+// template's annotations), on itself, on a Job's CronJob. Cluster policies
+// of the same priority that cover one workload are a tie: both report it
+// (the Conflict condition and a Warning Event), and the oldest places the
+// workload.
 //
 // Cost: one list of namespaces and of cluster policies, and one list per
 // covered namespace and kind, per reconcile; per covered workload, the
@@ -19,9 +20,9 @@
 // object for its pod template's annotations; per placed workload, its pods
 // through a pod cache index by controller (one read per ReplicaSet or
 // StatefulSet, Job or Workflow; a CronJob's Jobs from one list of the
-// namespace's Job metadata) and its nodes' metadata. No other pod is read: the status is
-// O(covered workloads and their pods), whatever the cluster's other pods
-// do. Reconciles come from cluster policy, namespace and workload events
+// namespace's Job metadata) and its nodes' metadata. No other pod is read:
+// the status is O(covered workloads and their pods), whatever the
+// cluster's other pods do. Reconciles come from cluster policy, namespace and workload events
 // (batched: one reconcile per policy per batchDelay) and every
 // resyncPeriod, never from pod events.
 package clusterpolicystatus
