@@ -390,9 +390,17 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 	if err != nil {
 		return err
 	}
-	if namespaced == nil && len(ranked) == 0 && !found {
-		if namespaced, err = c.parentPolicy(ctx, o); err != nil {
+	// A CronJob's Job that nothing of its own places takes the policy of
+	// its CronJob, as placement does.
+	ofParent := ""
+	if namespaced == nil && len(ranked) == 0 && !found && o.parent != nil {
+		parent := &object{meta: o.parent}
+		if namespaced, ranked, err = c.policies(ctx, parent, true, r); err != nil {
 			return err
+		}
+		ofParent = fmt.Sprintf("no annotation and no policy of its own: the policy of its %s %s applies", o.parent.Kind, o.parent.Name)
+		if namespaced == nil && len(ranked) > 0 {
+			ofParent += ": " + clusterWhy(parent, ranked)
 		}
 	}
 	switch {
@@ -412,6 +420,12 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
 		r.Why = clusterWhy(o, ranked)
 	}
+	if ofParent != "" && (namespaced != nil || len(ranked) > 0) {
+		if namespaced != nil && len(ranked) > 0 {
+			ofParent += "; a PlacementPolicy of the namespace wins over " + names(ranked)
+		}
+		r.Why = ofParent
+	}
 	o.modeOf(r)
 	skip := o.skipped()
 	switch {
@@ -423,15 +437,6 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
 	return nil
-}
-
-// parentPolicy is the oldest PlacementPolicy targeting o's CronJob, which
-// applies to each of its Jobs that no policy places; nil when there is none.
-func (c *Cluster) parentPolicy(ctx context.Context, o *object) (*v1alpha1.PlacementPolicy, error) {
-	if o.parent == nil || !c.Policies {
-		return nil, nil
-	}
-	return c.policy(ctx, &object{meta: o.parent})
 }
 
 // skipped reports whether o, its pod template or its CronJob opts out.
