@@ -682,3 +682,51 @@ func TestCronJobPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkflowOwners: what Argo records above a Workflow shows in explain:
+// a WorkflowTemplate's spec.podMetadata (which Argo gives the pods of a
+// Workflow that references it) is the strategy's source when the Workflow
+// has none of its own; a strategy Argo copied from a CronWorkflow's
+// spec.workflowMetadata names the CronWorkflow; one written in the
+// CronWorkflow's own annotations, which Argo does not copy, is pointed out.
+func TestWorkflowOwners(t *testing.T) {
+	argo := func(kind, name string, fields map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: fields}
+		u.SetGroupVersionKind(workload.WorkflowGVK.GroupVersion().WithKind(kind))
+		u.SetNamespace(ns)
+		u.SetName(name)
+		u.SetUID(types.UID(kind + "-" + name))
+		return u
+	}
+	strategyOf := map[string]any{annotations.Strategy: odSpot}
+	tmpl := argo("WorkflowTemplate", "train", map[string]any{"spec": map[string]any{"podMetadata": map[string]any{"annotations": strategyOf}}})
+	fromTemplate := argo("Workflow", "train-abc", map[string]any{"spec": map[string]any{"workflowTemplateRef": map[string]any{"name": "train"}}})
+	copied := argo("CronWorkflow", "nightly", map[string]any{"spec": map[string]any{"workflowMetadata": map[string]any{"annotations": strategyOf}}})
+	fromCron := argo("Workflow", "nightly-1", nil)
+	fromCron.SetLabels(map[string]string{CronWorkflowLabel: "nightly"})
+	fromCron.SetAnnotations(map[string]string{annotations.Strategy: odSpot})
+	own := argo("CronWorkflow", "hourly", nil)
+	own.SetAnnotations(map[string]string{annotations.Strategy: odSpot})
+	notCopied := argo("Workflow", "hourly-1", nil)
+	notCopied.SetLabels(map[string]string{CronWorkflowLabel: "hourly"})
+
+	f := newFixture(nil, false)
+	f.objs = append(f.objs, tmpl, fromTemplate, copied, fromCron, own, notCopied)
+	c := f.cluster(t)
+	c.Workflows = true
+	for _, tc := range []struct {
+		name, source, why, problem string
+	}{
+		{name: "train-abc", source: "WorkflowTemplate train spec.podMetadata.annotations[apportion.dev/strategy]"},
+		{name: "nightly-1", source: "Workflow nightly-1 metadata.annotations[apportion.dev/strategy]", why: "from CronWorkflow nightly spec.workflowMetadata.annotations"},
+		{name: "hourly-1", why: "CronWorkflow hourly has the strategy in its own metadata.annotations", problem: "no strategy"},
+	} {
+		r, err := c.Workload(context.Background(), Ref{Kind: "Workflow", Namespace: ns, Name: tc.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Source != tc.source || !strings.Contains(r.Why, tc.why) || !strings.HasPrefix(r.Problem, tc.problem) {
+			t.Errorf("workflow/%s: source %q why %q problem %q; want %q, why with %q, problem %q", tc.name, r.Source, r.Why, r.Problem, tc.source, tc.why, tc.problem)
+		}
+	}
+}
