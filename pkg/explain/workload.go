@@ -431,24 +431,18 @@ func revisionOf(p *corev1.Pod) string {
 
 // strategyOf finds o's strategy and mode: its annotations (the pod
 // template's win for the mode), else the oldest PlacementPolicy targeting
-// it, else the highest-ranked ClusterPlacementPolicy covering it.
+// it, else the highest-ranked ClusterPlacementPolicy covering it, else (for
+// a CronJob's Job) the same for its CronJob.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
 	raw, src, found := o.findStrategy()
 	namespaced, ranked, err := c.policies(ctx, o, !found, r)
 	if err != nil {
 		return err
 	}
-	// A CronJob's Job that nothing of its own places takes the policy of
-	// its CronJob, as placement does.
 	ofParent := ""
 	if namespaced == nil && len(ranked) == 0 && !found && o.parent != nil {
-		parent := &object{meta: o.parent}
-		if namespaced, ranked, err = c.policies(ctx, parent, true, r); err != nil {
+		if namespaced, ranked, ofParent, err = c.parentPolicies(ctx, o, r); err != nil {
 			return err
-		}
-		ofParent = fmt.Sprintf("no annotation and no policy of its own: the policy of its %s %s applies", o.parent.Kind, o.parent.Name)
-		if namespaced == nil && len(ranked) > 0 {
-			ofParent += ": " + clusterWhy(parent, ranked)
 		}
 	}
 	switch {
@@ -458,34 +452,57 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 			r.Why = "its own annotation wins over " + names(ranked)
 		}
 	case namespaced != nil:
-		raw, err := policy.Strategy(&namespaced.Spec)
-		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, raw, err, namespaced.Spec.Mode)
+		text, err := policy.Strategy(&namespaced.Spec)
+		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, text, err, namespaced.Spec.Mode)
 		if len(ranked) > 0 {
 			r.Why = "a PlacementPolicy of the namespace wins over " + names(ranked)
 		}
 	case len(ranked) > 0:
-		raw, err := policy.ClusterStrategy(&ranked[0].Spec)
-		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
+		text, err := policy.ClusterStrategy(&ranked[0].Spec)
+		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, text, err, ranked[0].Spec.Mode)
 		r.Why = clusterWhy(o, ranked)
 	}
-	if ofParent != "" && (namespaced != nil || len(ranked) > 0) {
-		if namespaced != nil && len(ranked) > 0 {
-			ofParent += "; a PlacementPolicy of the namespace wins over " + names(ranked)
-		}
+	if ofParent != "" {
 		r.Why = ofParent
 	}
 	o.cronWhy(r, raw, src, found)
 	o.modeOf(r)
+	o.problem(r, !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed())
+	return nil
+}
+
+// parentPolicies are the policies of o's CronJob, which place a Job that
+// nothing of its own places, as placement does; why says so ("" when no
+// policy applies to the CronJob either).
+func (c *Cluster) parentPolicies(ctx context.Context, o *object, r *WorkloadReport) (*v1alpha1.PlacementPolicy, []*v1alpha1.ClusterPlacementPolicy, string, error) {
+	parent := &object{meta: o.parent}
+	namespaced, ranked, err := c.policies(ctx, parent, true, r)
+	if err != nil || (namespaced == nil && len(ranked) == 0) {
+		return namespaced, ranked, "", err
+	}
+	why := fmt.Sprintf("no annotation and no policy of its own: the policy of its %s %s applies", o.parent.Kind, o.parent.Name)
+	switch {
+	case namespaced == nil:
+		why += ": " + clusterWhy(parent, ranked)
+	case len(ranked) > 0:
+		why += "; a PlacementPolicy of the namespace wins over " + names(ranked)
+	}
+	return namespaced, ranked, why, nil
+}
+
+// problem says why o's pods are not placed: an opt-out (unless
+// skipIgnored: the cluster policy that places o refuses it), or no
+// strategy.
+func (o *object) problem(r *WorkloadReport, skipIgnored bool) {
 	skip := o.skipped()
 	switch {
-	case skip && !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed():
+	case skip && skipIgnored:
 		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
 	case skip:
 		r.Problem = "opted out (" + annotations.Skip + `: "true")`
 	case r.Strategy == "" && r.Problem == "":
 		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
-	return nil
 }
 
 // skipped reports whether o, its pod template or its CronJob opts out.
