@@ -132,7 +132,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	}
 	if d.Policies != nil {
 		var followed []schema.GroupVersionKind
-		for _, gvk := range followedKinds {
+		// The status controllers count the batch owners too, from the
+		// metadata informers Resolve reads them through.
+		for _, gvk := range append(slices.Clone(followedKinds), workload.JobGVK, workload.CronJobGVK, workload.WorkflowGVK) {
 			if d.APIs.Served(gvk) {
 				followed = append(followed, gvk)
 			}

@@ -634,3 +634,99 @@ func (r workflowMetadata) List(ctx context.Context, list client.ObjectList, opts
 	}
 	return r.Reader.List(ctx, list, opts...)
 }
+
+// TestCronJobPolicy: a CronJob's Job that has no strategy of its own, and
+// no policy of its own, takes the policy targeting its CronJob (target.kind
+// CronJob, or a cluster policy whose kinds name CronJob); explain of the
+// Job and of its pod names that policy and says it is the CronJob's.
+func TestCronJobPolicy(t *testing.T) {
+	cron := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly", UID: "cron-uid"}}
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "job-uid"}}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly-1", UID: "job-uid",
+		OwnerReferences: test.OwnedBy("batch/v1", "CronJob", "nightly", "cron-uid")}, Spec: batchv1.JobSpec{Selector: sel}}
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly-1-0", UID: "job-pod",
+		Labels: sel.MatchLabels, OwnerReferences: test.OwnedBy("batch/v1", "Job", "nightly-1", "job-uid")}, NodeName: "od-1", Phase: corev1.PodRunning, Group: odKey})
+	spec := policySpec(t, odSpot)
+	spec.Target = v1alpha1.Target{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly"}
+	cp := &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "batch"},
+		Spec: v1alpha1.ClusterPlacementPolicySpec{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+			Target: v1alpha1.ClusterTarget{Kinds: []string{"CronJob"}}, Strategy: v1alpha1.Strategy{Text: odSpot}, Priority: 3}}
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": "web"}}}
+	for _, tc := range []struct {
+		name   string
+		objs   []client.Object
+		source string
+	}{
+		{name: "PlacementPolicy of the CronJob", objs: []client.Object{test.PlacementPolicy(metav1.ObjectMeta{Namespace: ns, Name: "nightly"}, spec)}, source: "PlacementPolicy shop/nightly"},
+		{name: "ClusterPlacementPolicy of CronJobs", objs: []client.Object{namespace, cp}, source: "ClusterPlacementPolicy batch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(nil, false)
+			f.objs = append(append(f.objs, cron, job, pod), tc.objs...)
+			c := f.cluster(t)
+			c.ClusterPolicies = true
+			r, err := c.Workload(context.Background(), Ref{Kind: "Job", Namespace: ns, Name: "nightly-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Source != tc.source || r.Strategy == "" || r.Problem != "" || !strings.Contains(r.Why, "CronJob nightly") {
+				t.Errorf("job/nightly-1: source %q why %q problem %q, want %s, the CronJob's", r.Source, r.Why, r.Problem, tc.source)
+			}
+			pr, err := c.Pod(context.Background(), ns, "nightly-1-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pr.Workload == nil || pr.Workload.Kind != "Job" || pr.Workload.Source != tc.source {
+				t.Errorf("pod/nightly-1-0: workload %+v, want the Job placed by %s", pr.Workload, tc.source)
+			}
+		})
+	}
+}
+
+// TestWorkflowOwners: what Argo records above a Workflow shows in explain:
+// a WorkflowTemplate's spec.podMetadata (which Argo gives the pods of a
+// Workflow that references it) is the strategy's source when the Workflow
+// has none of its own; a strategy Argo copied from a CronWorkflow's
+// spec.workflowMetadata names the CronWorkflow; one written in the
+// CronWorkflow's own annotations, which Argo does not copy, is pointed out.
+func TestWorkflowOwners(t *testing.T) {
+	argo := func(kind, name string, fields map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: fields}
+		u.SetGroupVersionKind(workload.WorkflowGVK.GroupVersion().WithKind(kind))
+		u.SetNamespace(ns)
+		u.SetName(name)
+		u.SetUID(types.UID(kind + "-" + name))
+		return u
+	}
+	strategyOf := map[string]any{annotations.Strategy: odSpot}
+	tmpl := argo("WorkflowTemplate", "train", map[string]any{"spec": map[string]any{"podMetadata": map[string]any{"annotations": strategyOf}}})
+	fromTemplate := argo("Workflow", "train-abc", map[string]any{"spec": map[string]any{"workflowTemplateRef": map[string]any{"name": "train"}}})
+	copied := argo("CronWorkflow", "nightly", map[string]any{"spec": map[string]any{"workflowMetadata": map[string]any{"annotations": strategyOf}}})
+	fromCron := argo("Workflow", "nightly-1", nil)
+	fromCron.SetLabels(map[string]string{CronWorkflowLabel: "nightly"})
+	fromCron.SetAnnotations(map[string]string{annotations.Strategy: odSpot})
+	own := argo("CronWorkflow", "hourly", nil)
+	own.SetAnnotations(map[string]string{annotations.Strategy: odSpot})
+	notCopied := argo("Workflow", "hourly-1", nil)
+	notCopied.SetLabels(map[string]string{CronWorkflowLabel: "hourly"})
+
+	f := newFixture(nil, false)
+	f.objs = append(f.objs, tmpl, fromTemplate, copied, fromCron, own, notCopied)
+	c := f.cluster(t)
+	c.Workflows = true
+	for _, tc := range []struct {
+		name, source, why, problem string
+	}{
+		{name: "train-abc", source: "WorkflowTemplate train spec.podMetadata.annotations[apportion.dev/strategy]"},
+		{name: "nightly-1", source: "Workflow nightly-1 metadata.annotations[apportion.dev/strategy]", why: "from CronWorkflow nightly spec.workflowMetadata.annotations"},
+		{name: "hourly-1", why: "CronWorkflow hourly has the strategy in its own metadata.annotations", problem: "no strategy"},
+	} {
+		r, err := c.Workload(context.Background(), Ref{Kind: "Workflow", Namespace: ns, Name: tc.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Source != tc.source || !strings.Contains(r.Why, tc.why) || !strings.HasPrefix(r.Problem, tc.problem) {
+			t.Errorf("workflow/%s: source %q why %q problem %q; want %q, why with %q, problem %q", tc.name, r.Source, r.Why, r.Problem, tc.source, tc.why, tc.problem)
+		}
+	}
+}

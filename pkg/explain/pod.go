@@ -148,6 +148,10 @@ func (c *Cluster) podWorkload(ctx context.Context, p *corev1.Pod) (*WorkloadRepo
 		kind = "ReplicaSet"
 	case workload.Is(up, workload.StatefulSetGVK):
 		kind = "StatefulSet"
+	case workload.Is(up, workload.JobGVK):
+		kind = "Job"
+	case workload.Is(up, workload.WorkflowGVK) && c.Workflows:
+		kind = "Workflow"
 	default:
 		return nil, nil
 	}

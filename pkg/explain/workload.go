@@ -120,6 +120,16 @@ type object struct {
 	batch        bool
 	parent       *metav1.PartialObjectMetadata
 	templatePath string
+	// Of a Workflow: the WorkflowTemplate its spec.workflowTemplateRef
+	// names ("Kind name") and that template's spec.podMetadata
+	// annotations, which Argo gives its pods under the Workflow's own; the
+	// CronWorkflow that created it, with its metadata and
+	// spec.workflowMetadata annotations (Argo copies the latter onto each
+	// Workflow, not the former).
+	ref                               string
+	refAnnotations                    map[string]string
+	cron                              string
+	cronAnnotations, cronWorkflowMeta map[string]string
 }
 
 // Workload reports on the workload ref names.
@@ -288,7 +298,45 @@ func (c *Cluster) workflow(ctx context.Context, key client.ObjectKey) (*object, 
 		templatePath: "spec.podMetadata.annotations"}
 	o.template.Annotations, _, _ = unstructured.NestedStringMap(u.Object, "spec", "podMetadata", "annotations")
 	o.selector = labels.SelectorFromSet(labels.Set{"workflows.argoproj.io/workflow": u.GetName()})
+	// What Argo records above the Workflow. Either may be gone or not
+	// readable with the user's credentials: explain goes on without it.
+	if name, _, _ := unstructured.NestedString(u.Object, "spec", "workflowTemplateRef", "name"); name != "" {
+		kind := "WorkflowTemplate"
+		if cluster, _, _ := unstructured.NestedBool(u.Object, "spec", "workflowTemplateRef", "clusterScope"); cluster {
+			kind = "ClusterWorkflowTemplate"
+		}
+		if t := c.argoObject(ctx, kind, key.Namespace, name); t != nil {
+			o.ref = kind + " " + name
+			o.refAnnotations, _, _ = unstructured.NestedStringMap(t.Object, "spec", "podMetadata", "annotations")
+		}
+	}
+	if name := u.GetLabels()[CronWorkflowLabel]; name != "" {
+		if cw := c.argoObject(ctx, "CronWorkflow", key.Namespace, name); cw != nil {
+			o.cron = "CronWorkflow " + name
+			o.cronAnnotations = cw.GetAnnotations()
+			o.cronWorkflowMeta, _, _ = unstructured.NestedStringMap(cw.Object, "spec", "workflowMetadata", "annotations")
+		}
+	}
 	return o, nil
+}
+
+// CronWorkflowLabel is the label Argo sets on a Workflow a CronWorkflow
+// created: the CronWorkflow's name.
+const CronWorkflowLabel = "workflows.argoproj.io/cron-workflow"
+
+// argoObject reads an argoproj.io/v1alpha1 object of kind; nil when it
+// cannot be read (gone, forbidden, or the kind not served).
+func (c *Cluster) argoObject(ctx context.Context, kind, namespace, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(workload.WorkflowGVK.GroupVersion().WithKind(kind))
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	if kind == "ClusterWorkflowTemplate" {
+		key.Namespace = ""
+	}
+	if err := c.Reader.Get(ctx, key, u); err != nil {
+		return nil
+	}
+	return u
 }
 
 // pods lists o's live pods: those its selector matches whose controller is
@@ -383,15 +431,17 @@ func revisionOf(p *corev1.Pod) string {
 
 // strategyOf finds o's strategy and mode: its annotations (the pod
 // template's win for the mode), else the oldest PlacementPolicy targeting
-// it, else the highest-ranked ClusterPlacementPolicy covering it.
+// it, else the highest-ranked ClusterPlacementPolicy covering it, else (for
+// a CronJob's Job) the same for its CronJob.
 func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
 	raw, src, found := o.findStrategy()
 	namespaced, ranked, err := c.policies(ctx, o, !found, r)
 	if err != nil {
 		return err
 	}
-	if namespaced == nil && len(ranked) == 0 && !found {
-		if namespaced, err = c.parentPolicy(ctx, o); err != nil {
+	ofParent := ""
+	if namespaced == nil && len(ranked) == 0 && !found && o.parent != nil {
+		if namespaced, ranked, ofParent, err = c.parentPolicies(ctx, o, r); err != nil {
 			return err
 		}
 	}
@@ -402,41 +452,62 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 			r.Why = "its own annotation wins over " + names(ranked)
 		}
 	case namespaced != nil:
-		raw, err := policy.Strategy(&namespaced.Spec)
-		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, raw, err, namespaced.Spec.Mode)
+		text, err := policy.Strategy(&namespaced.Spec)
+		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, text, err, namespaced.Spec.Mode)
 		if len(ranked) > 0 {
 			r.Why = "a PlacementPolicy of the namespace wins over " + names(ranked)
 		}
 	case len(ranked) > 0:
-		raw, err := policy.ClusterStrategy(&ranked[0].Spec)
-		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, raw, err, ranked[0].Spec.Mode)
+		text, err := policy.ClusterStrategy(&ranked[0].Spec)
+		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, text, err, ranked[0].Spec.Mode)
 		r.Why = clusterWhy(o, ranked)
 	}
+	if ofParent != "" {
+		r.Why = ofParent
+	}
+	o.cronWhy(r, raw, src, found)
 	o.modeOf(r)
+	o.problem(r, !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed())
+	return nil
+}
+
+// parentPolicies are the policies of o's CronJob, which place a Job that
+// nothing of its own places, as placement does; why says so ("" when no
+// policy applies to the CronJob either).
+func (c *Cluster) parentPolicies(ctx context.Context, o *object, r *WorkloadReport) (*v1alpha1.PlacementPolicy, []*v1alpha1.ClusterPlacementPolicy, string, error) {
+	parent := &object{meta: o.parent}
+	namespaced, ranked, err := c.policies(ctx, parent, true, r)
+	if err != nil || (namespaced == nil && len(ranked) == 0) {
+		return namespaced, ranked, "", err
+	}
+	why := fmt.Sprintf("no annotation and no policy of its own: the policy of its %s %s applies", o.parent.Kind, o.parent.Name)
+	switch {
+	case namespaced == nil:
+		why += ": " + clusterWhy(parent, ranked)
+	case len(ranked) > 0:
+		why += "; a PlacementPolicy of the namespace wins over " + names(ranked)
+	}
+	return namespaced, ranked, why, nil
+}
+
+// problem says why o's pods are not placed: an opt-out (unless
+// skipIgnored: the cluster policy that places o refuses it), or no
+// strategy.
+func (o *object) problem(r *WorkloadReport, skipIgnored bool) {
 	skip := o.skipped()
 	switch {
-	case skip && !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed():
+	case skip && skipIgnored:
 		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
 	case skip:
 		r.Problem = "opted out (" + annotations.Skip + `: "true")`
 	case r.Strategy == "" && r.Problem == "":
 		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
 	}
-	return nil
-}
-
-// parentPolicy is the oldest PlacementPolicy targeting o's CronJob, which
-// applies to each of its Jobs that no policy places; nil when there is none.
-func (c *Cluster) parentPolicy(ctx context.Context, o *object) (*v1alpha1.PlacementPolicy, error) {
-	if o.parent == nil || !c.Policies {
-		return nil, nil
-	}
-	return c.policy(ctx, &object{meta: o.parent})
 }
 
 // skipped reports whether o, its pod template or its CronJob opts out.
 func (o *object) skipped() bool {
-	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip])
+	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip]) || isTrue(o.refAnnotations[annotations.Skip])
 	return skip || (o.parent != nil && isTrue(o.parent.Annotations[annotations.Skip]))
 }
 
@@ -450,12 +521,42 @@ func (o *object) findStrategy() (raw string, src strategy.Source, found bool) {
 	if raw, src, found = strategy.Find(nil, o.template.Annotations); found {
 		return raw, src, found
 	}
+	if raw, src, found = strategy.Find(nil, o.refAnnotations); found {
+		src.Owner = o.ref
+		return raw, src, found
+	}
 	if raw, src, found = strategy.Find(o.meta.Annotations, nil); found || o.parent == nil {
 		return raw, src, found
 	}
 	raw, src, found = strategy.Find(o.parent.Annotations, nil)
 	src.Owner = o.parent.Kind + " " + o.parent.Name
 	return raw, src, found
+}
+
+// cronWhy says, of a CronWorkflow's Workflow, that Argo copied the
+// Workflow's strategy from the CronWorkflow's spec.workflowMetadata; and,
+// when nothing places the Workflow, that the CronWorkflow's own annotations
+// are not copied.
+func (o *object) cronWhy(r *WorkloadReport, raw string, src strategy.Source, found bool) {
+	if o.cron == "" {
+		return
+	}
+	if found && !src.Template && src.Owner == "" {
+		if v, ok := o.cronWorkflowMeta[src.Annotation]; ok && v == raw {
+			r.Why = joinWhy(r.Why, "Argo copies it onto each Workflow from "+o.cron+" spec.workflowMetadata.annotations")
+		}
+		return
+	}
+	if _, _, own := strategy.Find(o.cronAnnotations, nil); own && r.Strategy == "" {
+		r.Why = joinWhy(r.Why, o.cron+" has the strategy in its own metadata.annotations, which Argo does not copy onto its Workflows: write it under spec.workflowMetadata.annotations")
+	}
+}
+
+func joinWhy(why, more string) string {
+	if why == "" {
+		return more
+	}
+	return why + "; " + more
 }
 
 // modeOf sets r's mode from o's annotations, if any: its pod template's,
@@ -465,7 +566,7 @@ func (o *object) modeOf(r *WorkloadReport) {
 		annotations map[string]string
 		where       string
 	}
-	levels := []level{{o.meta.Annotations, "metadata.annotations"}, {o.template.Annotations, o.templateAt()}}
+	levels := []level{{o.meta.Annotations, "metadata.annotations"}, {o.refAnnotations, o.ref + " " + o.templateAt()}, {o.template.Annotations, o.templateAt()}}
 	if o.parent != nil {
 		levels = slices.Insert(levels, 0, level{o.parent.Annotations, o.parent.Kind + " " + o.parent.Name + " metadata.annotations"})
 	}
@@ -564,6 +665,10 @@ func names(ps []*v1alpha1.ClusterPlacementPolicy) string {
 }
 
 func describeSource(o *object, src strategy.Source) string {
+	if src.Template && src.Owner != "" {
+		// A WorkflowTemplate's spec.podMetadata.
+		return src.Owner + " " + o.templateAt() + "[" + src.Annotation + "]"
+	}
 	if src.Template {
 		return o.meta.Kind + " " + o.meta.Name + " " + o.templateAt() + "[" + src.Annotation + "]"
 	}

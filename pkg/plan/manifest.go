@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 
 	"github.com/apportion-dev/apportion/pkg/strategy"
 )
@@ -20,6 +23,7 @@ var workloadKinds = map[string]string{
 	"Rollout":     "argoproj.io",
 	"Job":         "batch",
 	"CronJob":     "batch",
+	"Workflow":    "argoproj.io",
 }
 
 // Workload is what a preview needs from a workload manifest.
@@ -32,7 +36,8 @@ type Workload struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	// Replicas is spec.replicas, nil when the manifest leaves it out; a
-	// Job's spec.parallelism (its live pods at most), a CronJob's Jobs'.
+	// Job's spec.parallelism (its live pods at most), a CronJob's Jobs'; a
+	// Workflow's spec.parallelism, else the largest of its templates'.
 	Replicas *int32
 	// JobAnnotations are a CronJob's spec.jobTemplate.metadata.annotations,
 	// which each of its Jobs gets.
@@ -76,7 +81,34 @@ type manifest struct {
 				Template    corev1.PodTemplateSpec `json:"template"`
 			} `json:"spec"`
 		} `json:"jobTemplate"`
+		// An Argo Workflow's: what Argo copies onto each pod, and how
+		// many pods run at once.
+		PodMetadata struct {
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"podMetadata"`
+		NodeSelector map[string]string   `json:"nodeSelector"`
+		Tolerations  []corev1.Toleration `json:"tolerations"`
+		Affinity     *corev1.Affinity    `json:"affinity"`
+		Templates    []struct {
+			Parallelism *int64 `json:"parallelism"`
+		} `json:"templates"`
 	} `json:"spec"`
+}
+
+// workflowParallelism is a Workflow's spec.parallelism, else the largest
+// parallelism of its templates (a fan-out's), nil when none is set.
+func (m *manifest) workflowParallelism() *int32 {
+	if m.Spec.Parallelism != nil {
+		return m.Spec.Parallelism
+	}
+	var largest *int32
+	for _, t := range m.Spec.Templates {
+		if t.Parallelism != nil && (largest == nil || int64(*largest) < *t.Parallelism) {
+			largest = ptr.To(int32(min(*t.Parallelism, math.MaxInt32)))
+		}
+	}
+	return largest
 }
 
 // workload is m as a Workload in namespace, its strategy found as the
@@ -101,6 +133,15 @@ func (m *manifest) workload(namespace string) *Workload {
 			break
 		}
 		w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
+	case "Workflow":
+		// Argo's pods carry spec.podMetadata, and the Workflow's
+		// scheduling fields, on each template's pod spec.
+		w.Replicas = m.workflowParallelism()
+		w.Template = corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: m.Spec.PodMetadata.Labels, Annotations: m.Spec.PodMetadata.Annotations},
+			Spec: corev1.PodSpec{NodeSelector: m.Spec.NodeSelector, Tolerations: m.Spec.Tolerations, Affinity: m.Spec.Affinity}}
+		if w.Strategy, w.Source, ok = strategy.Find(nil, w.Template.Annotations); !ok {
+			w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
+		}
 	default:
 		w.Strategy, w.Source, _ = strategy.Find(w.Annotations, w.Template.Annotations)
 	}

@@ -159,8 +159,8 @@ func (m *Manifests) add(raw json.RawMessage, where string) error {
 	return nil
 }
 
-// addWorkload reads a Deployment, StatefulSet, ReplicaSet, Rollout, Job or
-// CronJob.
+// addWorkload reads a Deployment, StatefulSet, ReplicaSet, Rollout, Job,
+// CronJob or Workflow.
 func (m *Manifests) addWorkload(raw json.RawMessage, where, kind string) error {
 	var doc manifest
 	if err := decode(raw, where, kind, &doc); err != nil {

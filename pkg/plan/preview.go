@@ -86,6 +86,10 @@ func (m *Manifests) Preview(replicas int, cat *catalog.Catalog) ([]WorkloadPrevi
 		}
 		if info.Found {
 			p.Source = info.Source.String()
+			if w.Kind == "Workflow" && info.Source.Template {
+				// Where a Workflow's pods get their annotations.
+				p.Source = "spec.podMetadata.annotations[" + info.Source.Annotation + "]"
+			}
 		}
 		p.Mode = info.Mode
 		switch {
@@ -123,6 +127,7 @@ var topGVK = map[string]schema.GroupVersionKind{
 	"Rollout":     workload.RolloutGVK,
 	"Job":         workload.JobGVK,
 	"CronJob":     workload.CronJobGVK,
+	"Workflow":    workload.WorkflowGVK,
 }
 
 // reader holds m's objects as the informer caches would: the workloads'

@@ -49,6 +49,19 @@ func IsBatch(pod metav1.Object) bool {
 	return Is(owner, JobGVK) || Is(owner, WorkflowGVK)
 }
 
+// IsBatchKind reports whether gvk is a Job, a CronJob or an Argo Workflow:
+// split over the live pods (of its Jobs, for a CronJob), not at a replica
+// count.
+func IsBatchKind(gvk schema.GroupVersionKind) bool {
+	return gvk == JobGVK || gvk == CronJobGVK || gvk == WorkflowGVK
+}
+
+// Live reports whether a batch pod counts in its workload's split: neither
+// Succeeded nor Failed nor being deleted.
+func Live(pod *corev1.Pod) bool {
+	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.DeletionTimestamp == nil
+}
+
 // PodTemplateHashLabel is the revision label the ReplicaSet controller sets
 // (named here because the tests of other packages build pods with it).
 const PodTemplateHashLabel = appsv1.DefaultDeploymentUniqueLabelKey

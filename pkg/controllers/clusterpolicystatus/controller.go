@@ -6,18 +6,23 @@
 // their namespace, are covered by a higher-ranked cluster policy, or opted
 // out. Of the workloads it places, it counts those within quota (pkg/split,
 // over their Running pods by the labels of their nodes) and names the first
-// few that are not. Cluster policies of the same priority that cover one
-// workload are a tie: both report it (the Conflict condition and a Warning
-// Event), and the oldest places the workload.
+// few that are not. A Job, CronJob or Workflow is split over its live pods
+// (a CronJob over those of its Jobs that nothing of their own places), and
+// its own strategy is found where placement finds it: on its pods (their
+// template's annotations), on itself, on a Job's CronJob. Cluster policies
+// of the same priority that cover one workload are a tie: both report it
+// (the Conflict condition and a Warning Event), and the oldest places the
+// workload.
 //
 // Cost: one list of namespaces and of cluster policies, and one list per
 // covered namespace and kind, per reconcile; per covered workload, the
 // index reads of its namespace's PlacementPolicies and the cached typed
 // object for its pod template's annotations; per placed workload, its pods
 // through a pod cache index by controller (one read per ReplicaSet or
-// StatefulSet) and its nodes' metadata. No other pod is read: the status is
-// O(covered workloads and their pods), whatever the cluster's other pods
-// do. Reconciles come from cluster policy, namespace and workload events
+// StatefulSet, Job or Workflow; a CronJob's Jobs from one list of the
+// namespace's Job metadata) and its nodes' metadata. No other pod is read:
+// the status is O(covered workloads and their pods), whatever the
+// cluster's other pods do. Reconciles come from cluster policy, namespace and workload events
 // (batched: one reconcile per policy per batchDelay) and every
 // resyncPeriod, never from pod events.
 package clusterpolicystatus
@@ -285,7 +290,7 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.ClusterPlacementPo
 			continue
 		}
 		o.namespaces++
-		pods.namespace, pods.replicaSets = ns.Name, nil
+		pods.namespace, pods.replicaSets, pods.jobs = ns.Name, nil, nil
 		for _, gvk := range c.kinds {
 			if len(p.Spec.Target.Kinds) > 0 && !slices.Contains(p.Spec.Target.Kinds, gvk.Kind) {
 				continue
@@ -329,7 +334,17 @@ func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPoli
 	if len(ranked) == 0 || ranked[0].UID != p.UID {
 		return nil
 	}
-	places, replicas, err := c.places(ctx, p, ns, top)
+	var (
+		places   bool
+		replicas int64
+		batch    []types.UID
+		err      error
+	)
+	if workload.IsBatchKind(top.GroupVersionKind()) {
+		places, batch, err = c.placesBatch(ctx, p, ns, top, pods)
+	} else {
+		places, replicas, err = c.places(ctx, p, ns, top)
+	}
 	if err != nil || !places {
 		return err
 	}
@@ -337,7 +352,12 @@ func (c *Controller) count(ctx context.Context, p *v1alpha1.ClusterPlacementPoli
 	if pods.strategy == nil {
 		return nil
 	}
-	sp, err := pods.split(ctx, top, replicas)
+	var sp split.Split
+	if batch != nil {
+		sp, err = pods.splitBatch(ctx, top, batch)
+	} else {
+		sp, err = pods.split(ctx, top, replicas)
+	}
 	if err != nil {
 		return err
 	}
@@ -395,6 +415,78 @@ func (c *Controller) places(ctx context.Context, p *v1alpha1.ClusterPlacementPol
 	return !skip || !p.SkipAllowed(), replicas, nil
 }
 
+// placesBatch is places for a Job, CronJob or Workflow, whose own
+// strategy is found where placement finds it: on its live pods (their
+// template's annotations), on the Job or Workflow, on a Job's CronJob.
+// owned are the Jobs or Workflow whose live pods the split counts: the Job
+// or Workflow itself, or the CronJob's Jobs that nothing of their own
+// places (no strategy on them or their pods, no policy covering them, not
+// opted out).
+func (c *Controller) placesBatch(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy, ns, top *metav1.PartialObjectMetadata, pods *podReader) (places bool, owned []types.UID, err error) {
+	levels := []map[string]string{top.Annotations}
+	if top.GroupVersionKind() == workload.CronJobGVK {
+		jobs, err := pods.jobsOf(ctx, top.UID)
+		if err != nil {
+			return false, nil, err
+		}
+		owned = []types.UID{}
+		for _, job := range jobs {
+			own, err := pods.batchAnnotations(ctx, job)
+			if err != nil {
+				return false, nil, err
+			}
+			if hasStrategy(own) || anyTrue(annotations.Skip, own) {
+				continue
+			}
+			if _, placed, err := c.source.Policy(ctx, ns.Name, job); err != nil {
+				return false, nil, err
+			} else if placed {
+				continue
+			}
+			owned = append(owned, job.UID)
+		}
+	} else {
+		if levels, err = pods.batchAnnotations(ctx, top); err != nil {
+			return false, nil, err
+		}
+		if up := metav1.GetControllerOfNoCopy(top); workload.Is(up, workload.CronJobGVK) {
+			cron := metadataOf(workload.CronJobGVK)
+			if err := c.kubeClient.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: up.Name}, cron); err != nil && !apierrors.IsNotFound(err) {
+				return false, nil, fmt.Errorf("getting CronJob %s/%s: %w", ns.Name, up.Name, err)
+			} else if err == nil && cron.UID == up.UID {
+				levels = append(levels, cron.Annotations)
+			}
+		}
+		owned = []types.UID{top.UID}
+	}
+	if hasStrategy(levels) {
+		return false, nil, nil
+	}
+	namespaced, err := c.source.Policies(ctx, ns.Name, top)
+	if err != nil || len(namespaced) > 0 {
+		return false, nil, err
+	}
+	return !anyTrue(annotations.Skip, levels) || !p.SkipAllowed(), owned, nil
+}
+
+func hasStrategy(levels []map[string]string) bool {
+	for _, l := range levels {
+		if _, _, found := strategy.Find(l, nil); found {
+			return true
+		}
+	}
+	return false
+}
+
+func anyTrue(key string, levels []map[string]string) bool {
+	for _, l := range levels {
+		if isTrue(l[key]) {
+			return true
+		}
+	}
+	return false
+}
+
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
 
 // podReader reads the Running pods of the placed workloads of one
@@ -407,7 +499,83 @@ type podReader struct {
 	// replicaSets maps a Deployment's or Rollout's UID to its
 	// ReplicaSets', listed once per namespace when first needed.
 	replicaSets map[types.UID][]types.UID
-	nodes       map[string]map[string]string
+	// jobs maps a CronJob's UID to its Jobs, the same.
+	jobs  map[types.UID][]*metav1.PartialObjectMetadata
+	nodes map[string]map[string]string
+}
+
+// livePods lists the live pods of the Job or Workflow uid.
+func (x *podReader) livePods(ctx context.Context, uid types.UID) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.MatchingFields{IndexController: string(uid)}); err != nil {
+		return nil, fmt.Errorf("listing pods of %s in %s: %w", uid, x.namespace, err)
+	}
+	live := pods.Items[:0]
+	for i := range pods.Items {
+		if workload.Live(&pods.Items[i]) {
+			live = append(live, pods.Items[i])
+		}
+	}
+	return live, nil
+}
+
+// batchAnnotations are the annotations of the Job or Workflow top and of
+// each of its live pods, the pods' first: a pod's own (its template's) win.
+func (x *podReader) batchAnnotations(ctx context.Context, top *metav1.PartialObjectMetadata) ([]map[string]string, error) {
+	pods, err := x.livePods(ctx, top.UID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]string, 0, len(pods)+1)
+	for i := range pods {
+		out = append(out, pods[i].Annotations)
+	}
+	return append(out, top.Annotations), nil
+}
+
+// jobsOf returns the Jobs the CronJob uid controls.
+func (x *podReader) jobsOf(ctx context.Context, uid types.UID) ([]*metav1.PartialObjectMetadata, error) {
+	if x.jobs == nil {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(workload.JobGVK.GroupVersion().WithKind("JobList"))
+		if err := x.c.kubeClient.List(ctx, list, client.InNamespace(x.namespace)); err != nil {
+			return nil, fmt.Errorf("listing jobs of %s: %w", x.namespace, err)
+		}
+		x.jobs = map[types.UID][]*metav1.PartialObjectMetadata{}
+		for i := range list.Items {
+			job := &list.Items[i]
+			job.SetGroupVersionKind(workload.JobGVK)
+			if up := metav1.GetControllerOfNoCopy(job); workload.Is(up, workload.CronJobGVK) {
+				x.jobs[up.UID] = append(x.jobs[up.UID], job)
+			}
+		}
+	}
+	return x.jobs[uid], nil
+}
+
+// splitBatch is the split of a batch workload over the live pods of owned
+// (its Job or Workflow, or a CronJob's Jobs): they are its replicas.
+func (x *podReader) splitBatch(ctx context.Context, top *metav1.PartialObjectMetadata, owned []types.UID) (split.Split, error) {
+	in := split.Input{Strategy: x.strategy}
+	for _, uid := range owned {
+		pods, err := x.livePods(ctx, uid)
+		if err != nil {
+			return split.Split{}, fmt.Errorf("%s %s/%s: %w", top.Kind, x.namespace, top.Name, err)
+		}
+		in.Replicas += int64(len(pods))
+		for i := range pods {
+			pod := &pods[i]
+			if pod.Status.Phase != corev1.PodRunning || !podutil.IsScheduled(pod) {
+				continue
+			}
+			l, err := x.nodeLabels(ctx, pod.Spec.NodeName)
+			if err != nil {
+				return split.Split{}, err
+			}
+			in.NodeLabels = append(in.NodeLabels, l)
+		}
+	}
+	return split.Compute(in), nil
 }
 
 // split is the workload's split now.

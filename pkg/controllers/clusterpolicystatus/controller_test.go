@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -321,5 +322,74 @@ func TestStatusQuotaCaps(t *testing.T) {
 	}
 	if want := []string{"web-a/Deployment/over: group 1 (karpenter.sh/capacity-type=on-demand) 3 running, quota 2"}; !slices.Equal(st.OffStrategy, want) {
 		t.Errorf("offStrategy %q, want %q", st.OffStrategy, want)
+	}
+}
+
+// TestStatusBatch: Jobs and CronJobs are counted over their live pods. A
+// Job whose pods carry a strategy (their template's) is covered, not
+// placed. A CronJob is split over the live pods of its Jobs, but for a Job
+// with a strategy of its own.
+func TestStatusBatch(t *testing.T) {
+	const ct = "karpenter.sh/capacity-type"
+	own := map[string]string{annotations.Strategy: good}
+	job := func(name string, uid types.UID, ann map[string]string, cron *batchv1.CronJob) *batchv1.Job {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web-a", Name: name, UID: uid, Annotations: ann}}
+		if cron != nil {
+			j.OwnerReferences = test.OwnedBy("batch/v1", "CronJob", cron.Name, cron.UID)
+		}
+		return j
+	}
+	pod := func(j *batchv1.Job, i int, node string, phase corev1.PodPhase, ann map[string]string) *corev1.Pod {
+		return test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web-a", Name: fmt.Sprintf("%s-%d", j.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", j.UID, i)),
+			Annotations: ann, OwnerReferences: test.OwnedBy("batch/v1", "Job", j.Name, j.UID)}, NodeName: node, Phase: phase})
+	}
+	jobs, crons := cpol("jobs", time.Hour, 0), cpol("crons", time.Hour, 0)
+	jobs.Spec.Target.Kinds, crons.Spec.Target.Kinds = []string{"Job"}, []string{"CronJob"}
+	nightly := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: "web-a", Name: "nightly", UID: "c1"}}
+	etl, plain := job("etl", "j1", nil, nil), job("plain", "j2", nil, nil)
+	run1, run2 := job("nightly-1", "j3", nil, nightly), job("nightly-2", "j4", own, nightly)
+	objs := []client.Object{ns("web-a", map[string]string{"team": "web"}), jobs, crons, nightly, etl, plain, run1, run2,
+		test.Node("od", map[string]string{ct: "on-demand"}), test.Node("spot", map[string]string{ct: "spot"}),
+		pod(etl, 0, "spot", corev1.PodRunning, own), pod(etl, 1, "spot", corev1.PodRunning, own),
+		pod(plain, 0, "od", corev1.PodRunning, nil), pod(plain, 1, "od", corev1.PodRunning, nil),
+		pod(plain, 2, "spot", corev1.PodRunning, nil), pod(plain, 3, "spot", corev1.PodPending, nil),
+		pod(run1, 0, "spot", corev1.PodRunning, nil), pod(run1, 1, "spot", corev1.PodRunning, nil),
+		pod(run1, 2, "od", corev1.PodSucceeded, nil),
+		pod(run2, 0, "od", corev1.PodRunning, nil), pod(run2, 1, "od", corev1.PodRunning, nil),
+	}
+	c := build(t, nil, objs...)
+	batchKinds := append(slices.Clone(kinds), workload.JobGVK, workload.CronJobGVK)
+	reconcile := func(name string) v1alpha1.ClusterPlacementPolicyStatus {
+		t.Helper()
+		ctrl := NewController(clocktesting.NewFakeClock(epoch), c, policy.NewSource(c).WithClusterPolicies(nil), events.NewRecorder(k8sevents.NewFakeRecorder(10)), batchKinds)
+		var p v1alpha1.ClusterPlacementPolicy
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ctrl.Reconcile(context.Background(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Status
+	}
+	// etl's pods and nightly-2 carry their own strategy; plain runs 2 on
+	// on-demand and 1 on spot of its 4 live pods (within quota), nightly-1
+	// its 2 live pods on spot (off: its finished pod does not count).
+	st := reconcile("jobs")
+	if st.Matched != 4 || st.Placed != 2 || st.WithinQuota != 1 || len(st.OffStrategy) != 1 || !strings.HasPrefix(st.OffStrategy[0], "web-a/Job/nightly-1: ") {
+		t.Errorf("jobs: matched %d placed %d within %d off %v, want 4 Jobs, plain and nightly-1 placed, plain within", st.Matched, st.Placed, st.WithinQuota, st.OffStrategy)
+	}
+	// With the Jobs covered by "jobs", the CronJob's policy has no pods
+	// left to count; without it, nightly-1's 2 spot pods are off quota and
+	// nightly-2's on-demand pods are not the CronJob's.
+	if err := c.Delete(context.Background(), jobs); err != nil {
+		t.Fatal(err)
+	}
+	st = reconcile("crons")
+	want := "web-a/CronJob/nightly: group 1 (" + ct + "=on-demand) 0 running"
+	if st.Matched != 1 || st.Placed != 1 || st.WithinQuota != 0 || len(st.OffStrategy) != 1 || !strings.HasPrefix(st.OffStrategy[0], want) {
+		t.Errorf("crons: matched %d placed %d within %d off %v, want the CronJob placed and off (%s...)", st.Matched, st.Placed, st.WithinQuota, st.OffStrategy, want)
 	}
 }

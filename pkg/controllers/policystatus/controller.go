@@ -14,7 +14,10 @@
 // client serves from an informer of its own (list and watch on the kinds are granted for the
 // metadata informers already). Argo Rollouts, which have no Go type in the
 // scheme, are read as unstructured objects: the manager's client sends those
-// reads to the API server. Reconciles come
+// reads to the API server. Jobs, CronJobs and Workflows are read from their
+// metadata informers alone: their replicas are their live pods (a
+// CronJob's, those of its Jobs), and their pods' annotations are their
+// template's. Reconciles come
 // from policy changes, from pod, workload and NodePool events of the
 // namespace (batched: one reconcile per policy per batchDelay), and every
 // resyncPeriod.
@@ -315,6 +318,9 @@ func (c *Controller) pools(ctx context.Context, s *strategy.Strategy) ([]policy.
 func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, top *metav1.PartialObjectMetadata, pods *podIndex) (policy.Workload, bool, error) {
 	gvk := top.GroupVersionKind()
 	w := policy.Workload{Kind: gvk.Kind, Name: top.Name, Winner: p.Name}
+	if workload.IsBatchKind(gvk) {
+		return c.observeBatch(ctx, p, top, pods, w)
+	}
 	spec, err := workload.ReadSpec(ctx, c.kubeClient, gvk, client.ObjectKey{Namespace: p.Namespace, Name: top.Name})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -339,6 +345,69 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, t
 	return w, true, nil
 }
 
+// observeBatch reads a Job, CronJob or Workflow from the metadata caches
+// and the pod cache: its replicas are its live pods (a CronJob's, those of
+// its Jobs), and its own strategy is found where placement finds it (the
+// pods' annotations, which are their template's, then the Job's or
+// Workflow's, then a Job's CronJob). A CronJob's Job that carries its own
+// strategy, or that a policy of its own places, is not the CronJob's: its
+// pods are left out of the CronJob's count.
+func (c *Controller) observeBatch(ctx context.Context, p *v1alpha1.PlacementPolicy, top *metav1.PartialObjectMetadata, pods *podIndex, w policy.Workload) (policy.Workload, bool, error) {
+	if err := pods.ensure(ctx); err != nil {
+		return w, false, err
+	}
+	policies, err := c.source.Policies(ctx, p.Namespace, top)
+	if err != nil {
+		return w, false, err
+	}
+	if len(policies) > 0 {
+		w.Winner = policies[0].Name
+	}
+	owned := []*metav1.PartialObjectMetadata{top}
+	if top.GroupVersionKind() == workload.CronJobGVK {
+		if _, src, found := strategy.Find(top.Annotations, nil); found {
+			w.Annotation = src.String()
+		}
+		jobs, err := pods.jobsOf(ctx, top.UID)
+		if err != nil {
+			return w, false, err
+		}
+		owned = owned[:0]
+		for _, job := range jobs {
+			if pods.ownStrategy(job) != "" {
+				continue
+			}
+			if _, placed, err := c.source.Policy(ctx, p.Namespace, job); err != nil {
+				return w, false, err
+			} else if placed {
+				continue
+			}
+			owned = append(owned, job)
+		}
+	} else {
+		w.Annotation = pods.ownStrategy(top)
+		if up := metav1.GetControllerOfNoCopy(top); w.Annotation == "" && workload.Is(up, workload.CronJobGVK) {
+			cron := &metav1.PartialObjectMetadata{}
+			cron.SetGroupVersionKind(workload.CronJobGVK)
+			if err := c.kubeClient.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: up.Name}, cron); err != nil && !apierrors.IsNotFound(err) {
+				return w, false, fmt.Errorf("getting CronJob %s/%s: %w", p.Namespace, up.Name, err)
+			} else if _, src, found := strategy.Find(cron.Annotations, nil); err == nil && cron.UID == up.UID && found {
+				src.Owner = "CronJob " + cron.Name
+				w.Annotation = src.String()
+			}
+		}
+	}
+	for _, o := range owned {
+		w.Replicas += pods.live[o.UID]
+		nodes, err := pods.nodeLabels(ctx, o)
+		if err != nil {
+			return w, false, err
+		}
+		w.NodeLabels = append(w.NodeLabels, nodes...)
+	}
+	return w, true, nil
+}
+
 // podIndex groups the Running pods of one namespace by workload, listed once
 // per reconcile from the pod cache, with the labels of their nodes from the
 // node metadata cache.
@@ -348,13 +417,57 @@ type podIndex struct {
 	built     bool
 	byTop     map[types.UID][]string // workload UID -> nodes of its Running pods
 	nodes     map[string]map[string]string
+	// Of a Job or Workflow (by UID): its live pods, and where the first
+	// of them with a strategy of its own has it.
+	live        map[types.UID]int32
+	podStrategy map[types.UID]string
+	// jobs maps a CronJob's UID to its Jobs, listed once when first
+	// needed.
+	jobs map[types.UID][]*metav1.PartialObjectMetadata
+}
+
+func (x *podIndex) ensure(ctx context.Context) error {
+	if x.built {
+		return nil
+	}
+	return x.build(ctx)
+}
+
+// ownStrategy is where a Job or Workflow has a strategy of its own: on its
+// pods, else on itself ("" when it has none).
+func (x *podIndex) ownStrategy(top *metav1.PartialObjectMetadata) string {
+	if src := x.podStrategy[top.UID]; src != "" {
+		return src
+	}
+	if _, src, found := strategy.Find(top.Annotations, nil); found {
+		return src.String()
+	}
+	return ""
+}
+
+// jobsOf returns the Jobs the CronJob uid controls.
+func (x *podIndex) jobsOf(ctx context.Context, uid types.UID) ([]*metav1.PartialObjectMetadata, error) {
+	if x.jobs == nil {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(workload.JobGVK.GroupVersion().WithKind("JobList"))
+		if err := x.c.kubeClient.List(ctx, list, client.InNamespace(x.namespace)); err != nil {
+			return nil, fmt.Errorf("listing jobs of %s: %w", x.namespace, err)
+		}
+		x.jobs = map[types.UID][]*metav1.PartialObjectMetadata{}
+		for i := range list.Items {
+			job := &list.Items[i]
+			job.SetGroupVersionKind(workload.JobGVK)
+			if up := metav1.GetControllerOfNoCopy(job); workload.Is(up, workload.CronJobGVK) {
+				x.jobs[up.UID] = append(x.jobs[up.UID], job)
+			}
+		}
+	}
+	return x.jobs[uid], nil
 }
 
 func (x *podIndex) nodeLabels(ctx context.Context, top *metav1.PartialObjectMetadata) ([]map[string]string, error) {
-	if !x.built {
-		if err := x.build(ctx); err != nil {
-			return nil, err
-		}
+	if err := x.ensure(ctx); err != nil {
+		return nil, err
 	}
 	var out []map[string]string
 	for _, name := range x.byTop[top.UID] {
@@ -375,6 +488,7 @@ func (x *podIndex) nodeLabels(ctx context.Context, top *metav1.PartialObjectMeta
 
 func (x *podIndex) build(ctx context.Context) error {
 	x.built, x.byTop, x.nodes = true, map[types.UID][]string{}, map[string]map[string]string{}
+	x.live, x.podStrategy = map[types.UID]int32{}, map[types.UID]string{}
 	var pods corev1.PodList
 	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace)); err != nil {
 		return fmt.Errorf("listing pods of %s: %w", x.namespace, err)
@@ -393,6 +507,14 @@ func (x *podIndex) build(ctx context.Context) error {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
+		if owner := metav1.GetControllerOfNoCopy(pod); workload.IsBatch(pod) && workload.Live(pod) {
+			// A batch workload is split over its live pods, whose
+			// annotations are their template's.
+			x.live[owner.UID]++
+			if _, src, found := strategy.Find(nil, pod.Annotations); found && x.podStrategy[owner.UID] == "" {
+				x.podStrategy[owner.UID] = src.String()
+			}
+		}
 		if pod.Status.Phase != corev1.PodRunning || !podutil.IsScheduled(pod) || podutil.IsTerminating(pod) {
 			continue
 		}

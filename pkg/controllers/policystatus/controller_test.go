@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,5 +238,111 @@ func TestForgedDecisionsDoNotCount(t *testing.T) {
 	st := reconcileStatus(t, c, pools{}, "split")
 	if st.Groups[0].Actual != 4 || st.Groups[1].Actual != 6 || !st.WithinQuota {
 		t.Errorf("groups %+v within %v: want the forged pod counted on its spot node", st.Groups, st.WithinQuota)
+	}
+}
+
+// batchPod is a pod of the Job name (uid) in phase, on node.
+func batchPod(name string, i int, uid types.UID, node string, phase corev1.PodPhase, ann map[string]string) *corev1.Pod {
+	return test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("%s-%d", name, i), UID: types.UID(fmt.Sprintf("%s-p%d", uid, i)),
+		Annotations: ann, OwnerReferences: test.OwnedBy("batch/v1", "Job", name, uid)}, NodeName: node, Phase: phase})
+}
+
+func reconcileBatch(t *testing.T, c client.Client, name string) v1alpha1.PlacementPolicyStatus {
+	t.Helper()
+	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, pools{}, policy.NewSource(c),
+		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.JobGVK, workload.CronJobGVK}})
+	var p v1alpha1.PlacementPolicy
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctrl.Reconcile(context.Background(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Status
+}
+
+// TestBatchStatus: a policy targeting a Job, or a CronJob through its Jobs,
+// counts their live pods as replicas and their Running pods by node; the
+// finished pods count for nothing. A CronJob's Job that carries its own
+// strategy is not the CronJob policy's.
+func TestBatchStatus(t *testing.T) {
+	strategyAnn := map[string]string{"apportion.dev/strategy": "a=b,weight=1"}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "etl", UID: "j1"}}
+	cron := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nightly", UID: "c1"}}
+	run1 := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nightly-1", UID: "j2", OwnerReferences: test.OwnedBy("batch/v1", "CronJob", "nightly", "c1")}}
+	run2 := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nightly-2", UID: "j3", Annotations: strategyAnn, OwnerReferences: test.OwnedBy("batch/v1", "CronJob", "nightly", "c1")}}
+	objs := []client.Object{job, cron, run1, run2,
+		newPolicy("job", time.Hour, v1alpha1.Target{Kind: "Job", Name: "etl"}),
+		newPolicy("cron", time.Hour, v1alpha1.Target{Kind: "CronJob", Name: "nightly"})}
+	// etl: 6 live pods, 3 on on-demand and 3 on spot, and 4 finished.
+	for i := range 6 {
+		objs = append(objs, batchPod("etl", i, "j1", map[bool]string{true: "od-1", false: "spot-1"}[i < 3], corev1.PodRunning, nil))
+	}
+	for i := 6; i < 10; i++ {
+		objs = append(objs, batchPod("etl", i, "j1", "spot-1", []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}[i%2], nil))
+	}
+	// nightly-1: 3 Running (2 on-demand, 1 spot), 1 Pending, 2 Succeeded;
+	// nightly-2, which has its own strategy: 3 on spot.
+	for i := range 3 {
+		objs = append(objs, batchPod("nightly-1", i, "j2", map[bool]string{true: "od-1", false: "spot-1"}[i < 2], corev1.PodRunning, nil))
+		objs = append(objs, batchPod("nightly-2", i, "j3", "spot-1", corev1.PodRunning, nil))
+	}
+	objs = append(objs, batchPod("nightly-1", 3, "j2", "", corev1.PodPending, nil),
+		batchPod("nightly-1", 4, "j2", "od-1", corev1.PodSucceeded, nil), batchPod("nightly-1", 5, "j2", "spot-1", corev1.PodSucceeded, nil))
+	c := fixture(t, nil, objs...)
+
+	st := reconcileBatch(t, c, "job")
+	if st.Replicas != 6 || len(st.Groups) != 2 || st.Groups[0].Actual != 3 || st.Groups[1].Actual != 3 ||
+		st.Groups[0].Desired != 3 || st.Groups[1].Desired != 3 || !st.WithinQuota {
+		t.Errorf("Job: %+v: want 6 live pods, 3 and 3 running, within quota", st)
+	}
+	if len(st.Workloads) != 1 || st.Workloads[0].Kind != "Job" || st.Workloads[0].Replicas != 6 || st.Workloads[0].PlacedBy != "PlacementPolicy" {
+		t.Errorf("Job: workloads %+v", st.Workloads)
+	}
+
+	st = reconcileBatch(t, c, "cron")
+	if st.Replicas != 4 || len(st.Groups) != 2 || st.Groups[0].Actual != 2 || st.Groups[1].Actual != 1 || st.Groups[0].Desired+st.Groups[1].Desired != 4 {
+		t.Errorf("CronJob: %+v: want nightly-1's 4 live pods, 2 and 1 running, nightly-2 left out", st)
+	}
+	if len(st.Workloads) != 1 || st.Workloads[0].Kind != "CronJob" || st.Workloads[0].Name != "nightly" {
+		t.Errorf("CronJob: workloads %+v", st.Workloads)
+	}
+	if r := condition(st, v1alpha1.ConditionReady); r.Status != metav1.ConditionTrue {
+		t.Errorf("CronJob: Ready %+v", r)
+	}
+}
+
+// TestBatchAnnotationWins: a Job's pods' strategy (their template's) and a
+// CronJob's strategy win over a policy targeting the Job, as placement
+// resolves them.
+func TestBatchAnnotationWins(t *testing.T) {
+	strategyAnn := map[string]string{"apportion.dev/strategy": "a=b,weight=1"}
+	for _, tc := range []struct {
+		name   string
+		objs   []client.Object
+		source string
+	}{
+		{name: "the pods' template", source: "spec.template.metadata.annotations[apportion.dev/strategy]", objs: []client.Object{
+			&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "etl", UID: "j1"}},
+			batchPod("etl", 0, "j1", "od-1", corev1.PodRunning, strategyAnn)}},
+		{name: "the CronJob", source: "CronJob nightly metadata.annotations[apportion.dev/strategy]", objs: []client.Object{
+			&batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nightly", UID: "c1", Annotations: strategyAnn}},
+			&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "etl", UID: "j1", OwnerReferences: test.OwnedBy("batch/v1", "CronJob", "nightly", "c1")}},
+			batchPod("etl", 0, "j1", "od-1", corev1.PodRunning, nil)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fixture(t, nil, append(tc.objs, newPolicy("p", time.Hour, v1alpha1.Target{Kind: "Job", Name: "etl"}))...)
+			st := reconcileBatch(t, c, "p")
+			cf := condition(st, v1alpha1.ConditionConflict)
+			if cf.Reason != v1alpha1.ReasonAnnotationWins || !strings.Contains(cf.Message, tc.source) {
+				t.Errorf("Conflict %+v: want %s to win", cf, tc.source)
+			}
+			if len(st.Workloads) != 1 || st.Workloads[0].PlacedBy != "Annotation" {
+				t.Errorf("workloads %+v", st.Workloads)
+			}
+		})
 	}
 }
