@@ -321,7 +321,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		}
 		return res, err
 	}
-	res, written, err := c.write(ctx, pod, d)
+	res, written, err := c.write(ctx, pod, ref, d)
 	if !written {
 		c.tally.Unrecord(pod.UID)
 		return res, err

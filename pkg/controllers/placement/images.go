@@ -110,7 +110,7 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 		result, _, err := c.writeShadow(ctx, pod, d)
 		return result, err
 	}
-	result, written, err := c.write(ctx, pod, d)
+	result, written, err := c.write(ctx, pod, ref, d)
 	if written {
 		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures)
 	}
