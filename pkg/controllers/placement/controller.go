@@ -315,7 +315,7 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	}
 	c.addArchitectureRules(&d)
 	if info.Shadow() {
-		res, written, err := c.writeShadow(ctx, pod, d)
+		res, written, err := c.writeShadow(ctx, pod, ref, d)
 		if !written {
 			c.tally.Unrecord(pod.UID)
 		}

@@ -107,7 +107,7 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 	}
 	c.addArchitectureRules(&d)
 	if shadow {
-		result, _, err := c.writeShadow(ctx, pod, d)
+		result, _, err := c.writeShadow(ctx, pod, ref, d)
 		return result, err
 	}
 	result, written, err := c.write(ctx, pod, ref, d)

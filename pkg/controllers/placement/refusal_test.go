@@ -134,3 +134,53 @@ func TestRefusedReleaseIsLeftToTheJanitor(t *testing.T) {
 		t.Error("the refused decision is still counted")
 	}
 }
+
+// TestRefusedShadowDecision: a policy that refuses the shadow annotation
+// (no new annotation on a pod, say) gets the same answer: a gated pod is
+// released with its gate removed alone, an ungated one is left as it is,
+// and neither is retried.
+func TestRefusedShadowDecision(t *testing.T) {
+	writesShadow := func(patch []byte) bool { return strings.Contains(string(patch), annotations.Shadow) }
+	for name, gated := range map[string]bool{"gated": true, "ungated": false} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow},
+				nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+			var sent atomic.Int32
+			refusal := test.WebhookDenial("validation.gatekeeper.sh", 403, "[no-new-annotations] annotations are immutable")
+			c := interceptor.NewClient(f.client.(client.WithWatch), refusing(&sent, refusal, writesShadow))
+			ctrl := placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second)
+			refused := metrics.RefusedTotal.WithLabelValues(decision.OperationDecide)
+			before := testutil.ToFloat64(refused)
+			var pod *corev1.Pod
+			if gated {
+				pod = f.gatedPod(t, 0)
+			} else {
+				pod = f.gatedPod(t, 0, ungated)
+			}
+			res, err := ctrl.Reconcile(context.Background(), pod)
+			if err != nil || res.RequeueAfter != 0 {
+				t.Fatalf("Reconcile = %+v, %v; want it done, not retried", res, err)
+			}
+			if got := testutil.ToFloat64(refused) - before; got != 1 {
+				t.Errorf("refused decisions counted: %v, want 1", got)
+			}
+			wantSent := int32(1)
+			if gated {
+				wantSent = 2 // and the release
+			}
+			if n := sent.Load(); n != wantSent {
+				t.Errorf("%d patches sent, want %d", n, wantSent)
+			}
+			var fresh corev1.Pod
+			if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(pod), &fresh); err != nil {
+				t.Fatal(err)
+			}
+			if decision.HasGate(&fresh) || fresh.Annotations[annotations.Shadow] != "" {
+				t.Errorf("pod not released unchanged: gates %v, annotations %v", fresh.Spec.SchedulingGates, fresh.Annotations)
+			}
+			if f.tally.Decided(pod.UID) {
+				t.Error("the refused shadow decision is still counted")
+			}
+		})
+	}
+}

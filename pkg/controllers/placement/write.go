@@ -163,7 +163,9 @@ func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string
 //
 // When the gate's removal is refused too, the pod is left gated and nothing
 // is retried here: the gate janitor releases it at the gate timeout, or
-// keeps trying once per timeout while the policy refuses.
+// keeps trying once per timeout while the policy refuses. A refused shadow
+// decision is handled the same way: the gate, if the pod still has it, is
+// removed alone.
 func (c *Controller) refused(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, r decision.Refusal) (reconcile.Result, error) {
 	metrics.RefusedTotal.WithLabelValues(decision.OperationDecide).Inc()
 	logger := log.FromContext(ctx).WithValues("refusedBy", r.By, "message", r.Message)
@@ -171,6 +173,11 @@ func (c *Controller) refused(ctx context.Context, pod *corev1.Pod, ref *corev1.O
 		c.recorder.Publish(apevents.Event{Regarding: ref, Type: corev1.EventTypeWarning, Reason: "PlacementRefused", Action: "Place",
 			Message:      fmt.Sprintf("%s refused apportion's placement: %s; the pods it refuses are released without apportion's placement", r.By, r.Message),
 			DedupeValues: []string{string(ref.UID), r.By}, DedupeTimeout: warnInterval})
+	}
+	if !decision.HasGate(pod) {
+		// A shadow decision on a pod already released: nothing to undo.
+		logger.Info("shadow decision refused by an admission policy; the pod is left as it is")
+		return reconcile.Result{}, nil
 	}
 	err := decision.Release(ctx, c.kubeClient, pod)
 	switch {
