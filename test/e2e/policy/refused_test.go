@@ -114,7 +114,8 @@ func placementMetric(t *testing.T, name, labels string) float64 {
 // Gatekeeper policies do), apportion's placement patch is refused; the pods
 // of an opted-in Deployment are released unchanged at once (not left gated
 // for the gate janitor), the refusals are counted, and the Deployment's
-// Warning Event names the policy and its binding.
+// Warning Event names the policy and its binding. With the documented
+// exclusion of pods held by apportion's gate, the new pods are placed.
 func TestRefusedByAdmissionPolicy(t *testing.T) {
 	ns := newNamespace(t)
 	policy, binding := noAffinityChanges(ns)
@@ -161,4 +162,63 @@ func TestRefusedByAdmissionPolicy(t *testing.T) {
 	if !found {
 		t.Errorf("PlacementRefused Events on the Deployment %q; want one starting %q", msgs, want)
 	}
+
+	t.Run("the exclusion of pods held by apportion's gate lets apportion place them", func(t *testing.T) {
+		var cur admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := env.Kube.Get(t.Context(), client.ObjectKeyFromObject(policy), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-gated-by-apportion", Expression: notGatedByApportion}}
+		if err := env.Kube.Update(t.Context(), &cur); err != nil {
+			t.Fatal(err)
+		}
+		waitExempt(t, ns)
+		refusedBefore := placementMetric(t, released, `reason="refused_by_admission"`)
+		scale(t, d, 2*pods)
+		placedPods := 0
+		for _, p := range waitRunning(t, ns, "refused", 2*pods) {
+			if p.pod.Annotations[annotations.Group] != "" && p.pod.Spec.Affinity != nil {
+				placedPods++
+			}
+		}
+		if placedPods != pods {
+			t.Errorf("%d pods placed by apportion, want the %d new ones", placedPods, pods)
+		}
+		if got := placementMetric(t, released, `reason="refused_by_admission"`) - refusedBefore; got != 0 {
+			t.Errorf("pods released as refused_by_admission after the exclusion: %v, want none", got)
+		}
+	})
+}
+
+// notGatedByApportion is the documented matchCondition that leaves the
+// UPDATEs of pods held by apportion's placement gate out of a policy.
+const notGatedByApportion = `!has(oldObject.spec.schedulingGates) ||
+	!oldObject.spec.schedulingGates.exists(g, g.name == 'apportion.dev/placement')`
+
+// waitExempt waits until the API server lets a pod held by apportion's gate
+// change its affinity: a dry run on a fresh probe pod that holds it (and a
+// gate of its own, so that it stays gated once apportion releases it). A
+// probe apportion released first is refused: another one is tried.
+func waitExempt(t *testing.T, ns string) {
+	t.Helper()
+	n := 0
+	framework.WaitFor(t, time.Minute, "the exclusion of pods held by apportion's gate in force", func() error {
+		n++
+		probe := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("exempt-probe-%d", n)},
+			Spec: corev1.PodSpec{
+				SchedulingGates: []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}, {Name: "example.com/probe"}},
+				Containers:      []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}},
+			},
+		}
+		if err := env.Kube.Create(t.Context(), probe); err != nil {
+			return err
+		}
+		defer func() { _ = env.Kube.Delete(context.Background(), probe) }()
+		changed := probe.DeepCopy()
+		changed.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "example.com/probe", Operator: corev1.NodeSelectorOpIn, Values: []string{"x"}}}}}}}}
+		return env.Kube.Patch(t.Context(), changed, client.MergeFrom(probe), client.DryRunAll)
+	})
 }
