@@ -62,7 +62,8 @@ var (
 	})
 	// DecisionsTotal counts placement decisions by group, NodePool and result
 	// (placed, shadow: recorded in apportion.dev/shadow only, not_written:
-	// the patch kept conflicting, error).
+	// the patch kept conflicting, refused: an admission policy refused the
+	// patch, error).
 	DecisionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "placement", Name: "decisions_total",
 		Help: "Placement decisions. Labels: group, nodepool, result.",
@@ -74,7 +75,8 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 	})
 	// ReleasedTotal counts pods released without a decision, by reason
-	// (timeout, no_strategy, invalid_strategy, no_group, error, ...), and,
+	// (timeout, no_strategy, invalid_strategy, no_group, error,
+	// refused_by_admission, ...), and,
 	// with the reason prefixed shadow_, pods in shadow mode left without a
 	// shadow decision (no gate to remove, nothing written).
 	ReleasedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -86,6 +88,16 @@ var (
 	APIErrorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "placement", Name: "api_errors_total",
 		Help: "Failed API calls on the placement path, retried. Labels: operation.",
+	}, []string{LabelOperation})
+	// RefusedTotal counts writes on the placement path that an admission
+	// policy (a ValidatingAdmissionPolicy, or a webhook such as Kyverno's or
+	// Gatekeeper's) refused, by operation: decide (the pod is then released
+	// unchanged, released_total's reason refused_by_admission) or release
+	// (the gate's removal was refused too: the pod stays gated, and the gate
+	// janitor tries again once per gate timeout).
+	RefusedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "placement", Name: "refused_total",
+		Help: "Writes on the placement path refused by an admission policy. Labels: operation (decide, release).",
 	}, []string{LabelOperation})
 	// DeletionCostPatchesTotal counts pod-deletion-cost updates.
 	DeletionCostPatchesTotal = prometheus.NewCounter(prometheus.CounterOpts{
@@ -213,7 +225,7 @@ var once sync.Once
 // more than once.
 func Register() {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, DeletionCostPatchesTotal, DeletionCostSecondWriterTotal,
+		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, RefusedTotal, DeletionCostPatchesTotal, DeletionCostSecondWriterTotal,
 			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
 			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal, ImageRegistryDeniedTotal,
 			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal,

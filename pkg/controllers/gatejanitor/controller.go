@@ -4,7 +4,8 @@
 // on the pod and a metric. It is what keeps pods moving when the placement
 // leader is gone, slow, or cannot decide. It releases through
 // decision.Release, as the placement controller does; a failed release is
-// returned for the workqueue to retry with backoff.
+// returned for the workqueue to retry with backoff, but one an admission
+// policy refuses is tried again once per gate timeout.
 //
 // The timeout counts from the later of the pod's creation and the last
 // change of placement leader (the Lease's acquireTime): a new leader first
@@ -101,6 +102,17 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		}
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil // decided or released meanwhile; look again
+		}
+		if r, ok := decision.Refused(err); ok {
+			// An admission policy that refuses even the gate's removal
+			// refuses it again at once: try once per timeout, in case
+			// the policy changes, not at the workqueue's backoff.
+			metrics.RefusedTotal.WithLabelValues(decision.OperationRelease).Inc()
+			c.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "PlacementReleaseRefused", "Release",
+				"%s refused the removal of the placement gate: %s; the pod stays gated until the policy lets it through", r.By, r.Message)
+			log.FromContext(ctx).Info("the gate's removal was refused by an admission policy; trying again after the gate timeout",
+				"refusedBy", r.By, "message", r.Message)
+			return reconcile.Result{RequeueAfter: c.timeout}, nil
 		}
 		return reconcile.Result{}, decision.APIError(ctx, decision.OperationRelease, err)
 	}

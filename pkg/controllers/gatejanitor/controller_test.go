@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/test"
 )
 
@@ -233,5 +236,35 @@ func TestFutureAcquireTimeCountsAsNow(t *testing.T) {
 		if released := len(p.Spec.SchedulingGates) == 0; res.RequeueAfter != tc.want || released != (tc.want == 0) {
 			t.Errorf("at %s: RequeueAfter %s, released %v; want %s", tc.at, res.RequeueAfter, released, tc.want)
 		}
+	}
+}
+
+// TestRefusedReleaseIsTriedOncePerTimeout: an admission policy that refuses
+// even the gate's removal is counted and named in a Warning Event on the
+// pod, and the release is tried again after a gate timeout, not at the
+// workqueue's backoff.
+func TestRefusedReleaseIsTriedOncePerTimeout(t *testing.T) {
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "p-uid", CreationTimestamp: metav1.NewTime(start)}, Gated: true})
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod).Build(),
+		test.FailPatches(1, test.PolicyDenial("p", "no-pod-updates", "no-pod-updates-web", "pods are immutable")))
+	rec := events.NewFakeRecorder(5)
+	j := NewController(clocktesting.NewFakeClock(start.Add(time.Minute)), c, rec, 30*time.Second)
+	refused := metrics.RefusedTotal.WithLabelValues(decision.OperationRelease)
+	before := testutil.ToFloat64(refused)
+	res, err := j.Reconcile(context.Background(), pod)
+	if err != nil || res.RequeueAfter != 30*time.Second {
+		t.Fatalf("Reconcile = %+v, %v; want a retry after the gate timeout", res, err)
+	}
+	if got := testutil.ToFloat64(refused) - before; got != 1 {
+		t.Errorf("refused releases counted: %v, want 1", got)
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.HasPrefix(e, "Warning PlacementReleaseRefused ValidatingAdmissionPolicy 'no-pod-updates' with binding 'no-pod-updates-web' refused") {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Error("no Warning event")
 	}
 }

@@ -13,7 +13,8 @@
 // placement by architecture alone; tally.go, the counts, and strays.go, the
 // pods admitted without a decision counted by their node's labels; write.go,
 // the decision's patch (with the pod's deletion cost when it can be told)
-// and the release without one (decision.Release); expiry.go, the singleton controller that expires pending decisions;
+// and the release without one (decision.Release), and the release of a pod
+// whose decision an admission policy refused; expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
 // warm.go, the image cache warmed on the replicas that do not lead;
 // shadow.go, shadow mode: pods decided as usual but not changed, the
@@ -315,13 +316,13 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 	}
 	c.addArchitectureRules(&d)
 	if info.Shadow() {
-		res, written, err := c.writeShadow(ctx, pod, d)
+		res, written, err := c.writeShadow(ctx, pod, ref, d)
 		if !written {
 			c.tally.Unrecord(pod.UID)
 		}
 		return res, err
 	}
-	res, written, err := c.write(ctx, pod, d)
+	res, written, err := c.write(ctx, pod, ref, d)
 	if !written {
 		c.tally.Unrecord(pod.UID)
 		return res, err

@@ -107,10 +107,10 @@ func (c *Controller) placeByArchitecture(ctx context.Context, pod *corev1.Pod, r
 	}
 	c.addArchitectureRules(&d)
 	if shadow {
-		result, _, err := c.writeShadow(ctx, pod, d)
+		result, _, err := c.writeShadow(ctx, pod, ref, d)
 		return result, err
 	}
-	result, written, err := c.write(ctx, pod, d)
+	result, written, err := c.write(ctx, pod, ref, d)
 	if written {
 		log.FromContext(ctx).V(1).Info("placed pod by architecture", "architectures", d.Architectures)
 	}

@@ -201,8 +201,10 @@ func (c *Controller) skipShadow(ctx context.Context, reason string, cause error)
 // same patch), and reports whether it was written. Nothing else of the pod
 // changes: no affinity, toleration, deletion cost or decision annotation.
 // An ungated pod is patched without an optimistic lock: only the one
-// annotation changes, and its status moves on meanwhile.
-func (c *Controller) writeShadow(ctx context.Context, pod *corev1.Pod, d decision.Decision) (reconcile.Result, bool, error) {
+// annotation changes, and its status moves on meanwhile. A patch an
+// admission policy refuses is not sent again (refused); ref is the pod's
+// workload, for the refusal's Event.
+func (c *Controller) writeShadow(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, d decision.Decision) (reconcile.Result, bool, error) {
 	sh := decision.ShadowOf(d)
 	sh.Signature = c.signer.SignShadow(pod.UID, sh.Group, sh.NodePool)
 	for attempt := 0; ; attempt++ {
@@ -233,6 +235,11 @@ func (c *Controller) writeShadow(ctx context.Context, pod *corev1.Pod, d decisio
 			}
 			pod = fresh
 		default:
+			if r, ok := decision.Refused(err); ok {
+				metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(sh.Group), metrics.NodePools.Value(sh.NodePool), ResultRefused).Inc()
+				res, err := c.refused(ctx, pod, ref, r)
+				return res, false, err
+			}
 			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(sh.Group), metrics.NodePools.Value(sh.NodePool), "error").Inc()
 			return reconcile.Result{}, false, decision.APIError(ctx, decision.OperationDecide, fmt.Errorf("writing the shadow decision: %w", err))
 		}

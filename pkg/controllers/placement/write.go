@@ -14,6 +14,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
@@ -22,6 +23,14 @@ import (
 // when read again: nothing was written, and the pod is decided again if it
 // still needs it.
 const ResultNotWritten = "not_written"
+
+// ResultRefused is the result label of the decisions metric for a decision
+// whose patch an admission policy refused: the pod is released unchanged.
+const ResultRefused = "refused"
+
+// ReasonRefusedByAdmission is the release reason of a pod whose decision an
+// admission policy refused.
+const ReasonRefusedByAdmission = "refused_by_admission"
 
 // resends bounds how often a decision is sent again on a fresh copy of the
 // pod after a conflict.
@@ -33,9 +42,11 @@ const resends = 3
 // same decision again on the pod read from the API server, as long as it is
 // still gated: the decision is already counted, and deciding again would
 // count it twice or reorder the burst. A pod gone, ungated (released by the
-// janitor) or still conflicting is not written; any other failure is
-// returned for the workqueue to retry.
-func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Decision) (reconcile.Result, bool, error) {
+// janitor) or still conflicting is not written; a patch an admission policy
+// refuses releases the pod unchanged (refused); any other failure is
+// returned for the workqueue to retry. ref is the pod's workload, for the
+// refusal's Event.
+func (c *Controller) write(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, d decision.Decision) (reconcile.Result, bool, error) {
 	group := ""
 	if !d.ArchitectureOnly {
 		group = d.Group.Key()
@@ -68,6 +79,11 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, d decision.Deci
 			}
 			pod = fresh
 		default:
+			if r, ok := decision.Refused(err); ok {
+				metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), ResultRefused).Inc()
+				res, err := c.refused(ctx, pod, ref, r)
+				return res, false, err
+			}
 			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "error").Inc()
 			return reconcile.Result{}, false, decision.APIError(ctx, decision.OperationDecide, fmt.Errorf("writing the decision: %w", err))
 		}
@@ -136,4 +152,50 @@ func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string
 	metrics.ReleasedTotal.WithLabelValues(reason).Inc()
 	metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
 	return reconcile.Result{}, nil
+}
+
+// refused releases a pod whose decision an admission policy refused (a
+// ValidatingAdmissionPolicy, Kyverno or Gatekeeper that forbids changing a
+// pod's affinity, say). The same patch would be refused again, so it is not
+// sent again: the gate alone is removed, which such policies let through,
+// and the pod schedules as if apportion were not installed. A Warning Event
+// on the workload names the policy, once per warnInterval.
+//
+// When the gate's removal is refused too, the pod is left gated and nothing
+// is retried here: the gate janitor releases it at the gate timeout, or
+// keeps trying once per timeout while the policy refuses. A refused shadow
+// decision is handled the same way: the gate, if the pod still has it, is
+// removed alone.
+func (c *Controller) refused(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, r decision.Refusal) (reconcile.Result, error) {
+	metrics.RefusedTotal.WithLabelValues(decision.OperationDecide).Inc()
+	logger := log.FromContext(ctx).WithValues("refusedBy", r.By, "message", r.Message)
+	if ref != nil {
+		c.recorder.Publish(apevents.Event{Regarding: ref, Type: corev1.EventTypeWarning, Reason: "PlacementRefused", Action: "Place",
+			Message:      fmt.Sprintf("%s refused apportion's placement: %s; the pods it refuses are released without apportion's placement", r.By, r.Message),
+			DedupeValues: []string{string(ref.UID), r.By}, DedupeTimeout: warnInterval})
+	}
+	if !decision.HasGate(pod) {
+		// A shadow decision on a pod already released: nothing to undo.
+		logger.Info("shadow decision refused by an admission policy; the pod is left as it is")
+		return reconcile.Result{}, nil
+	}
+	err := decision.Release(ctx, c.kubeClient, pod)
+	switch {
+	case err == nil:
+		logger.Info("placement refused by an admission policy; released the pod unchanged")
+		metrics.ReleasedTotal.WithLabelValues(ReasonRefusedByAdmission).Inc()
+		metrics.GateWaitSeconds.Observe(c.clock.Since(pod.CreationTimestamp.Time).Seconds())
+		return reconcile.Result{}, nil
+	case apierrors.IsConflict(err):
+		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, nil
+	}
+	if rr, ok := decision.Refused(err); ok {
+		metrics.RefusedTotal.WithLabelValues(decision.OperationRelease).Inc()
+		logger.Info("placement refused by an admission policy, and so was the gate's removal; the gate janitor releases the pod at the gate timeout",
+			"releaseRefusedBy", rr.By, "releaseMessage", rr.Message)
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, decision.APIError(ctx, decision.OperationRelease, err)
 }

@@ -6,8 +6,9 @@
 // status shows the split, an edit applies to new pods only, the oldest of two
 // policies wins, a workload's own annotation wins, an invalid strategy is
 // refused at apply with the parser's message, seed 001's distribution form
-// works, and a workload whose policy leaves shadow mode places its new pods
-// around the running ones.
+// works, a workload whose policy leaves shadow mode places its new pods
+// around the running ones, and the pods whose placement a
+// ValidatingAdmissionPolicy refuses are released unchanged.
 package policy_test
 
 import (
