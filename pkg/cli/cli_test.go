@@ -86,6 +86,7 @@ func TestExitCodes(t *testing.T) {
 		// No cluster to read.
 		{[]string{"explain", "deploy/web", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
 		{[]string{"status", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
+		{[]string{"release-gates", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
 		// At run time: the registry has no such image; a group is left out.
 		{[]string{"inspect", host + "/public/absent:1"}, ExitFailure},
 		{[]string{"plan", "--strict", "--nodepools", pools, "--replicas", "2", "--strategy", "karpenter.sh/capacity-type=spot,weight=1:zone=x,weight=1"}, ExitFailure},
