@@ -16,7 +16,7 @@ import (
 // TestHelpOfEveryCommand: -h, --help and `apportion help CMD` print the
 // same kubectl-style help on stdout, with exit status 0.
 func TestHelpOfEveryCommand(t *testing.T) {
-	for _, cmd := range []string{"plan", "inspect", "explain", "status", "webhook", "release-gates", "version"} {
+	for _, cmd := range []string{"plan", "inspect", "explain", "status", "webhook", "release-gates", "version", "completion"} {
 		var first string
 		for _, args := range [][]string{{cmd, "-h"}, {cmd, "--help"}, {"help", cmd}} {
 			code, out, errOut := run(t, "", args...)

@@ -126,7 +126,7 @@ func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun
 			switch {
 			case err != nil:
 				failed++
-				fmt.Fprintf(stderr, "apportion release-gates: %s/%s: %v\n", pod.Namespace, pod.Name, err)
+				fmt.Fprintf(stderr, "%s release-gates: %s/%s: %v\n", Program, pod.Namespace, pod.Name, err)
 			case ok:
 				released++
 			}
@@ -136,7 +136,7 @@ func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun
 		}
 	}
 	if listErr != nil {
-		fmt.Fprintf(stderr, "apportion release-gates: listing pods: %v\n", listErr)
+		fmt.Fprintf(stderr, "%s release-gates: listing pods: %v\n", Program, listErr)
 	}
 	if dryRun {
 		fmt.Fprintf(stdout, "would release %d pod(s) (dry run)\n", released)
