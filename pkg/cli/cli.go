@@ -129,8 +129,8 @@ or refusing, pods left gated, plan --strict finding a group left out); 2 invalid
 
   # A workload's split now against its strategy
   apportion status -n shop`,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
+		SilenceErrors: true,
+		SilenceUsage:  true,
 		// completion.go replaces cobra's command, for its help.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
