@@ -12,8 +12,9 @@
 // The commands: plan, the offline preview (plan.go); inspect, the platforms
 // of images from their registries (inspect.go); webhook, the server and
 // controllers (webhook.go); release-gates, which removes the scheduling gate
-// from every pod that still holds it (releasegates.go); version
-// (version.go).
+// from every pod that still holds it (releasegates.go); explain and status
+// (explain.go); version (version.go); completion (completion.go). The
+// commands that read a cluster share kubectl's flags (kube.go).
 package cli
 
 import (
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -58,6 +60,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdin, stdout, stderr)
 	if Program != root.Name() {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: Program}
+		asPlugin(root)
 	}
 	if len(args) == 0 {
 		root.InitDefaultHelpCmd()
@@ -86,27 +89,56 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return ExitUsage
 }
 
+// exampleCommand is a command line of an Example: "apportion" at the start
+// of a line, after the indent.
+var exampleCommand = regexp.MustCompile(`(?m)^(\s*)apportion `)
+
+// asPlugin makes every command's examples start with Program (kubectl
+// apportion), as the user runs it.
+func asPlugin(c *cobra.Command) {
+	c.Example = exampleCommand.ReplaceAllString(c.Example, "${1}"+Program+" ")
+	c.Example = strings.ReplaceAll(c.Example, "(apportion completion ", "("+Program+" completion ")
+	for _, sub := range c.Commands() {
+		asPlugin(sub)
+	}
+}
+
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "apportion",
 		Short: "Proportional, architecture-aware pod placement for Karpenter clusters",
 		Long: `apportion places the pods of a workload across node groups (capacity types, instance
 families, architectures) in the proportions its strategy asks for, on clusters that run
-Karpenter (https://karpenter.sh).`,
+Karpenter (https://karpenter.sh).
+
+Installed as kubectl-apportion on $PATH, it runs as kubectl apportion.
+
+The commands that read a cluster (explain, status, release-gates) take kubectl's flags
+(--kubeconfig, --context, -n, --as, --token, --server ...; see a command's --help) and
+act on one namespace: -n, else the kubeconfig context's, else "default"; -A, where a
+command has it, on every namespace.
+
+Exit status: 0 success; 1 a failure while running (the cluster or a registry unreachable
+or refusing, pods left gated, plan --strict finding a group left out); 2 invalid input
+(flags, arguments, a strategy, a file, an image reference).`,
 		Example: `  # Preview a strategy's split of 10 pods, with no cluster
   apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10
 
   # The architectures two images share
-  apportion inspect public.ecr.aws/nginx/nginx:1.27 busybox:1.36`,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
+  apportion inspect public.ecr.aws/nginx/nginx:1.27 busybox:1.36
+
+  # A workload's split now against its strategy
+  apportion status -n shop`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// completion.go replaces cobra's command, for its help.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(flagError)
-	root.AddCommand(newPlan(stdin), newInspect(), newExplain(), newStatus(), newWebhook(), newReleaseGates(), newVersion())
+	root.AddCommand(newPlan(stdin), newInspect(), newExplain(), newStatus(), newWebhook(), newReleaseGates(), newVersion(), newCompletion())
 	return root
 }
 

@@ -16,7 +16,7 @@ import (
 // TestHelpOfEveryCommand: -h, --help and `apportion help CMD` print the
 // same kubectl-style help on stdout, with exit status 0.
 func TestHelpOfEveryCommand(t *testing.T) {
-	for _, cmd := range []string{"plan", "inspect", "explain", "status", "webhook", "release-gates", "version"} {
+	for _, cmd := range []string{"plan", "inspect", "explain", "status", "webhook", "release-gates", "version", "completion"} {
 		var first string
 		for _, args := range [][]string{{cmd, "-h"}, {cmd, "--help"}, {"help", cmd}} {
 			code, out, errOut := run(t, "", args...)
@@ -86,6 +86,7 @@ func TestExitCodes(t *testing.T) {
 		// No cluster to read.
 		{[]string{"explain", "deploy/web", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
 		{[]string{"status", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
+		{[]string{"release-gates", "--kubeconfig", filepath.Join(dir, "absent")}, ExitFailure},
 		// At run time: the registry has no such image; a group is left out.
 		{[]string{"inspect", host + "/public/absent:1"}, ExitFailure},
 		{[]string{"plan", "--strict", "--nodepools", pools, "--replicas", "2", "--strategy", "karpenter.sh/capacity-type=spot,weight=1:zone=x,weight=1"}, ExitFailure},

@@ -12,9 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/explain"
@@ -22,39 +20,17 @@ import (
 	"github.com/apportion-dev/apportion/pkg/split"
 )
 
-// kubeFlags are the cluster flags of the commands that read one, as kubectl
-// spells them.
-type kubeFlags struct {
-	kubeconfig, context, namespace string
-}
-
-func (k *kubeFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	fs.StringVar(&k.context, "context", "", "the kubeconfig context (default: the current context)")
-	fs.StringVarP(&k.namespace, "namespace", "n", "", "the namespace (default: the context's namespace)")
-}
-
-// cluster connects with the caller's credentials; the namespace is -n, else
-// the context's.
-func (k *kubeFlags) cluster() (*explain.Cluster, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.context})
-	cfg, err := cc.ClientConfig()
+// cluster connects with the kube flags; the namespace is -n, else the
+// context's, else "default"; "" with all.
+func (k *kubeFlags) cluster(all bool) (*explain.Cluster, string, error) {
+	cfg, namespace, err := k.connect(all)
 	if err != nil {
-		return nil, "", failed(fmt.Errorf("reading the kubeconfig: %w", err))
-	}
-	namespace := k.namespace
-	if namespace == "" {
-		if namespace, _, err = cc.Namespace(); err != nil {
-			return nil, "", failed(fmt.Errorf("reading the context's namespace: %w", err))
-		}
+		return nil, "", err
 	}
 	scheme, err := operator.Scheme()
 	if err != nil {
 		return nil, "", failed(err)
 	}
-	cfg.UserAgent = "apportion-cli"
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", failed(fmt.Errorf("connecting to the cluster: %w", err))
@@ -106,7 +82,7 @@ const explainExample = `  # Why did this pod go where it is?
   kubectl apportion explain statefulset/db`
 
 func newExplain() *cobra.Command {
-	var kf kubeFlags
+	kf := newKubeFlags()
 	var output string
 	cmd := &cobra.Command{
 		Use:     "explain (pod|deployment|statefulset|replicaset|rollout)/NAME [-n NAMESPACE] [-o table|json|yaml]",
@@ -120,7 +96,7 @@ func newExplain() *cobra.Command {
 			if _, err := explain.ParseRef(args, "x"); err != nil {
 				return err // a usage error before any connection
 			}
-			cl, namespace, err := kf.cluster()
+			cl, namespace, err := kf.cluster(false)
 			if err != nil {
 				return err
 			}
@@ -175,7 +151,7 @@ const statusExample = `  # The workloads of the current namespace
   apportion status -A -o wide`
 
 func newStatus() *cobra.Command {
-	var kf kubeFlags
+	kf := newKubeFlags()
 	var all bool
 	var output string
 	cmd := &cobra.Command{
@@ -187,15 +163,9 @@ func newStatus() *cobra.Command {
 		// The flags are in Use already.
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if all && kf.namespace != "" {
-				return errors.New("--all-namespaces and --namespace exclude each other")
-			}
-			cl, namespace, err := kf.cluster()
+			cl, namespace, err := kf.cluster(all)
 			if err != nil {
 				return err
-			}
-			if all {
-				namespace = ""
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -213,7 +183,7 @@ func newStatus() *cobra.Command {
 		},
 	}
 	kf.add(cmd.Flags())
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "the workloads of every namespace")
+	addAllNamespaces(cmd.Flags(), &all, "the workloads of every namespace")
 	addOutputFlag(cmd.Flags(), &output, outputTable, outputTable, outputWide, outputJSON, outputYAML)
 	return cmd
 }

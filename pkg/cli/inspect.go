@@ -104,7 +104,7 @@ func (o *inspectFlags) run(refs []string, stdout, stderr io.Writer) error {
 	if len(errs) > 0 {
 		// One line per image; the last one is Main's.
 		for _, err := range errs[:len(errs)-1] {
-			fmt.Fprintf(stderr, "apportion inspect: %v\n", err)
+			fmt.Fprintf(stderr, "%s inspect: %v\n", Program, err)
 		}
 		return failed(errs[len(errs)-1])
 	}
@@ -129,7 +129,7 @@ func (o *inspectFlags) run(refs []string, stdout, stderr io.Writer) error {
 // after or between the flags.
 func (o *inspectFlags) check(refs []string) error {
 	if len(refs) == 0 {
-		return errors.New("no image given (see apportion inspect --help)")
+		return fmt.Errorf("no image given (see %s inspect --help)", Program)
 	}
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, got %v", o.timeout)

@@ -323,10 +323,10 @@ func (o *planFlags) input(stdin io.Reader) (planInput, error) {
 	in := planInput{strategy: o.strategy, replicas: o.replicas.n}
 	if o.file == "" {
 		if !o.strategySet {
-			return in, errors.New("--strategy or -f is required (see apportion plan --help)")
+			return in, fmt.Errorf("--strategy or -f is required (see %s plan --help)", Program)
 		}
 		if !o.replicas.set {
-			return in, errors.New("--replicas is required without -f (see apportion plan --help)")
+			return in, fmt.Errorf("--replicas is required without -f (see %s plan --help)", Program)
 		}
 		return in, nil
 	}

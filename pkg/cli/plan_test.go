@@ -17,7 +17,7 @@ type planJSON struct {
 	Details  []struct {
 		Key   string  `json:"key"`
 		Ideal float64 `json:"ideal"`
-		Count int64   `json:"count"`
+		Count int64   `json:"desired"`
 	} `json:"details"`
 }
 
@@ -258,8 +258,8 @@ spec:
 	var p struct {
 		Counts  map[string]int64 `json:"counts"`
 		Details []struct {
-			NodePool    string `json:"nodepool"`
-			Unavailable string `json:"unavailable"`
+			NodePool    string `json:"nodePool"`
+			Unavailable string `json:"leftOut"`
 		} `json:"details"`
 	}
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
@@ -318,8 +318,8 @@ func TestPlanCaps(t *testing.T) {
 		Sequence   []int `json:"sequence"`
 		BeyondCaps int64 `json:"beyondCaps"`
 		Details    []struct {
-			Max   int32 `json:"max"`
-			Count int64 `json:"count"`
+			Max   int32 `json:"cap"`
+			Count int64 `json:"desired"`
 		} `json:"details"`
 	}
 	if err := json.Unmarshal([]byte(out), &p); err != nil {

@@ -3,26 +3,19 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
-	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -30,7 +23,11 @@ import (
 
 const releaseGatesLong = `Removes apportion's scheduling gate (` + annotations.PlacementGate + `) from every pod that
 still holds it, keeping the pods' other gates: pods left waiting when apportion was
-uninstalled or stopped before its gate janitor released them. Needs list and patch on pods.
+uninstalled or stopped before it released them (its gate janitor releases a pod held
+too long). Needs list and patch on pods.
+
+Acts on the pods of one namespace: -n, else the kubeconfig context's namespace, else
+"default"; -A for every namespace.
 
 Prints "released N pod(s) (M failed)". Exit status 0 when every pod was released, 1 when
 some were not (one line each on stderr), 2 on bad usage.`
@@ -39,7 +36,7 @@ const releaseGatesExample = `  # Count the gated pods of one namespace, changing
   apportion release-gates -n shop --dry-run
 
   # Release every gated pod of the cluster
-  apportion release-gates`
+  apportion release-gates -A`
 
 const (
 	// listPageSize bounds each List response: the command sees every pod
@@ -51,10 +48,10 @@ const (
 )
 
 func newReleaseGates() *cobra.Command {
-	var namespace string
-	var dryRun bool
+	kf := newKubeFlags()
+	var all, dryRun bool
 	cmd := &cobra.Command{
-		Use:     "release-gates [-n NAMESPACE] [--dry-run] [--kubeconfig FILE]",
+		Use:     "release-gates [-n NAMESPACE | -A] [--dry-run]",
 		Short:   "Remove apportion's scheduling gate from every pod that still holds it",
 		Long:    releaseGatesLong,
 		Example: releaseGatesExample,
@@ -62,36 +59,30 @@ func newReleaseGates() *cobra.Command {
 		// The flags are in Use already.
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReleaseGates(namespace, dryRun, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runReleaseGates(kf, all, dryRun, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVarP(&namespace, "namespace", "n", "", "only the pods of this namespace (default: all namespaces)")
+	kf.add(fs)
+	addAllNamespaces(fs, &all, "the pods of every namespace")
 	fs.BoolVar(&dryRun, "dry-run", false, "count the pods that hold the gate; change nothing")
-	gofs := flag.NewFlagSet("release-gates", flag.ContinueOnError)
-	config.RegisterFlags(gofs) // --kubeconfig, read by ctrl.GetConfig
-	fs.AddGoFlagSet(gofs)
-	fs.Lookup("kubeconfig").Usage = "the cluster (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
 	return cmd
 }
 
 // runReleaseGates runs `apportion release-gates`.
-func runReleaseGates(namespace string, dryRun bool, stdout, stderr io.Writer) error {
-	if problems := validation.IsDNS1123Label(namespace); namespace != "" && len(problems) > 0 {
-		return fmt.Errorf("--namespace: %q is not a namespace name: %s", namespace, strings.Join(problems, "; "))
-	}
-	// controller-runtime logs a failed in-cluster config before falling
-	// back; the one line below says it all.
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	cfg, err := ctrl.GetConfig()
+func runReleaseGates(kf *kubeFlags, all, dryRun bool, stdout, stderr io.Writer) error {
+	cfg, namespace, err := kf.connect(all)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
+		return err
 	}
+	// controller-runtime's client logs through its global logger, which
+	// prints a warning of its own when none is set.
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		return failed(fmt.Errorf("creating the client: %w", err))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if code := releaseGates(ctx, c, namespace, dryRun, stdout, stderr); code != ExitOK {
 		return &silentExit{code}
@@ -135,7 +126,7 @@ func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun
 			switch {
 			case err != nil:
 				failed++
-				fmt.Fprintf(stderr, "apportion release-gates: %s/%s: %v\n", pod.Namespace, pod.Name, err)
+				fmt.Fprintf(stderr, "%s release-gates: %s/%s: %v\n", Program, pod.Namespace, pod.Name, err)
 			case ok:
 				released++
 			}
@@ -145,7 +136,7 @@ func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun
 		}
 	}
 	if listErr != nil {
-		fmt.Fprintf(stderr, "apportion release-gates: listing pods: %v\n", listErr)
+		fmt.Fprintf(stderr, "%s release-gates: listing pods: %v\n", Program, listErr)
 	}
 	if dryRun {
 		fmt.Fprintf(stdout, "would release %d pod(s) (dry run)\n", released)

@@ -50,8 +50,9 @@ type WorkloadReport struct {
 	Mode       string `json:"mode"`
 	ModeSource string `json:"modeSource,omitempty"`
 	// Problem says why apportion does not place the workload's pods (no
-	// strategy, an invalid one, an opt-out); "" when it does.
-	Problem string `json:"problem,omitempty"`
+	// strategy, an invalid one, an opt-out); "" when it does. "notPlaced"
+	// in JSON, as plan says it.
+	Problem string `json:"notPlaced,omitempty"`
 	// Revision is the current revision (pod-template-hash or
 	// controller-revision-hash): what the counts and Next are about.
 	Revision string `json:"revision,omitempty"`

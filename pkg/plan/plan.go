@@ -62,26 +62,31 @@ type Options struct {
 	Pod *corev1.Pod
 }
 
-// Group is one group's line of the preview.
+// Group is one group's line of the preview. Its JSON keys are those of
+// the same numbers in `apportion explain -o json` and `status -o json`.
 type Group struct {
 	Key    string            `json:"key"`
 	Labels map[string]string `json:"labels"`
 	Base   int32             `json:"base"`
 	Weight int32             `json:"weight"`
-	// Max is the group's cap, 0 for none.
-	Max int32 `json:"max,omitempty"`
+	// Max is the group's cap, 0 for none: "cap" in JSON, as explain
+	// says it.
+	Max int32 `json:"cap,omitempty"`
 	// Ideal is the exact share as a decimal; Lower and Upper are its floor
-	// and ceiling, the bounds Count always stays within.
+	// and ceiling ("min" and "max" in JSON), the bounds Count always stays
+	// within. Count is the group's pods ("desired", the quota method's
+	// count, as explain says it).
 	Ideal float64 `json:"ideal"`
-	Lower int64   `json:"lower"`
-	Upper int64   `json:"upper"`
-	Count int64   `json:"count"`
+	Lower int64   `json:"min"`
+	Upper int64   `json:"max"`
+	Count int64   `json:"desired"`
 	// NodePool is the pool serving the group, with --nodepools.
-	NodePool    string              `json:"nodepool,omitempty"`
+	NodePool    string              `json:"nodePool,omitempty"`
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Unavailable explains why no NodePool serves the group; such a group
-	// gets no pods and the others share its part.
-	Unavailable string `json:"unavailable,omitempty"`
+	// gets no pods and the others share its part ("leftOut", as explain
+	// says it).
+	Unavailable string `json:"leftOut,omitempty"`
 }
 
 // Method builds the apportioning engine for a parsed strategy, as the
