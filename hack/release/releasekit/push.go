@@ -82,23 +82,8 @@ func Push(ctx context.Context, o PushOptions) (*Pushed, error) {
 	}
 	// Before anything is pushed: a tag without a signature would be
 	// there for anyone to pull.
-	if o.Sign == nil && !o.Unsigned {
-		return nil, ErrUnsigned
-	}
-	if o.Sign != nil {
-		if o.Unsigned {
-			return nil, errors.New("a cosign key and UNSIGNED: choose one")
-		}
-		if o.Sign.Key == "" {
-			return nil, ErrUnsigned
-		}
-		// What the attestations need, checked before the push too.
-		if _, err := imageSBOMs(o.Dir, tag); err != nil {
-			return nil, err
-		}
-		if _, err := ProvenanceStatement(o.Dir, o.Version, *o.Sign, nil); err != nil {
-			return nil, err
-		}
+	if err := checkSigning(o, tag); err != nil {
+		return nil, err
 	}
 	if o.Registry == "" || strings.Contains(o.Registry, "://") {
 		return nil, fmt.Errorf("registry %q: want host[:port][/prefix], without a scheme", o.Registry)
@@ -153,10 +138,8 @@ func Push(ctx context.Context, o PushOptions) (*Pushed, error) {
 		}
 		out.Charts = append(out.Charts, pc)
 	}
-	if o.Sign != nil {
-		if err := sign(ctx, o, tag, out); err != nil {
-			return nil, fmt.Errorf("signing (the release is pushed, unsigned; push again to sign it): %w", err)
-		}
+	if err := sign(ctx, o, tag, out); err != nil {
+		return nil, fmt.Errorf("signing (the release is pushed, unsigned; push again to sign it): %w", err)
 	}
 	return out, nil
 }

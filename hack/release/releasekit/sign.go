@@ -191,11 +191,32 @@ func imageSBOMs(dir, tag string) ([]string, error) {
 	return sboms, nil
 }
 
+// checkSigning refuses a push that would not be signed (unless
+// o.Unsigned) or whose attestations could not be made.
+func checkSigning(o PushOptions, tag string) error {
+	switch {
+	case o.Sign == nil && o.Unsigned:
+		return nil
+	case o.Sign == nil || o.Sign.Key == "":
+		return ErrUnsigned
+	case o.Unsigned:
+		return errors.New("a cosign key and UNSIGNED: choose one")
+	}
+	if _, err := imageSBOMs(o.Dir, tag); err != nil {
+		return err
+	}
+	_, err := ProvenanceStatement(o.Dir, o.Version, *o.Sign, nil)
+	return err
+}
+
 // sign signs what Push pushed, by digest, and attaches the attestations:
 // the image's SBOMs and the provenance to the image index, the provenance
-// to each chart.
+// to each chart. Without o.Sign (UNSIGNED) it does nothing.
 func sign(ctx context.Context, o PushOptions, tag string, p *Pushed) error {
 	s := o.Sign
+	if s == nil {
+		return nil
+	}
 	run := s.Cosign
 	if run == nil {
 		run = CosignCommand("cosign")
