@@ -3,6 +3,7 @@
 package chart_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -220,15 +221,19 @@ func verifyRelease(ctx context.Context, pub, image string, charts []string) (map
 		// cosign takes OCI references without the scheme helm uses.
 		args := append(append([]string{sub, "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry"}, flags...), strings.TrimPrefix(ref, "oci://"))
 		what := "cosign " + sub + " " + ref + " " + strings.Join(flags, " ")
-		out, err := env.c.Command("cosign", args...).Output()
-		if err != nil {
-			var stderr string
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = string(ee.Stderr)
-			}
-			return fmt.Errorf("%s: %w\n%s", what, err, stderr)
+		cmd := env.c.Command("cosign", args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			return err
 		}
-		d, err := verifiedDigest(out)
+		stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
+		err := cmd.Wait()
+		stop()
+		if err != nil {
+			return fmt.Errorf("%s: %w\n%s", what, err, stderr.String())
+		}
+		d, err := verifiedDigest(stdout.Bytes())
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
