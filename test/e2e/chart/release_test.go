@@ -220,7 +220,7 @@ func verifyRelease(ctx context.Context, pub, image string, charts []string) (map
 	run := func(ref, sub string, flags ...string) error {
 		// cosign takes OCI references without the scheme helm uses.
 		args := append(append([]string{sub, "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry"}, flags...), strings.TrimPrefix(ref, "oci://"))
-		what := "cosign " + sub + " " + ref + " " + strings.Join(flags, " ")
+		what := strings.TrimSpace("cosign " + sub + " " + ref + " " + strings.Join(flags, " "))
 		cmd := env.c.Command("cosign", args...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
