@@ -71,9 +71,14 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 # the archives will be published, default the GitHub release) and
 # SHA256SUMS over the files.
 # Everything carries the commit's time, so a commit releases the same bytes.
-# `make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix]` pushes the
-# image as REGISTRY/apportion:X.Y.Z and the charts to oci://REGISTRY/charts
-# and prints their digests; INSECURE=1 for a registry on plain HTTP.
+# `make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix]
+# COSIGN_KEY=cosign.key` pushes the image as REGISTRY/apportion:X.Y.Z and the
+# charts to oci://REGISTRY/charts, prints their digests, signs the image
+# index and both charts by digest with cosign (the key's password in
+# COSIGN_PASSWORD; no transparency log) and attaches the image's SBOMs and
+# an SLSA provenance as attestations (docs/verifying-releases.md).
+# UNSIGNED=1 pushes without signing; without a key or it, nothing is pushed.
+# INSECURE=1 for a registry on plain HTTP.
 # hack/release does the steps besides compiling and packaging.
 RELEASE_DIR       ?= $(BIN)/release
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
@@ -81,8 +86,13 @@ KREW_URL_BASE     ?=
 REGISTRY          ?=
 INSECURE          ?=
 HELM              ?=
+COSIGN_KEY        ?=
+UNSIGNED          ?=
+COSIGN            ?=
+BUILDER_ID        ?=
 RELEASE_TOOL      := $(GO) run ./hack/release
 HELM_BIN           = $(if $(HELM),$(HELM),$$(test/tools/build.sh --quiet)/helm)
+COSIGN_BIN         = $(if $(COSIGN),$(COSIGN),$$(test/tools/build.sh --quiet)/cosign)
 
 .PHONY: release
 release: ## make release VERSION=vX.Y.Z: binaries, SBOMs, multi-arch image, charts, SHA256SUMS in bin/release
@@ -114,11 +124,14 @@ release: ## make release VERSION=vX.Y.Z: binaries, SBOMs, multi-arch image, char
 	echo "$$dir/SHA256SUMS:"; cat "$$dir/SHA256SUMS"
 
 .PHONY: release-push
-release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] [INSECURE=1]: push what make release wrote
+release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] COSIGN_KEY=cosign.key [INSECURE=1]: push and sign what make release wrote (UNSIGNED=1: unsigned)
 	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release-push needs VERSION=vX.Y.Z" >&2; exit 2;; esac
 	@test -n '$(REGISTRY)' || { echo "make release-push needs REGISTRY=host[:port][/prefix]" >&2; exit 2; }
+	@test -n '$(COSIGN_KEY)$(UNSIGNED)' || { echo "make release-push needs COSIGN_KEY=cosign.key (its password in COSIGN_PASSWORD) to sign the release, or UNSIGNED=1 to push it unsigned" >&2; exit 2; }
 	@$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
-	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)"
+	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)" \
+	  $(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)' --cosign "$(COSIGN_BIN)" --revision '$(IMAGE_REVISION)' \
+	    --source-date-epoch '$(SOURCE_DATE_EPOCH)' $(if $(BUILDER_ID),--builder-id '$(BUILDER_ID)'),--unsigned)
 
 # The unit tests a newcomer runs first: no race detector, and none of the
 # tests that render the chart with helm (built from source, ~10 minutes the

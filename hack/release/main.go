@@ -9,6 +9,7 @@
 //	release krew --dir DIR --version VERSION --source-date-epoch N [--url-base URL]
 //	release sums DIR                     write DIR/SHA256SUMS
 //	release push --dir DIR --version VERSION --registry HOST[:PORT][/PREFIX] [--insecure] --helm HELM
+//	             (--cosign-key KEY --cosign COSIGN --revision SHA --source-date-epoch N | --unsigned)
 package main
 
 import (
@@ -40,6 +41,10 @@ Commands (make release and make release-push run them):
   push --dir DIR --version V --registry HOST[:PORT][/PREFIX] --helm HELM [--insecure]
                               push DIR/image as REGISTRY/apportion:X.Y.Z and DIR/*.tgz
                               to oci://REGISTRY/charts; print the digests
+      --cosign-key KEY --cosign COSIGN --revision SHA --source-date-epoch N [--builder-id URI]
+                              then sign the image index and the charts by digest and attach
+                              the SBOMs and an SLSA provenance (password in COSIGN_PASSWORD)
+      --unsigned              push without signing (refused without one of the two)
 `
 
 func main() {
@@ -187,6 +192,13 @@ func push(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.Registry, "registry", "", "host[:port][/prefix]")
 	fs.BoolVar(&o.Insecure, "insecure", false, "plain HTTP (a local registry)")
 	helm := fs.String("helm", "helm", "the helm binary")
+	fs.BoolVar(&o.Unsigned, "unsigned", false, "push without signatures and attestations")
+	s := releasekit.SignOptions{}
+	fs.StringVar(&s.Key, "cosign-key", "", "the cosign private key (password in COSIGN_PASSWORD)")
+	fs.StringVar(&s.Revision, "revision", "", "the git commit of the release (provenance)")
+	fs.StringVar(&s.BuilderID, "builder-id", "", "the provenance's builder (default "+releasekit.DefaultBuilderID+")")
+	epoch := fs.String("source-date-epoch", "", "the release's time, Unix seconds (provenance)")
+	cosign := fs.String("cosign", "cosign", "the cosign binary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -194,6 +206,14 @@ func push(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("want --dir, --version and --registry, no arguments")
 	}
 	o.Helm = releasekit.HelmCommand(*helm)
+	if s.Key != "" {
+		var err error
+		if s.SourceDateEpoch, err = epochTime(*epoch); err != nil {
+			return err
+		}
+		s.Cosign = releasekit.CosignCommand(*cosign)
+		o.Sign = &s
+	}
 	p, err := releasekit.Push(ctx, o)
 	if err != nil {
 		return err

@@ -42,6 +42,11 @@ type PushOptions struct {
 	Helm func(ctx context.Context, args ...string) ([]byte, error)
 	// Transport reaches the registry (nil: http.DefaultTransport).
 	Transport http.RoundTripper
+	// Sign signs the image index and the charts and attaches the
+	// attestations (sign.go). Without it Push refuses, unless Unsigned.
+	Sign *SignOptions
+	// Unsigned pushes without signatures: the user said so.
+	Unsigned bool
 }
 
 // Pushed is what Push pushed.
@@ -51,6 +56,9 @@ type Pushed struct {
 	ImageDigest v1.Hash
 	// Charts are the charts pushed, in the release folder's order.
 	Charts []PushedChart
+	// Signed are the references signed, by digest: the image index
+	// first, then the charts. Empty when pushed unsigned.
+	Signed []string
 }
 
 // PushedChart is one chart pushed.
@@ -65,10 +73,16 @@ var chartDigest = regexp.MustCompile(`(?m)^Digest:\s*(sha256:[0-9a-f]{64})\s*$`)
 
 // Push pushes the image layout Dir/image as REGISTRY/apportion:TAG (the
 // whole multi-arch index) with go-containerregistry, then each chart
-// archive of Dir with `helm push` to oci://REGISTRY/charts.
+// archive of Dir with `helm push` to oci://REGISTRY/charts, then signs
+// and attests them by digest with o.Sign.
 func Push(ctx context.Context, o PushOptions) (*Pushed, error) {
 	tag, err := ParseVersion(o.Version)
 	if err != nil {
+		return nil, err
+	}
+	// Before anything is pushed: a tag without a signature would be
+	// there for anyone to pull.
+	if err := checkSigning(o, tag); err != nil {
 		return nil, err
 	}
 	if o.Registry == "" || strings.Contains(o.Registry, "://") {
@@ -124,6 +138,9 @@ func Push(ctx context.Context, o PushOptions) (*Pushed, error) {
 		}
 		out.Charts = append(out.Charts, pc)
 	}
+	if err := sign(ctx, o, tag, out); err != nil {
+		return nil, fmt.Errorf("signing (the release is pushed, unsigned; push again to sign it): %w", err)
+	}
 	return out, nil
 }
 
@@ -162,6 +179,12 @@ func (p *Pushed) String() string {
 	fmt.Fprintf(&b, "image %s@%s\n", p.Image, p.ImageDigest)
 	for _, c := range p.Charts {
 		fmt.Fprintf(&b, "chart %s:%s@%s\n", c.Ref, c.Version, c.Digest)
+	}
+	for _, s := range p.Signed {
+		fmt.Fprintf(&b, "signed %s\n", s)
+	}
+	if len(p.Signed) == 0 {
+		b.WriteString("unsigned: nothing was signed or attested\n")
 	}
 	return b.String()
 }

@@ -227,7 +227,7 @@ func TestPush(t *testing.T) {
 		helmCalls = append(helmCalls, strings.Join(args, " "))
 		return []byte("Pushed: x\nDigest: sha256:" + strings.Repeat("ab", 32) + "\n"), nil
 	}
-	p, err := Push(t.Context(), PushOptions{Dir: dir, Version: "v1.2.3-rc.1", Registry: host + "/team", Insecure: true, Helm: fakeHelm})
+	p, err := Push(t.Context(), PushOptions{Dir: dir, Version: "v1.2.3-rc.1", Registry: host + "/team", Insecure: true, Helm: fakeHelm, Unsigned: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,16 +255,16 @@ func TestPush(t *testing.T) {
 	}
 
 	for _, bad := range []PushOptions{
-		{Dir: dir, Version: "1.2.3", Registry: host, Helm: fakeHelm},
-		{Dir: dir, Version: "v1.2.3-rc.1", Registry: "http://" + host, Helm: fakeHelm},
-		{Dir: t.TempDir(), Version: "v1.2.3-rc.1", Registry: host, Helm: fakeHelm},
+		{Dir: dir, Version: "1.2.3", Registry: host, Helm: fakeHelm, Unsigned: true},
+		{Dir: dir, Version: "v1.2.3-rc.1", Registry: "http://" + host, Helm: fakeHelm, Unsigned: true},
+		{Dir: t.TempDir(), Version: "v1.2.3-rc.1", Registry: host, Helm: fakeHelm, Unsigned: true},
 	} {
 		if _, err := Push(t.Context(), bad); err == nil {
 			t.Errorf("Push(%+v): no error", bad)
 		}
 	}
 	noDigest := func(context.Context, ...string) ([]byte, error) { return []byte("Pushed: x\n"), nil }
-	if _, err := Push(t.Context(), PushOptions{Dir: dir, Version: "v1.2.3-rc.1", Registry: host, Insecure: true, Helm: noDigest}); err == nil {
+	if _, err := Push(t.Context(), PushOptions{Dir: dir, Version: "v1.2.3-rc.1", Registry: host, Insecure: true, Helm: noDigest, Unsigned: true}); err == nil {
 		t.Error("no error when helm printed no digest")
 	}
 }
