@@ -240,3 +240,28 @@ func equalRules(a, b []rbacv1.PolicyRule) bool {
 	jb, _ := yaml.Marshal(b)
 	return string(ja) == string(jb)
 }
+
+// NOTES.txt says where the pods may run while the default node affinity
+// holds, and, with secure metrics, which ClusterRole to bind to Prometheus.
+func TestNotesOnAffinityAndSecureMetrics(t *testing.T) {
+	chart := withNotes(t)
+	notes := func(set ...string) string {
+		t.Helper()
+		var flags []string
+		for _, s := range set {
+			flags = append(flags, "--set", s)
+		}
+		out, err := helmTemplate(t, chart, flags...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return str(get(t, objects(t, out), "ConfigMap", notesObject), "data", "notes")
+	}
+	const affinityNote, bindNote = "affinity.nodeAffinity=null", "--clusterrole=apportion-metrics-reader"
+	if n := notes(); !strings.Contains(n, affinityNote) || strings.Contains(n, bindNote) {
+		t.Errorf("default NOTES.txt: want the affinity note and no metrics binding:\n%s", n)
+	}
+	if n := notes("affinity.nodeAffinity=null", "controller.metrics.secure=true"); strings.Contains(n, affinityNote) || !strings.Contains(n, bindNote) {
+		t.Errorf("NOTES.txt without node affinity, with secure metrics: want no affinity note and the metrics binding:\n%s", n)
+	}
+}
