@@ -267,29 +267,36 @@ plan-examples: build ## Preview both example workloads (from the AWS sample webh
 	@for f in examples/*.yaml; do echo "== $$f"; $(BIN)/apportion plan -f $$f; echo; done
 
 .PHONY: helm-lint
-helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them (chart/ in every certificate mode and with the optional parts on)
+helm-lint: ## Lint chart/ and chart-crd/ (helm lint, then --strict), render them (chart/ in every certificate mode, without --kube-version, and with the optional parts on)
 	@helm="$$(test/tools/build.sh --quiet)/helm"; \
-	  "$$helm" lint chart/; \
-	  "$$helm" lint chart/ --strict; \
+	  image="controller.image.repository=registry.example.com/apportion"; \
+	  echo "helm template: no controller.image.repository refused"; \
+	  if "$$helm" template apportion chart/ -n apportion-system >/dev/null 2>&1; then \
+	    echo "helm template: the chart renders without controller.image.repository" >&2; exit 1; \
+	  fi; \
+	  "$$helm" lint chart/ --set "$$image"; \
+	  "$$helm" lint chart/ --strict --set "$$image"; \
 	  "$$helm" lint chart-crd/ --strict; \
 	  echo "helm template: apportion-crd"; \
-	  "$$helm" template apportion-crd chart-crd/ -n apportion-system --kube-version 1.29.0 | grep 'helm.sh/resource-policy: keep' >/dev/null \
+	  "$$helm" template apportion-crd chart-crd/ -n apportion-system | grep 'helm.sh/resource-policy: keep' >/dev/null \
 	    || { echo "helm template: the CRDs of chart-crd/ lack helm.sh/resource-policy: keep (run make generate)" >&2; exit 1; }; \
 	  provided="certificates.provided.secretName=example-tls,certificates.provided.caBundle=Cg=="; \
 	  for kube in 1.32.0 1.36.0; do \
 	    for mode in self-managed cert-manager provided; do \
 	      echo "helm template: Kubernetes $$kube, certificates.mode=$$mode"; \
 	      "$$helm" template apportion chart/ -n apportion-system --kube-version "$$kube" \
-	        --set "certificates.mode=$$mode,$$provided" >/dev/null; \
+	        --set "$$image,certificates.mode=$$mode,$$provided" >/dev/null; \
 	    done; \
 	  done; \
+	  echo "helm template: no --kube-version (helm's built-in version, as kustomize's helmCharts)"; \
+	  "$$helm" template apportion chart/ -n apportion-system --set "$$image" >/dev/null; \
 	  echo "helm template: Kubernetes 1.31.14 refused (below the compatibility matrix's floor)"; \
-	  if "$$helm" template apportion chart/ -n apportion-system --kube-version 1.31.14 >/dev/null 2>&1; then \
-	    echo "helm template: the chart renders for Kubernetes 1.31, below its kubeVersion floor 1.32" >&2; exit 1; \
+	  if "$$helm" template apportion chart/ -n apportion-system --kube-version 1.31.14 --set "$$image" >/dev/null 2>&1; then \
+	    echo "helm template: the chart renders for Kubernetes 1.31, below its floor 1.32" >&2; exit 1; \
 	  fi; \
-	  echo "helm template: hostNetwork, serviceMonitor, Grafana dashboard, PrometheusRule, image digest, 1 replica, no hook, rebalance, a global value"; \
-	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 \
-	    --set hostNetwork=true,serviceMonitor.enabled=true,grafanaDashboard.enabled=true,prometheusRule.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
+	  echo "helm template: hostNetwork, serviceMonitor, secure metrics, Grafana dashboard, PrometheusRule, image digest, 1 replica, no hook, rebalance, a global value"; \
+	  "$$helm" template apportion chart/ -n apportion-system --kube-version 1.36.0 --set "$$image" \
+	    --set hostNetwork=true,serviceMonitor.enabled=true,controller.metrics.secure=true,grafanaDashboard.enabled=true,prometheusRule.enabled=true,replicas=1,releaseGatesOnUninstall=false,settings.rebalance=true \
 	    --set global.imageRegistry=registry.example.com \
 	    --set controller.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 | grep 'pods/eviction' >/dev/null \
 	    || { echo "helm template: settings.rebalance=true did not add pods/eviction to the ClusterRole" >&2; exit 1; }

@@ -106,6 +106,14 @@ filled by apportion (self-managed), written by cert-manager, or the user's own.
 {{- end }}
 {{- end }}
 
+{{/*
+The name of the metrics port (container and Service): https-metrics when it
+serves HTTPS, http-metrics otherwise.
+*/}}
+{{- define "apportion.metricsPortName" -}}
+{{- ternary "https-metrics" "http-metrics" (.Values.controller.metrics.secure | default false) }}
+{{- end }}
+
 {{- define "apportion.certDir" -}}
 /tmp/k8s-webhook-server/serving-certs
 {{- end }}
@@ -114,6 +122,20 @@ filled by apportion (self-managed), written by cert-manager, or the user's own.
 Checks that fail the render with a clear message.
 */}}
 {{- define "apportion.validate" -}}
+{{- if not .Values.controller.image.repository }}
+{{- fail "controller.image.repository is required: no apportion image is published yet. Push one with `make release-push REGISTRY=<registry> VERSION=<version>` and set --set controller.image.repository=<registry>/apportion" }}
+{{- end }}
+{{- /*
+The oldest Kubernetes of the tested compatibility matrix. Checked here, not
+with Chart.yaml's kubeVersion: `helm template` without --kube-version (and
+kustomize's helmCharts, which runs it) assumes helm's built-in version,
+v1.20.0 in a helm built from source, which kubeVersion would refuse. That
+exact version is let through; any other below the floor is refused.
+*/}}
+{{- $kube := .Capabilities.KubeVersion.Version }}
+{{- if and (ne $kube "v1.20.0") (semverCompare "<1.32.0-0" $kube) }}
+{{- fail (printf "apportion needs Kubernetes 1.32 or newer (the oldest minor Amazon EKS still supports), this cluster runs %s" $kube) }}
+{{- end }}
 {{- $mode := .Values.certificates.mode }}
 {{- if eq $mode "provided" }}
 {{- if not .Values.certificates.provided.secretName }}

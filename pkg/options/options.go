@@ -24,7 +24,10 @@ import (
 
 // Options configure the webhook process.
 type Options struct {
-	MetricsBindAddress     string
+	MetricsBindAddress string
+	// MetricsSecure serves metrics over HTTPS to callers the API server
+	// authenticates and authorizes (get on /metrics).
+	MetricsSecure          bool
 	HealthProbeBindAddress string
 	WebhookHost            string
 	WebhookPort            int
@@ -155,6 +158,7 @@ const (
 // AddFlags registers the flags; defaults come from the environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", env("METRICS_BIND_ADDRESS", ":8080"), "address of the Prometheus metrics endpoint; \"0\" disables it")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.envBool("METRICS_SECURE", false), "serve metrics over HTTPS (a self-signed certificate made at start) to callers whose bearer token the API server accepts (TokenReview) and who may get the non-resource URL /metrics (SubjectAccessReview); needs create on tokenreviews and subjectaccessreviews")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", env("HEALTH_PROBE_BIND_ADDRESS", ":8081"), "address of /healthz and /readyz")
 	fs.StringVar(&o.WebhookHost, "webhook-host", env("WEBHOOK_HOST", ""), "address the webhook server listens on (empty: all)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.envInt("WEBHOOK_PORT", 9443), "port of the webhook server")

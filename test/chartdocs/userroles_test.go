@@ -86,7 +86,7 @@ func TestUserRolesTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, helm, "template", rbacRelease, filepath.Join(repoRoot(t), "chart"), "-n", rbacNamespace,
-		"--kube-version", "1.36.0", "--show-only", "templates/aggregate-roles.yaml").Output()
+		"--kube-version", "1.36.0", "--show-only", "templates/aggregate-roles.yaml", "--set", imageRepositoryFlag).Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

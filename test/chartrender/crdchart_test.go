@@ -133,6 +133,9 @@ func TestUmbrellaChartWithGlobals(t *testing.T) {
     team: platform
 apportion:
   replicas: 3
+  controller:
+    image:
+      repository: registry.example.com/apportion
 `)
 	out, err := helmTemplate(t, umbrella, "-f", good)
 	if err != nil {

@@ -27,6 +27,9 @@ const (
 	injectCA  = "cert-manager.io/inject-ca-from"
 	// kubeVersion is the newest that make helm-lint renders for.
 	kubeVersion = "1.36.0"
+	// imageRepository is set on every render: the chart refuses to render
+	// without one.
+	imageRepository = "registry.example.com/apportion"
 )
 
 func TestMain(m *testing.M) {
@@ -53,15 +56,22 @@ func render(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
 	return objects(t, out)
 }
 
-// helmTemplate runs helm template on chart with the given flags and returns
-// what it printed; a failed render's error holds helm's stderr.
+// helmTemplate runs helm template on chart for Kubernetes kubeVersion, with
+// the image repository and the given flags (which may override both), and
+// returns what it printed; a failed render's error holds helm's stderr.
 func helmTemplate(t *testing.T, chart string, flags ...string) ([]byte, error) {
+	t.Helper()
+	return helmRun(t, append([]string{"template", release, chart, "-n", namespace, "--kube-version", kubeVersion,
+		"--set", "controller.image.repository=" + imageRepository}, flags...))
+}
+
+// helmRun runs helm with args in a home of its own.
+func helmRun(t *testing.T, args []string) ([]byte, error) {
 	t.Helper()
 	helm, err := helmbin.Path()
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"template", release, chart, "-n", namespace, "--kube-version", kubeVersion}, flags...)
 	cmd := exec.Command(helm, args...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),

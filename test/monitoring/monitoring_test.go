@@ -335,7 +335,9 @@ func render(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"template", "apportion", chartDir, "-n", "apportion-system", "--kube-version", "1.36.0"}
+	// The chart refuses to render without an image repository.
+	args := []string{"template", "apportion", chartDir, "-n", "apportion-system", "--kube-version", "1.36.0",
+		"--set", "controller.image.repository=registry.example.com/apportion"}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
