@@ -7,11 +7,13 @@
 #   karpenter-kwok  (Karpenter's kwok cloud provider, sigs.k8s.io/karpenter/kwok)
 #   kwok            (the kwok node/pod simulator, sigs.k8s.io/kwok/cmd/kwok)
 #   helm            (helm.sh/helm/v3/cmd/helm, from ./helm/go.mod)
+#   prometheus promtool  (github.com/prometheus/prometheus, from ./prometheus/go.mod)
 #
 # and copies beside them the data the launcher needs: Karpenter's CRDs and the
 # kwok stages (one combined stages.yaml for `kwok --config`).
 #
-# Versions come from ./go.mod and ./helm/go.mod; this script has none of its own.
+# Versions come from ./go.mod, ./helm/go.mod and ./prometheus/go.mod; this
+# script has none of its own.
 #
 # Layout ($APPORTION_TOOLS_DIR defaults to $HOME/.cache/apportion/tools):
 #   $APPORTION_TOOLS_DIR/<key>/bin/<binary>          the programs
@@ -140,6 +142,7 @@ ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3 "$here/go.mod")"
 KARPENTER_VERSION="$(modver sigs.k8s.io/karpenter "$kpmod/go.mod")"
 KWOK_VERSION="$(modver sigs.k8s.io/kwok "$here/go.mod")"
 HELM_VERSION="$(modver helm.sh/helm/v3 "$here/helm/go.mod")"
+PROMETHEUS_VERSION="$(modver github.com/prometheus/prometheus "$here/prometheus/go.mod")"
 GO_VERSION="go$(awk '$1 == "go" { print $2; exit }' "$here/go.mod")"
 if [[ "go$(awk '$1 == "go" { print $2; exit }' "$kmod/go.mod")" != "$GO_VERSION" ]]; then
 	echo "build.sh: $kmod/go.mod must name the Go of $here/go.mod ($GO_VERSION)" >&2
@@ -182,6 +185,7 @@ tools_sum="$(sum_of "$here/go.mod" "$here/go.sum")"
 kmod_sum="$(sum_of "$kmod/go.mod" "$kmod/go.sum")"
 kpmod_sum="$(sum_of "$kpmod/go.mod" "$kpmod/go.sum")"
 helm_sum="$(sum_of "$here/helm/go.mod" "$here/helm/go.sum")"
+prometheus_sum="$(sum_of "$here/prometheus/go.mod" "$here/prometheus/go.sum")"
 
 # Kubernetes' own release flags (hack/lib/golang.sh): static, stripped,
 # -trimpath, tags selinux,notest,grpcnotrace. The same flags are used for every
@@ -209,6 +213,8 @@ targets=(
 	"kwok|$here|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION||$tools_sum"
 	"karpenter-kwok|$kpmod|sigs.k8s.io/karpenter/kwok|$KARPENTER_VERSION| -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION|$kpmod_sum"
 	"helm|$here/helm|helm.sh/helm/v3/cmd/helm|$HELM_VERSION| -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION|$helm_sum"
+	"prometheus|$here/prometheus|github.com/prometheus/prometheus/cmd/prometheus|$PROMETHEUS_VERSION| -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}|$prometheus_sum"
+	"promtool|$here/prometheus|github.com/prometheus/prometheus/cmd/promtool|$PROMETHEUS_VERSION| -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}|$prometheus_sum"
 )
 
 stamp_of() { # name pkg version ldflags sum
@@ -371,6 +377,7 @@ ETCD_VERSION=$ETCD_VERSION
 KARPENTER_VERSION=$KARPENTER_VERSION
 KWOK_VERSION=$KWOK_VERSION
 HELM_VERSION=$HELM_VERSION
+PROMETHEUS_VERSION=$PROMETHEUS_VERSION
 GO_VERSION=$GO_VERSION
 EOF
 mv -f "$dir/versions.env.tmp" "$dir/versions.env"
