@@ -57,9 +57,13 @@ type recorder struct {
 	*prometheus.Registry
 	names      map[string]bool
 	histograms map[string]bool
+	labels     map[string][]string // variable label names by metric name
 }
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+var (
+	fqName         = regexp.MustCompile(`fqName: "([^"]+)"`)
+	variableLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+)
 
 func (r *recorder) Register(c prometheus.Collector) error {
 	ch := make(chan *prometheus.Desc)
@@ -74,6 +78,7 @@ func (r *recorder) Register(c prometheus.Collector) error {
 			continue
 		}
 		r.names[m[1]] = true
+		r.labels[m[1]] = descLabels(d.String())
 		if hist {
 			r.histograms[m[1]] = true
 		}
@@ -91,7 +96,7 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 
 // registered runs metrics.Register against a recorder and returns it.
 var registered = func() *recorder {
-	r := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}}
+	r := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}, labels: map[string][]string{}}
 	saved := crmetrics.Registry
 	crmetrics.Registry = r
 	metrics.Register()
