@@ -148,11 +148,13 @@ test-race: ## Run the unit tests with the race detector
 # test/tools (the one `make tools` builds, or built on first use) and check
 # what it creates, its docs and RBAC table (test/chartrender,
 # test/chartdocs), and its dashboard and alerts against the metrics
-# apportion registers (test/monitoring, a module of its own).
+# apportion registers (test/monitoring, a module of its own), where
+# promtool's unit tests (test/monitoring/testdata/alerts_test.yaml) fire and
+# resolve each alert; promtool is the one test/tools/build.sh builds.
 .PHONY: test-chart
-test-chart: ## Render the chart with helm and check what it creates, its docs, RBAC table, dashboard and alerts
+test-chart: ## Render the chart with helm and check what it creates, its docs, RBAC table, dashboard and alerts (promtool test rules)
 	$(GO) test -tags chart -count=1 ./test/chartdocs/ ./test/chartrender/
-	cd test/monitoring && $(GO) test -tags chart -count=1 ./...
+	promtool="$$(test/tools/build.sh --quiet)/promtool" && cd test/monitoring && PROMTOOL="$$promtool" $(GO) test -tags chart -count=1 ./...
 
 # The CRDs go twice into the charts: chart/crds/, which helm installs with
 # the apportion chart when they are missing and never upgrades, and

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -56,9 +57,13 @@ type recorder struct {
 	*prometheus.Registry
 	names      map[string]bool
 	histograms map[string]bool
+	labels     map[string][]string // variable label names by metric name
 }
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+var (
+	fqName         = regexp.MustCompile(`fqName: "([^"]+)"`)
+	variableLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+)
 
 func (r *recorder) Register(c prometheus.Collector) error {
 	ch := make(chan *prometheus.Desc)
@@ -73,6 +78,7 @@ func (r *recorder) Register(c prometheus.Collector) error {
 			continue
 		}
 		r.names[m[1]] = true
+		r.labels[m[1]] = descLabels(d.String())
 		if hist {
 			r.histograms[m[1]] = true
 		}
@@ -90,7 +96,7 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 
 // registered runs metrics.Register against a recorder and returns it.
 var registered = func() *recorder {
-	r := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}}
+	r := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}, labels: map[string][]string{}}
 	saved := crmetrics.Registry
 	crmetrics.Registry = r
 	metrics.Register()
@@ -316,6 +322,66 @@ func TestPrometheusRule(t *testing.T) {
 		}
 	}
 	checkExprs(t, "PrometheusRule", exprs)
+}
+
+// The labels a Prometheus selects rules by are the PrometheusRule's own: the
+// rule groups stay as they are.
+func TestPrometheusRuleAdditionalLabels(t *testing.T) {
+	objs := render(t, "prometheusRule.enabled=true", "prometheusRule.additionalLabels.release=prom")
+	rule := objs["PrometheusRule/apportion"]
+	if rule == nil {
+		t.Fatalf("no PrometheusRule apportion in %v", keys(objs))
+	}
+	labels := rule.GetLabels()
+	if labels["release"] != "prom" || labels["app.kubernetes.io/name"] == "" {
+		t.Errorf("labels %v, want release=prom beside the chart's own", labels)
+	}
+	if got, want := ruleAlerts(t, rule), ruleAlerts(t, render(t, "prometheusRule.enabled=true")["PrometheusRule/apportion"]); !slices.Equal(got, want) {
+		t.Errorf("with additionalLabels the alerts are %v, want %v", got, want)
+	}
+}
+
+// ruleAlerts returns the alert names of a rendered PrometheusRule, in order.
+func ruleAlerts(t *testing.T, rule *unstructured.Unstructured) []string {
+	t.Helper()
+	if rule == nil {
+		t.Fatal("no PrometheusRule")
+	}
+	var names []string
+	for _, g := range ruleGroups(t, rule).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				names = append(names, r.Alert)
+			}
+		}
+	}
+	return names
+}
+
+// ruleGroups parses a rendered PrometheusRule's spec as a Prometheus rule
+// file.
+func ruleGroups(t *testing.T, rule *unstructured.Unstructured) *rulefmt.RuleGroups {
+	t.Helper()
+	groups, errs := rulefmt.Parse(ruleFile(t, rule), false, model.UTF8Validation, promql, slog.New(slog.DiscardHandler))
+	for _, err := range errs {
+		t.Errorf("rule groups: %v", err)
+	}
+	if groups == nil {
+		t.FailNow()
+	}
+	return groups
+}
+
+// ruleFile returns a rendered PrometheusRule's spec, its groups, as a
+// Prometheus rule file.
+func ruleFile(t *testing.T, rule *unstructured.Unstructured) []byte {
+	t.Helper()
+	spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
+	content, err := yaml.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return content
 }
 
 func keys(objs map[string]*unstructured.Unstructured) []string {

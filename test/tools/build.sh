@@ -9,13 +9,15 @@
 #   helm            (helm.sh/helm/v3/cmd/helm, from ./helm/go.mod)
 #   cosign          (github.com/sigstore/cosign/v2/cmd/cosign, from ./cosign/go.mod:
 #                    make release-push signs with it, the chart suite verifies)
+#   prometheus promtool  (github.com/prometheus/prometheus, from ./prometheus/go.mod)
 #
 # and copies beside them the data the launcher needs: Karpenter's CRDs and the
 # kwok stages (one combined stages.yaml for `kwok --config`).
 #
-# Versions come from ./go.mod, ./helm/go.mod and ./cosign/go.mod; this script
-# has none of its own. cosign is not part of <key> below (a new cosign is
-# rebuilt by its stamp, without rebuilding the rest).
+# Versions come from ./go.mod, ./helm/go.mod, ./cosign/go.mod and
+# ./prometheus/go.mod; this script has none of its own. cosign and Prometheus
+# are not part of <key> below (a new version is rebuilt by its stamp, without
+# rebuilding the rest).
 #
 # Layout ($APPORTION_TOOLS_DIR defaults to $HOME/.cache/apportion/tools):
 #   $APPORTION_TOOLS_DIR/<key>/bin/<binary>          the programs
@@ -145,6 +147,7 @@ KARPENTER_VERSION="$(modver sigs.k8s.io/karpenter "$kpmod/go.mod")"
 KWOK_VERSION="$(modver sigs.k8s.io/kwok "$here/go.mod")"
 HELM_VERSION="$(modver helm.sh/helm/v3 "$here/helm/go.mod")"
 COSIGN_VERSION="$(modver github.com/sigstore/cosign/v2 "$here/cosign/go.mod")"
+PROMETHEUS_VERSION="$(modver github.com/prometheus/prometheus "$here/prometheus/go.mod")"
 GO_VERSION="go$(awk '$1 == "go" { print $2; exit }' "$here/go.mod")"
 if [[ "go$(awk '$1 == "go" { print $2; exit }' "$kmod/go.mod")" != "$GO_VERSION" ]]; then
 	echo "build.sh: $kmod/go.mod must name the Go of $here/go.mod ($GO_VERSION)" >&2
@@ -188,6 +191,7 @@ kmod_sum="$(sum_of "$kmod/go.mod" "$kmod/go.sum")"
 kpmod_sum="$(sum_of "$kpmod/go.mod" "$kpmod/go.sum")"
 helm_sum="$(sum_of "$here/helm/go.mod" "$here/helm/go.sum")"
 cosign_sum="$(sum_of "$here/cosign/go.mod" "$here/cosign/go.sum")"
+prometheus_sum="$(sum_of "$here/prometheus/go.mod" "$here/prometheus/go.sum")"
 
 # Kubernetes' own release flags (hack/lib/golang.sh): static, stripped,
 # -trimpath, tags selinux,notest,grpcnotrace. The same flags are used for every
@@ -216,7 +220,19 @@ targets=(
 	"karpenter-kwok|$kpmod|sigs.k8s.io/karpenter/kwok|$KARPENTER_VERSION| -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION|$kpmod_sum"
 	"helm|$here/helm|helm.sh/helm/v3/cmd/helm|$HELM_VERSION| -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION|$helm_sum"
 	"cosign|$here/cosign|github.com/sigstore/cosign/v2/cmd/cosign|$COSIGN_VERSION| -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION|$cosign_sum"
+	"prometheus|$here/prometheus|github.com/prometheus/prometheus/cmd/prometheus|$PROMETHEUS_VERSION| -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}|$prometheus_sum"
+	"promtool|$here/prometheus|github.com/prometheus/prometheus/cmd/promtool|$PROMETHEUS_VERSION| -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}|$prometheus_sum"
 )
+# The compatibility matrix's sets run the cluster's programs only: cosign,
+# Prometheus and promtool serve the chart suite and the release, which use
+# the default set.
+if [[ "$set_name" != default ]]; then
+	kept=()
+	for t in "${targets[@]}"; do
+		case "${t%%|*}" in cosign | prometheus | promtool) ;; *) kept+=("$t") ;; esac
+	done
+	targets=("${kept[@]}")
+fi
 
 stamp_of() { # name pkg version ldflags sum
 	printf 'name=%s pkg=%s version=%s go=%s cgo=0 trimpath tags=%s ldflags=%s mod=%s\n' \
@@ -379,6 +395,7 @@ KARPENTER_VERSION=$KARPENTER_VERSION
 KWOK_VERSION=$KWOK_VERSION
 HELM_VERSION=$HELM_VERSION
 COSIGN_VERSION=$COSIGN_VERSION
+PROMETHEUS_VERSION=$PROMETHEUS_VERSION
 GO_VERSION=$GO_VERSION
 EOF
 mv -f "$dir/versions.env.tmp" "$dir/versions.env"

@@ -41,8 +41,10 @@ const (
 // pod webhook called only where it is needed, RBAC (least privilege: no Secret read outside the release), an upgrade that
 // forces short certificate lifetimes and the rotations that follow, a
 // SIGTERM of the leader in a burst, the leader lost in a burst (SIGKILL and
-// a force-deleted pod), the leader frozen in a burst (SIGSTOP), the CRD handed to an apportion-crd release and
-// upgraded by it, uninstall, and then a release built with make release,
+// a force-deleted pod), the leader frozen in a burst (SIGSTOP), a real
+// Prometheus scraping both replicas and alerting while the leader is
+// frozen, the CRD handed to an apportion-crd release and upgraded by it,
+// uninstall, and then a release built with make release,
 // pushed to a registry in the cluster and installed from it with
 // `helm install oci://...`. The steps share the release, so they run in
 // order and a failed step stops the rest.
@@ -62,6 +64,7 @@ func TestChart(t *testing.T) {
 		{"SIGTERMLeaderDuringBurst", testSIGTERM},
 		{"ForceDeletedLeaderDuringBurst", testForceDeletedLeader},
 		{"FrozenLeaderDuringBurst", testFrozenLeader},
+		{"PrometheusNoLeaderAlert", testPrometheus},
 		{"CRDUpgrade", testCRDUpgrade},
 		{"Uninstall", testUninstall},
 		{"InstallFromOCIRegistry", testInstallFromOCIRegistry},
