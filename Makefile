@@ -64,12 +64,14 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 
 # A release: `make release VERSION=vX.Y.Z` writes RELEASE_DIR (default
 # bin/release, replaced whole): a static binary and its CycloneDX SBOM per
-# platform of RELEASE_PLATFORMS, the multi-arch image (OCI layout image/ and
-# the same as an OCI archive), the Helm chart(s) with version and appVersion
-# X.Y.Z (the image tag the chart defaults to), the kubectl plugin's
-# archives and krew manifest (apportion.krew.yaml; KREW_URL_BASE is where
-# the archives will be published, default the GitHub release) and
-# SHA256SUMS over the files.
+# platform of RELEASE_PLATFORMS (the Windows one ends .exe), the multi-arch
+# image of its linux platforms (OCI layout image/ and the same as an OCI
+# archive), the Helm chart(s) with version and appVersion X.Y.Z (the image
+# tag the chart defaults to), the kubectl plugin's archive per platform and
+# krew manifest (apportion.krew.yaml; KREW_URL_BASE is where the archives
+# will be published, default the GitHub release) and SHA256SUMS over the
+# files. The darwin and windows binaries are the CLI only: no image runs
+# them.
 # Everything carries the commit's time, so a commit releases the same bytes.
 # `make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix]
 # COSIGN_KEY=cosign.key` pushes the image as REGISTRY/apportion:X.Y.Z and the
@@ -81,7 +83,7 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 # INSECURE=1 for a registry on plain HTTP.
 # hack/release does the steps besides compiling and packaging.
 RELEASE_DIR       ?= $(BIN)/release
-RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
 KREW_URL_BASE     ?=
 REGISTRY          ?=
 INSECURE          ?=
@@ -95,7 +97,7 @@ HELM_BIN           = $(if $(HELM),$(HELM),$$(test/tools/build.sh --quiet)/helm)
 COSIGN_BIN         = $(if $(COSIGN),$(COSIGN),$$(test/tools/build.sh --quiet)/cosign)
 
 .PHONY: release
-release: ## make release VERSION=vX.Y.Z: binaries, SBOMs, multi-arch image, charts, SHA256SUMS in bin/release
+release: ## make release VERSION=vX.Y.Z: binaries (linux, darwin, windows), SBOMs, multi-arch image, charts, krew plugin, SHA256SUMS in bin/release
 	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release needs VERSION=vX.Y.Z" >&2; exit 2;; esac
 	@tag=$$($(RELEASE_TOOL) check-version '$(VERSION)'); \
 	dir='$(RELEASE_DIR)'; \
@@ -106,12 +108,14 @@ release: ## make release VERSION=vX.Y.Z: binaries, SBOMs, multi-arch image, char
 	bins=(); \
 	for p in $(RELEASE_PLATFORMS); do \
 	  os=$${p%%/*}; arch=$${p#*/}; out="$$dir/apportion_$${tag}_$${os}_$${arch}"; \
+	  case "$$os" in windows) out="$$out.exe";; esac; \
 	  echo "build $$out"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o "$$out" ./cmd/apportion; \
 	  $(RELEASE_TOOL) sbom --version '$(VERSION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out "$$out.cdx.json" "$$out"; \
 	  case "$$p" in linux/arm64) p=linux/arm64/v8;; esac; \
-	  bins+=(--binary "$$p=$$out"); \
+	  case "$$os" in linux) bins+=(--binary "$$p=$$out");; esac; \
 	done; \
+	if [ $${#bins[@]} -eq 0 ]; then echo "RELEASE_PLATFORMS has no linux platform for the image" >&2; exit 2; fi; \
 	$(GO) run ./hack/apportion-image "$${bins[@]}" --version '$(VERSION)' --revision '$(IMAGE_REVISION)' \
 	  --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out "$$dir/image" --tarball "$$dir/apportion_$${tag}_image.oci.tar" \
 	  $(if $(IMAGE_CA_BUNDLE),--ca-bundle '$(IMAGE_CA_BUNDLE)'); \

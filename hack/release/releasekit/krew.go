@@ -30,17 +30,21 @@ type KrewOptions struct {
 	MTime   time.Time
 }
 
-// KrewPlatform is one platform of the manifest.
+// KrewPlatform is one platform of the manifest. Bin is the plugin's file in
+// its archive: kubectl-apportion, with .exe on Windows (krew runs it by
+// that name there).
 type KrewPlatform struct {
-	OS, Arch, URI, SHA256 string
+	OS, Arch, URI, SHA256, Bin string
 }
 
-// WriteKrewPlugin writes, for each binary of the release, the plugin
-// archive kubectl-apportion_X.Y.Z_OS_ARCH.tar.gz (the binary as
-// kubectl-apportion, and LICENSE; reproducible like the charts), and the
-// krew plugin manifest apportion.krew.yaml listing them: `kubectl krew
-// install --manifest=apportion.krew.yaml --archive=ARCHIVE` installs the
-// plugin from the files, as krew's own docs test a plugin.
+// WriteKrewPlugin writes, for each binary of the release
+// (apportion_X.Y.Z_OS_ARCH, with .exe for windows), the plugin archive
+// kubectl-apportion_X.Y.Z_OS_ARCH.tar.gz (the binary as kubectl-apportion
+// or kubectl-apportion.exe, and LICENSE; reproducible like the charts),
+// and the krew plugin manifest apportion.krew.yaml listing them: `kubectl
+// krew install --manifest=apportion.krew.yaml --archive=ARCHIVE` installs
+// the plugin from the files, as krew's own docs test a plugin. krew
+// unpacks tar.gz on every platform, Windows included.
 func WriteKrewPlugin(o KrewOptions) ([]KrewPlatform, error) {
 	tag, err := ParseVersion(o.Version)
 	if err != nil {
@@ -59,6 +63,14 @@ func WriteKrewPlugin(o KrewOptions) ([]KrewPlatform, error) {
 	for _, bin := range bins {
 		osArch := strings.TrimPrefix(filepath.Base(bin), "apportion_"+tag+"_")
 		goos, arch, ok := strings.Cut(osArch, "_")
+		pluginBin := PluginBinary
+		if goos == "windows" {
+			// Only the .exe: windows_amd64 alone would not run there.
+			if arch, ok = strings.CutSuffix(arch, ".exe"); !ok {
+				continue
+			}
+			pluginBin += ".exe"
+		}
 		if !ok || strings.ContainsAny(arch, "._") { // SBOMs, the image archive
 			continue
 		}
@@ -67,7 +79,7 @@ func WriteKrewPlugin(o KrewOptions) ([]KrewPlatform, error) {
 		if err != nil {
 			return nil, err
 		}
-		archive, err := pluginArchive(b, license, o.MTime)
+		archive, err := pluginArchive(pluginBin, b, license, o.MTime)
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +90,7 @@ func WriteKrewPlugin(o KrewOptions) ([]KrewPlatform, error) {
 		if err != nil {
 			return nil, err
 		}
-		platforms = append(platforms, KrewPlatform{OS: goos, Arch: arch, URI: strings.TrimSuffix(o.URLBase, "/") + "/" + name, SHA256: sum})
+		platforms = append(platforms, KrewPlatform{OS: goos, Arch: arch, URI: strings.TrimSuffix(o.URLBase, "/") + "/" + name, SHA256: sum, Bin: pluginBin})
 	}
 	if len(platforms) == 0 {
 		return nil, fmt.Errorf("no binary apportion_%s_OS_ARCH in %s", tag, o.Dir)
@@ -93,8 +105,8 @@ func WriteKrewPlugin(o KrewOptions) ([]KrewPlatform, error) {
 	return platforms, os.WriteFile(filepath.Join(o.Dir, "apportion.krew.yaml"), manifest.Bytes(), 0o644)
 }
 
-// pluginArchive is a tar.gz of the binary as kubectl-apportion and LICENSE.
-func pluginArchive(bin, license []byte, mtime time.Time) ([]byte, error) {
+// pluginArchive is a tar.gz of the binary as name and LICENSE.
+func pluginArchive(name string, bin, license []byte, mtime time.Time) ([]byte, error) {
 	var out bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&out, gzip.BestCompression)
 	if err != nil {
@@ -105,7 +117,7 @@ func pluginArchive(bin, license []byte, mtime time.Time) ([]byte, error) {
 		name string
 		mode int64
 		data []byte
-	}{{PluginBinary, 0o755, bin}, {"LICENSE", 0o644, license}} {
+	}{{name, 0o755, bin}, {"LICENSE", 0o644, license}} {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: mtime.UTC()}); err != nil {
 			return nil, err
 		}
@@ -143,6 +155,6 @@ spec:
         arch: {{ .Arch }}
     uri: {{ .URI }}
     sha256: {{ .SHA256 }}
-    bin: kubectl-apportion
+    bin: {{ .Bin }}
 {{- end }}
 `))

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +84,74 @@ func TestKrewPlugin(t *testing.T) {
 	}
 	if _, err := WriteKrewPlugin(KrewOptions{Dir: t.TempDir(), Version: "v1.2.3", License: o.License}); err == nil || !strings.Contains(err.Error(), "no binary") {
 		t.Fatalf("no binaries: %v", err)
+	}
+}
+
+// TestKrewPluginEveryPlatform: a release's binaries for linux, darwin and
+// windows (the .exe) each get an archive and a manifest entry with krew's
+// os and arch labels; on windows the plugin is kubectl-apportion.exe, in
+// the archive and as the manifest's bin. The SBOMs (.exe.cdx.json
+// included) and a windows binary without .exe are not plugins.
+func TestKrewPluginEveryPlatform(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{} // os/arch: the archive's binary
+	for _, p := range []string{"linux_amd64", "linux_arm64", "darwin_amd64", "darwin_arm64", "windows_amd64.exe"} {
+		name := "apportion_1.2.3_" + p
+		write(name, p+" binary")
+		write(name+".cdx.json", "{}")
+		want[strings.Replace(strings.TrimSuffix(p, ".exe"), "_", "/", 1)] = p + " binary"
+	}
+	write("apportion_1.2.3_windows_arm64", "no .exe")
+	write("apportion_1.2.3_image.oci.tar", "image")
+	write("LICENSE", "license text")
+	if _, err := WriteKrewPlugin(KrewOptions{Dir: dir, Version: "v1.2.3", URLBase: "https://example.test/r", License: filepath.Join(dir, "LICENSE"), MTime: time.Unix(1700000000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "apportion.krew.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Spec struct {
+			Platforms []struct {
+				Selector         struct{ MatchLabels map[string]string }
+				URI, SHA256, Bin string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("manifest: %v\n%s", err, raw)
+	}
+	got := map[string]string{}
+	for _, p := range m.Spec.Platforms {
+		goos, arch := p.Selector.MatchLabels["os"], p.Selector.MatchLabels["arch"]
+		wantBin := PluginBinary
+		if goos == "windows" {
+			wantBin += ".exe"
+		}
+		if p.Bin != wantBin || p.URI != "https://example.test/r/kubectl-apportion_1.2.3_"+goos+"_"+arch+".tar.gz" {
+			t.Errorf("platform %s/%s: bin %q, uri %s", goos, arch, p.Bin, p.URI)
+		}
+		archive, err := os.ReadFile(filepath.Join(dir, filepath.Base(p.URI)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum, _ := fileSHA256(filepath.Join(dir, filepath.Base(p.URI))); sum != p.SHA256 {
+			t.Errorf("platform %s/%s: sha256 %s, archive %s", goos, arch, p.SHA256, sum)
+		}
+		files := untar(t, archive)
+		if len(files) != 2 || files[wantBin].mode != 0o755 || files["LICENSE"].data != "license text" {
+			t.Errorf("platform %s/%s: archive %+v", goos, arch, files)
+		}
+		got[goos+"/"+arch] = files[wantBin].data
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the manifest's platforms and their binaries:\n got %v\nwant %v\n%s", got, want, raw)
 	}
 }
 
