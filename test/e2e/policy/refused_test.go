@@ -81,7 +81,7 @@ func waitEnforced(t *testing.T, ns, policy string) {
 		if r, ok := decision.Refused(err); ok && strings.Contains(r.By, policy) {
 			return nil
 		}
-		return fmt.Errorf("a change of affinity got %v", err)
+		return fmt.Errorf("a change of affinity got %w", err)
 	})
 }
 
