@@ -126,3 +126,21 @@ func BenchmarkSweep10kUnrelatedPods(b *testing.B) {
 		}
 	}
 }
+
+// TestSweepResolvesPastFinishedPods: a controller whose first pod is
+// finished is resolved by a live one, and the finished pod is not counted.
+func TestSweepResolvesPastFinishedPods(t *testing.T) {
+	metrics.WorkloadPods.Reset()
+	failed := pods("nginx", "a", "od-1", 10, 1)[0].(*corev1.Pod)
+	failed.Status.Phase = corev1.PodFailed
+	_, ctrl := newCached(t, 0, 0, failed)
+	if err := ctrl.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := podsGauge(odGroup, metrics.StateRunning); got != 4 {
+		t.Errorf("running on on-demand %v, want 4", got)
+	}
+	if got := podsGauge(ct+"=spot", metrics.StateRunning); got != 6 {
+		t.Errorf("running on spot %v, want 6", got)
+	}
+}
