@@ -128,7 +128,7 @@ func TestPolicyValidatorAdmitsWhenLabellingFails(t *testing.T) {
 	const policy = `{"spec":{"target":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"strategy":{"text":"` + good + `"}}}`
 	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()
 	patched := false
-	failing := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+	failing := interceptor.NewClient(c, interceptor.Funcs{
 		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
 			patched = true
 			return errors.New("the API server is away")
