@@ -45,6 +45,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
 	"github.com/apportion-dev/apportion/pkg/options"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/scope"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -116,6 +117,11 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	}
 	placer.WithArchitectureRules(architectureRules(log.FromContext(ctx), o, nodePools))
 	cs := []controller.Controller{
+		// Drift and the cluster policy status read a workload's pods
+		// through it: added once, before the cache starts.
+		registerFunc(func(ctx context.Context, m manager.Manager) error {
+			return podcache.IndexByController(ctx, m.GetFieldIndexer())
+		}),
 		watchCapacity,
 		countPods(tally),
 		placer,
@@ -128,6 +134,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithDefaultMode(o.DefaultMode).WithStrategies(strategies),
 		drift.NewController(d.Clock, kube, d.Recorder, groupCapacity, drift.Options{
 			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource), workload.WithDefaultMode(o.DefaultMode)}, Strategies: strategies,
+			Controllers: served(d.APIs, drift.Controllers),
 		}),
 	}
 	if d.Policies != nil {
@@ -155,6 +162,17 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, groupCapacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
 	}
 	return cs
+}
+
+// served are the kinds of gvks the API server serves.
+func served(apis Served, gvks []schema.GroupVersionKind) []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
+	for _, gvk := range gvks {
+		if apis.Served(gvk) {
+			out = append(out, gvk)
+		}
+	}
+	return out
 }
 
 // namespaceSweepInterval is how often the leader labels the namespaces

@@ -268,3 +268,16 @@ func TestOwnerKeyInPlace(t *testing.T) {
 		t.Errorf("owner key of the cached pod %q, want %q", got, want)
 	}
 }
+
+// TestControllerIndexInPlace: the pod index by controller reads the owner
+// of the cached object itself.
+func TestControllerIndexInPlace(t *testing.T) {
+	pod := replica("rs1", "spot", 1)
+	if got := ControllerIndex(Compact(pod.DeepCopy())); len(got) != 1 || got[0] != "rs1" {
+		t.Errorf("index of the cached pod %q, want [rs1]", got)
+	}
+	pod.OwnerReferences = nil
+	if got := ControllerIndex(Compact(pod)); got != nil {
+		t.Errorf("index of a pod without a controller %q, want none", got)
+	}
+}

@@ -2,12 +2,9 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
@@ -36,31 +33,30 @@ var _ admission.Handler = ClusterPolicyValidator{}
 
 // Handle implements admission.Handler.
 func (v ClusterPolicyValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	var p v1alpha1.ClusterPlacementPolicy
-	if err := json.Unmarshal(req.Object.Raw, &p); err != nil {
-		log.FromContext(ctx).Error(err, "decoding cluster placement policy, admitting it", "name", req.Name)
-		return admission.Allowed("")
-	}
+	return policyCheck[v1alpha1.ClusterPlacementPolicy]{
+		kind: "cluster placement policy", keys: []any{"name", req.Name},
+		validate: validateClusterPolicy,
+		mark: func(ctx context.Context, p *v1alpha1.ClusterPlacementPolicy) error {
+			// Not the cache's object: its selectors are compiled afresh.
+			p.UID = ""
+			return v.Marker.MarkCovered(ctx, v.Clusters, p)
+		},
+		unmarked: "admitting the cluster placement policy, some namespaces it covers unlabelled",
+	}.handle(ctx, req)
+}
+
+// validateClusterPolicy returns why p is denied, nil when it is valid.
+func validateClusterPolicy(p *v1alpha1.ClusterPlacementPolicy) error {
 	if _, err := policy.ClusterStrategy(&p.Spec); err != nil {
-		return admission.Denied(err.Error())
+		return err
 	}
 	if _, err := metav1.LabelSelectorAsSelector(&p.Spec.NamespaceSelector); err != nil {
-		return admission.Denied("spec.namespaceSelector: " + err.Error())
+		return fmt.Errorf("spec.namespaceSelector: %w", err)
 	}
 	if sel := p.Spec.Target.Selector; sel != nil {
 		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
-			return admission.Denied("spec.target.selector: " + err.Error())
+			return fmt.Errorf("spec.target.selector: %w", err)
 		}
 	}
-	if !ptr.Deref(req.DryRun, false) {
-		// Not the cache's object: its selectors are compiled afresh.
-		p.UID = ""
-		if err := v.Marker.MarkCovered(ctx, v.Clusters, &p); err != nil {
-			log.FromContext(ctx).Error(err, "admitting the cluster placement policy, some namespaces it covers unlabelled", "name", req.Name)
-		}
-	}
-	return admission.Allowed("")
+	return nil
 }

@@ -2,12 +2,10 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
+	"fmt"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
@@ -35,30 +33,29 @@ var _ admission.Handler = PolicyValidator{}
 
 // Handle implements admission.Handler.
 func (v PolicyValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	var p v1alpha1.PlacementPolicy
-	if err := json.Unmarshal(req.Object.Raw, &p); err != nil {
-		log.FromContext(ctx).Error(err, "decoding placement policy, admitting it", "namespace", req.Namespace, "name", req.Name)
-		return admission.Allowed("")
-	}
+	return policyCheck[v1alpha1.PlacementPolicy]{
+		kind: "placement policy", keys: []any{"namespace", req.Namespace, "name", req.Name},
+		validate: validatePolicy,
+		mark: func(ctx context.Context, _ *v1alpha1.PlacementPolicy) error {
+			return v.Marker.Mark(ctx, req.Namespace)
+		},
+		unmarked: "admitting the placement policy, its namespace unlabelled",
+	}.handle(ctx, req)
+}
+
+// validatePolicy returns why p is denied, nil when it is valid.
+func validatePolicy(p *v1alpha1.PlacementPolicy) error {
 	if _, err := policy.Strategy(&p.Spec); err != nil {
-		return admission.Denied(err.Error())
+		return err
 	}
 	if sel := p.Spec.Target.Selector; sel != nil {
 		s, err := metav1.LabelSelectorAsSelector(sel)
 		if err != nil {
-			return admission.Denied("spec.target.selector: " + err.Error())
+			return fmt.Errorf("spec.target.selector: %w", err)
 		}
 		if s.Empty() {
-			return admission.Denied("spec.target.selector: an empty selector would match every workload of the namespace: name the labels")
+			return errors.New("spec.target.selector: an empty selector would match every workload of the namespace: name the labels")
 		}
 	}
-	if !ptr.Deref(req.DryRun, false) {
-		if err := v.Marker.Mark(ctx, req.Namespace); err != nil {
-			log.FromContext(ctx).Error(err, "admitting the placement policy, its namespace unlabelled", "namespace", req.Namespace, "name", req.Name)
-		}
-	}
-	return admission.Allowed("")
+	return nil
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -119,3 +121,26 @@ func TestValidatorsLabelNamespaces(t *testing.T) {
 
 func workloadValidator(m *scope.Marker) admission.Handler { return WorkloadValidator{Marker: m} }
 func policyValidator(m *scope.Marker) admission.Handler   { return PolicyValidator{Marker: m} }
+
+// TestPolicyValidatorAdmitsWhenLabellingFails: a valid policy whose
+// namespace cannot be labelled is admitted all the same (fail open).
+func TestPolicyValidatorAdmitsWhenLabellingFails(t *testing.T) {
+	const policy = `{"spec":{"target":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"strategy":{"text":"` + good + `"}}}`
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()
+	patched := false
+	failing := interceptor.NewClient(c, interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			patched = true
+			return errors.New("the API server is away")
+		},
+	})
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create, Namespace: "team", Name: "p",
+		Object: runtime.RawExtension{Raw: []byte(policy)}}}
+	resp := PolicyValidator{Marker: &scope.Marker{Reader: c, Writer: failing}}.Handle(context.Background(), req)
+	if !patched {
+		t.Fatal("the namespace was not labelled")
+	}
+	if !resp.Allowed {
+		t.Errorf("denied: %v", resp.Result)
+	}
+}

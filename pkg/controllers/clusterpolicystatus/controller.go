@@ -18,7 +18,7 @@
 // covered namespace and kind, per reconcile; per covered workload, the
 // index reads of its namespace's PlacementPolicies and the cached typed
 // object for its pod template's annotations; per placed workload, its pods
-// through a pod cache index by controller (one read per ReplicaSet or
+// through the pod cache's index by controller (one read per ReplicaSet or
 // StatefulSet, Job or Workflow; a CronJob's Jobs from one list of the
 // namespace's Job metadata) and its nodes' metadata. No other pod is read:
 // the status is O(covered workloads and their pods), whatever the
@@ -60,6 +60,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -77,10 +78,6 @@ const (
 	maxConflicts = 10
 	// maxOffStrategy bounds the workloads named in status.offStrategy.
 	maxOffStrategy = 10
-	// IndexController indexes cached pods by the UID of their controller
-	// (a ReplicaSet, a StatefulSet): a placed workload's pods are read
-	// through it.
-	IndexController = "clusterpolicystatus.controller"
 	// tieEventInterval is how often the same tie is reported again.
 	tieEventInterval = 30 * time.Minute
 )
@@ -105,10 +102,9 @@ func NewController(clk clock.Clock, kubeClient client.Client, source *policy.Sou
 func (c *Controller) Name() string { return "clusterpolicy.status" }
 
 // Register adds the controller to the manager (leader only, the default).
-func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexController, ControllerIndex); err != nil {
-		return fmt.Errorf("indexing pods by controller: %w", err)
-	}
+// The pod index it reads (podcache.IndexController) is added with the
+// controllers, once.
+func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 	changed := func(o, n client.Object) bool {
 		return o.GetGeneration() != n.GetGeneration() || !labels.Equals(o.GetLabels(), n.GetLabels()) || !equalAnnotations(o, n)
 	}
@@ -170,15 +166,6 @@ func (c *Controller) enqueue(ctx context.Context, q workqueue.TypedRateLimitingI
 	for _, p := range all {
 		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}}, batchDelay)
 	}
-}
-
-// ControllerIndex is the IndexController of a pod: its controller's UID.
-// The owner of a cached pod (podcache.Pod) is read in place.
-func ControllerIndex(o client.Object) []string {
-	if owner := metav1.GetControllerOfNoCopy(o); owner != nil {
-		return []string{string(owner.UID)}
-	}
-	return nil
 }
 
 // observed is what one reconcile found.
@@ -507,7 +494,7 @@ type podReader struct {
 // livePods lists the live pods of the Job or Workflow uid.
 func (x *podReader) livePods(ctx context.Context, uid types.UID) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.MatchingFields{IndexController: string(uid)}); err != nil {
+	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.MatchingFields{podcache.IndexController: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing pods of %s in %s: %w", uid, x.namespace, err)
 	}
 	live := pods.Items[:0]
@@ -590,7 +577,7 @@ func (x *podReader) split(ctx context.Context, top *metav1.PartialObjectMetadata
 	in := split.Input{Strategy: x.strategy, Replicas: replicas}
 	for _, uid := range controllers {
 		var pods corev1.PodList
-		if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.MatchingFields{IndexController: string(uid)}); err != nil {
+		if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace), client.MatchingFields{podcache.IndexController: string(uid)}); err != nil {
 			return split.Split{}, fmt.Errorf("listing pods of %s %s/%s: %w", top.Kind, x.namespace, top.Name, err)
 		}
 		for i := range pods.Items {

@@ -26,6 +26,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -65,7 +66,7 @@ func build(t *testing.T, r reads, objs ...client.Object) client.Client {
 	b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.ClusterPlacementPolicy{}).
 		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex).
-		WithIndex(&corev1.Pod{}, IndexController, ControllerIndex)
+		WithIndex(&corev1.Pod{}, podcache.IndexController, podcache.ControllerIndex)
 	if r != nil {
 		b = b.WithInterceptorFuncs(interceptor.Funcs{
 			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {

@@ -8,8 +8,12 @@
 // Every sweepPeriod it looks at every workload apportion places by strategy
 // (its annotation or a PlacementPolicy, resolved as the placement
 // controller resolves its pods), among the live pods of the manager's pod
-// cache, grouped by workload UID. Workloads without a strategy, opted out
-// with apportion.dev/skip, or with an invalid strategy are not looked at
+// cache, grouped by workload UID. The pods are read by controller (a
+// ReplicaSet, a StatefulSet, a Job, a Workflow, from the metadata caches)
+// through the pod index by controller: one pod to resolve the workload,
+// all of them only when it is placed; the pods of nothing apportion
+// follows are not read. Workloads without a strategy, opted out with
+// apportion.dev/skip, or with an invalid strategy are not looked at
 // (placed says which are). For each it computes split.Compute over its
 // spec.replicas (workload.ReadSpec), the labels of the nodes of its Running
 // pods (node metadata from the cache), and the groups left out now (the
@@ -49,6 +53,7 @@ import (
 
 	"github.com/awslabs/operatorpkg/reconciler"
 	"github.com/awslabs/operatorpkg/singleton"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -92,7 +97,16 @@ type Options struct {
 	// Exported caps the workloads with series of their own; nil:
 	// metrics.Workloads.
 	Exported *metrics.Capped
+	// Controllers are the kinds of pod controllers read, those of
+	// Controllers the API server serves (their metadata informers run);
+	// nil: ReplicaSets, StatefulSets and Jobs, which every cluster serves.
+	Controllers []schema.GroupVersionKind
 }
+
+// Controllers are the kinds that control the pods of the workloads
+// apportion follows: a Deployment's or Rollout's ReplicaSets, a
+// StatefulSet, a Job (a CronJob's too), an Argo Workflow.
+var Controllers = []schema.GroupVersionKind{workload.ReplicaSetGVK, workload.StatefulSetGVK, workload.JobGVK, workload.WorkflowGVK}
 
 // Controller watches workloads for drift.
 type Controller struct {
@@ -114,6 +128,9 @@ func NewController(clk clock.Clock, kube client.Client, recorder *apevents.Recor
 	}
 	if opts.Exported == nil {
 		opts.Exported = metrics.Workloads
+	}
+	if opts.Controllers == nil {
+		opts.Controllers = []schema.GroupVersionKind{workload.ReplicaSetGVK, workload.StatefulSetGVK, workload.JobGVK}
 	}
 	return &Controller{clock: clk, kube: kube, recorder: recorder, capacity: groupCapacity, opts: opts,
 		tracked: map[types.UID]*tracked{}}

@@ -24,6 +24,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/test"
 )
@@ -78,7 +79,8 @@ func newFixture(t *testing.T, limit int, objs ...client.Object) *fixture {
 	metrics.WorkloadsDrifting.Set(0)
 	objs = append(objs, test.Node("od-1", map[string]string{ct: "on-demand"}), test.Node("spot-1", map[string]string{ct: "spot"}))
 	f := &fixture{t: t, clock: clocktesting.NewFakeClock(epoch), rec: events.NewFakeRecorder(100), pools: &pools{}, exported: metrics.NewCapped(limit)}
-	f.client = fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).Build()
+	f.client = fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podcache.IndexController, podcache.ControllerIndex).Build()
 	f.ctrl = NewController(f.clock, f.client, apevents.NewRecorder(f.rec), f.pools, Options{After: after, Exported: f.exported})
 	return f
 }

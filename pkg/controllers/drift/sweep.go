@@ -18,6 +18,7 @@ import (
 	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/split"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -92,52 +93,96 @@ func (c *Controller) Sweep(ctx context.Context) error {
 	return nil
 }
 
-// workloads groups the live pods of the pod cache by placed workload.
-// Pods of one controller (a ReplicaSet, a StatefulSet) share a workload and
-// its strategy: the owner is resolved once per controller.
+// workloads groups the live pods of the placed workloads by workload. It
+// walks the controllers of pods (Options.Controllers, from the metadata
+// caches) and reads their pods through the pod index by controller: one
+// live pod resolves the controller's workload, as placement resolves it,
+// and only a placed workload's pods are read in full. The pods of a
+// controller share a workload and its strategy: each is resolved once.
 func (c *Controller) workloads(ctx context.Context) (map[types.UID]*observed, error) {
-	// Deep-copied: the cache holds podcache.Pod, which only a copy turns
-	// into a corev1.Pod.
-	var pods corev1.PodList
-	if err := c.kube.List(ctx, &pods); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	byOwner := map[types.UID]*workload.Info{}
 	out := map[types.UID]*observed{}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
+	for _, gvk := range c.opts.Controllers {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := c.kube.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
 		}
-		owner := metav1.GetControllerOfNoCopy(pod)
-		if owner == nil {
-			continue
-		}
-		info, ok := byOwner[owner.UID]
-		if !ok {
-			var err error
-			info, err = workload.Resolve(ctx, c.kube, pod.Namespace, pod, c.opts.Resolve...)
+		for i := range list.Items {
+			owner := &list.Items[i]
+			pod, err := c.firstLive(ctx, owner)
+			if err != nil {
+				return nil, err
+			}
+			if pod == nil {
+				continue
+			}
+			info, err := workload.Resolve(ctx, c.kube, pod.Namespace, pod, c.opts.Resolve...)
 			if err != nil {
 				// Not cached yet (a new ReplicaSet) or unreadable: this
 				// controller's pods wait for the next sweep.
 				if !errors.Is(err, workload.ErrNotCached) {
 					log.FromContext(ctx).Error(err, "drift: resolving a pod's workload", "pod", pod.Namespace+"/"+pod.Name)
 				}
-				info = nil
+				continue
 			}
-			byOwner[owner.UID] = info // nil: not followed, or not resolved
+			if !placed(info) {
+				continue
+			}
+			pods, err := c.livePods(ctx, owner)
+			if err != nil {
+				return nil, err
+			}
+			w := out[info.Workload.UID]
+			if w == nil {
+				w = &observed{info: info}
+				out[info.Workload.UID] = w
+			}
+			w.pods = append(w.pods, pods...)
 		}
-		if !placed(info) {
-			continue
-		}
-		w := out[info.Workload.UID]
-		if w == nil {
-			w = &observed{info: info}
-			out[info.Workload.UID] = w
-		}
-		w.pods = append(w.pods, pod)
 	}
 	return out, nil
+}
+
+// firstLive is a live pod of owner, nil when it has none. Most often its
+// first pod is: one pod read, however many it has.
+func (c *Controller) firstLive(ctx context.Context, owner *metav1.PartialObjectMetadata) (*corev1.Pod, error) {
+	var probe corev1.PodList
+	if err := c.kube.List(ctx, &probe, client.InNamespace(owner.Namespace), client.MatchingFields{podcache.IndexController: string(owner.UID)}, client.Limit(1)); err != nil {
+		return nil, fmt.Errorf("listing pods of %s/%s: %w", owner.Namespace, owner.Name, err)
+	}
+	if len(probe.Items) == 0 {
+		return nil, nil
+	}
+	if live(&probe.Items[0]) {
+		return &probe.Items[0], nil
+	}
+	pods, err := c.livePods(ctx, owner)
+	if err != nil || len(pods) == 0 {
+		return nil, err
+	}
+	return pods[0], nil
+}
+
+// livePods reads the live pods that owner controls, through the pod index.
+// Deep-copied: the cache holds podcache.Pod, which only a copy turns into
+// a corev1.Pod.
+func (c *Controller) livePods(ctx context.Context, owner *metav1.PartialObjectMetadata) ([]*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.InNamespace(owner.Namespace), client.MatchingFields{podcache.IndexController: string(owner.UID)}); err != nil {
+		return nil, fmt.Errorf("listing pods of %s/%s: %w", owner.Namespace, owner.Name, err)
+	}
+	var out []*corev1.Pod
+	for i := range pods.Items {
+		if live(&pods.Items[i]) {
+			out = append(out, &pods.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// live: not Succeeded or Failed.
+func live(p *corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // observe computes the workload's split now, and whether it is settled (a

@@ -1,7 +1,7 @@
 // Package memcache is an in-memory client.Reader that behaves like
 // controller-runtime's informer cache on the paths apportion uses (Get of typed
-// objects and of PartialObjectMetadata, List with a namespace, one field index
-// and UnsafeDisableDeepCopy), without an API server. Benchmarks use it to
+// objects and of PartialObjectMetadata, List with a namespace, one field index,
+// a limit and UnsafeDisableDeepCopy), without an API server. Benchmarks use it to
 // measure the admission and placement paths against 10,000 cached pods: the
 // fake client serialises every object through JSON and would measure itself.
 // apportion plan resolves the workloads of manifests over it, as the webhook
@@ -109,7 +109,8 @@ func (r *Reader) Get(_ context.Context, k client.ObjectKey, obj client.Object, _
 }
 
 // List fills list with the stored objects of its kind, filtered by namespace
-// and at most one field index.
+// and at most one field index, at most Limit of them. A
+// PartialObjectMetadataList gets their metadata.
 func (r *Reader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	lo := (&client.ListOptions{}).ApplyOptions(opts)
 	listGVK, err := apiutil.GVKForObject(list, r.scheme)
@@ -132,6 +133,18 @@ func (r *Reader) List(_ context.Context, list client.ObjectList, opts ...client.
 				objs = append(objs, o)
 			}
 		}
+	}
+	// As the informer cache: at most Limit objects.
+	if lo.Limit > 0 && int64(len(objs)) > lo.Limit {
+		objs = objs[:lo.Limit]
+	}
+	if meta, ok := list.(*metav1.PartialObjectMetadataList); ok {
+		meta.Items = make([]metav1.PartialObjectMetadata, len(objs))
+		for i, o := range objs {
+			o.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta).DeepCopyInto(&meta.Items[i].ObjectMeta)
+			meta.Items[i].SetGroupVersionKind(gvk)
+		}
+		return nil
 	}
 	items := reflect.ValueOf(list).Elem().FieldByName("Items")
 	out := reflect.MakeSlice(items.Type(), len(objs), len(objs))
