@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +117,8 @@ type Controller struct {
 	defaultMode string            // --default-mode, for pods without a workload
 	excluded    sets.Set[string]  // namespaces never touched, for shadow mode
 	namespaces  bool              // namespace metadata is cached: the ignore label is read
+	lease       *Lease            // nil: no leader election, always decide
+	deposed     atomic.Bool       // this replica found it does not lead, and said so
 
 	locks      keyedMutex
 	strategies *compiled.Cache
@@ -222,6 +225,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	if c.tally.Decided(pod.UID) {
 		return reconcile.Result{}, nil // decided; the cache has not caught up
+	}
+	if res, no := c.notLeading(ctx, "", ""); no {
+		return res, nil
 	}
 	if !gated {
 		return c.reconcileShadow(ctx, pod)
