@@ -16,6 +16,8 @@
 // and the release without one (decision.Release), and the release of a pod
 // whose decision an admission policy refused; expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
+// leader.go, the check before each write that this replica still holds a
+// fresh placement Lease;
 // warm.go, the image cache warmed on the replicas that do not lead;
 // shadow.go, shadow mode: pods decided as usual but not changed, the
 // decision recorded in the apportion.dev/shadow annotation alone and
