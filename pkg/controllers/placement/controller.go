@@ -228,11 +228,11 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	if c.tally.Decided(pod.UID) {
 		return reconcile.Result{}, nil // decided; the cache has not caught up
 	}
+	if !gated {
+		return c.reconcileShadow(ctx, pod) // checks the Lease before its write
+	}
 	if res, no := c.notLeading(ctx, "", ""); no {
 		return res, nil
-	}
-	if !gated {
-		return c.reconcileShadow(ctx, pod)
 	}
 	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	key := workload.OwnerKey(pod)

@@ -176,3 +176,18 @@ func TestLeaderWithAFreshLeaseDecides(t *testing.T) {
 		t.Errorf("%d patches, want 1", patches.Load())
 	}
 }
+
+// Shadow mode writes too: the apportion.dev/shadow annotation of an ungated
+// pod.
+func TestNoShadowDecisionAfterTheRenewalIsOlderThanTheLeaseDuration(t *testing.T) {
+	var f *fixture
+	f, patches := leaseFixture(t, self, map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModeShadow},
+		func() time.Time { return f.clock.Now().Add(-leaseDuration) })
+	requeue, pod := f.reconcileOnce(t, f.gatedPod(t, 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }))
+	if patches.Load() != 0 || pod.Annotations[annotations.Shadow] != "" {
+		t.Errorf("shadow decision written by a replica that does not lead: %d patch(es), annotations %v", patches.Load(), pod.Annotations)
+	}
+	if requeue <= 0 {
+		t.Errorf("pod not looked at again (requeue %v)", requeue)
+	}
+}
