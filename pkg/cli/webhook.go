@@ -83,10 +83,14 @@ func runWebhook(ctx context.Context, cfg *rest.Config, o *options.Options) error
 	if err != nil {
 		return err
 	}
-	cs := controllers.NewControllers(ctx, op.Manager, o, controllers.Dependencies{
+	deps := controllers.Dependencies{
 		Clock: op.Clock, Recorder: op.Recorder, APIs: op.APIs, Signer: op.Signer,
 		Policies: op.Policies, PullSecrets: op.PullSecrets,
-	})
+	}
+	if op.Lease != nil { // no typed nil in the interface
+		deps.Lease = op.Lease
+	}
+	cs := controllers.NewControllers(ctx, op.Manager, o, deps)
 	if err := op.WithControllers(ctx, cs...); err != nil {
 		return err
 	}

@@ -84,6 +84,16 @@ type Dependencies struct {
 	Policies *policy.Source
 	// PullSecrets reads image pull secrets; nil unless --read-pull-secrets.
 	PullSecrets kubernetes.Interface
+	// Lease is this replica's hold on the placement Lease; nil without
+	// leader election.
+	Lease Lease
+}
+
+// Lease is this replica's hold on the placement Lease: its identity, and
+// when it last renewed the Lease (zero when it does not hold it).
+type Lease interface {
+	Identity() string
+	Renewed() time.Time
 }
 
 // rebalanceQPS paces the evictions of fallback pods cluster-wide; each
@@ -116,6 +126,10 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}
 	placer.WithArchitectureRules(architectureRules(log.FromContext(ctx), o, nodePools))
+	if o.LeaderElect && d.Lease != nil {
+		placer.WithLease(placement.Lease{Reader: kube, Key: client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID},
+			Identity: d.Lease.Identity(), Renewed: d.Lease.Renewed, Duration: o.LeaseDuration})
+	}
 	cs := []controller.Controller{
 		// Drift and the cluster policy status read a workload's pods
 		// through it: added once, before the cache starts.

@@ -63,7 +63,8 @@ var (
 	// DecisionsTotal counts placement decisions by group, NodePool and result
 	// (placed, shadow: recorded in apportion.dev/shadow only, not_written:
 	// the patch kept conflicting, refused: an admission policy refused the
-	// patch, error).
+	// patch, not_leader: this replica no longer held a fresh Lease and left
+	// the pod gated, error).
 	DecisionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "placement", Name: "decisions_total",
 		Help: "Placement decisions. Labels: group, nodepool, result.",

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,6 +77,8 @@ type Operator struct {
 	Policies *policy.Source
 	// PullSecrets reads image pull secrets; nil unless --read-pull-secrets.
 	PullSecrets kubernetes.Interface
+	// Lease is the placement Lease's lock; nil without leader election.
+	Lease *LeaseLock
 
 	server *startAfter
 	drain  *drain
@@ -149,6 +152,16 @@ func (op *Operator) newManager(cfg *rest.Config) (manager.Manager, error) {
 	// agent: "apportion" whatever the binary is called, so that a pod's
 	// managedFields tell apportion's deletion costs from another writer's.
 	cfg.UserAgent = decision.FieldManager + "/" + version.Version
+	// The Lease's lock is built here rather than by controller-runtime so
+	// that the placement controller can read when this replica last
+	// renewed it.
+	var lock resourcelock.Interface
+	if o.LeaderElect {
+		if op.Lease, err = newLeaseLock(cfg, o, op.Clock); err != nil {
+			return nil, err
+		}
+		lock = op.Lease
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOptions(o),
@@ -164,9 +177,15 @@ func (op *Operator) newManager(cfg *rest.Config) (manager.Manager, error) {
 		GracefulShutdownTimeout:       &grace,
 		WebhookServer:                 op.server,
 		Cache:                         CacheOptions(o),
+
+		// The lock is named as above; the durations still drive the elector.
+		LeaderElectionResourceLockInterface: lock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if op.Lease != nil {
+		op.Lease.withEvents(mgr.GetEventRecorderFor(op.Lease.Identity())) //nolint:staticcheck // the lock records core/v1 Events, as controller-runtime's own does
 	}
 	return mgr, nil
 }

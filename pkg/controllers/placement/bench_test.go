@@ -90,11 +90,17 @@ func cachedCluster(b *testing.B, workloads, perWorkload, pools int) (*memcache.R
 	return r, tally, gated
 }
 
-func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
+func benchmarkDecision(b *testing.B, workloads, perWorkload int, leaseChecked ...bool) {
 	r, tally, gated := cachedCluster(b, workloads, perWorkload, 50)
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := placement.NewController(clk, readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &capacity.NodePoolCapacity{Reader: r}, tally, time.Minute).
 		WithSigner(benchSigner)
+	if len(leaseChecked) > 0 && leaseChecked[0] {
+		if err := r.Add(placementLease(self)); err != nil {
+			b.Fatal(err)
+		}
+		c.WithLease(placement.Lease{Reader: r, Key: leaseKey, Identity: self, Renewed: clk.Now, Duration: leaseDuration})
+	}
 	ctx := context.Background()
 	pods := make([]*corev1.Pod, 1024)
 	for i := range pods {
@@ -120,6 +126,11 @@ func benchmarkDecision(b *testing.B, workloads, perWorkload int) {
 // BenchmarkDecision10kPods50Pools: 100 Deployments of 100 pods (10,000 pods)
 // and 50 NodePools cached; one decision for a pod of one of them.
 func BenchmarkDecision10kPods50Pools(b *testing.B) { benchmarkDecision(b, 100, 100) }
+
+// BenchmarkDecision10kPods50PoolsLeaseChecked: the same with leader
+// election, the placement Lease checked before the decision and before its
+// patch: an atomic load and a cached read each, whatever the cluster's size.
+func BenchmarkDecision10kPods50PoolsLeaseChecked(b *testing.B) { benchmarkDecision(b, 100, 100, true) }
 
 // BenchmarkDecision10kPodsOneRevision: the worst case, all 10,000 pods in the
 // revision being decided.

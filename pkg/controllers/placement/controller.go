@@ -16,6 +16,8 @@
 // and the release without one (decision.Release), and the release of a pod
 // whose decision an admission policy refused; expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
+// leader.go, the check before each write that this replica still holds a
+// fresh placement Lease;
 // warm.go, the image cache warmed on the replicas that do not lead;
 // shadow.go, shadow mode: pods decided as usual but not changed, the
 // decision recorded in the apportion.dev/shadow annotation alone and
@@ -28,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +119,8 @@ type Controller struct {
 	defaultMode string            // --default-mode, for pods without a workload
 	excluded    sets.Set[string]  // namespaces never touched, for shadow mode
 	namespaces  bool              // namespace metadata is cached: the ignore label is read
+	lease       *Lease            // nil: no leader election, always decide
+	deposed     atomic.Bool       // this replica found it does not lead, and said so
 
 	locks      keyedMutex
 	strategies *compiled.Cache
@@ -224,7 +229,10 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return reconcile.Result{}, nil // decided; the cache has not caught up
 	}
 	if !gated {
-		return c.reconcileShadow(ctx, pod)
+		return c.reconcileShadow(ctx, pod) // checks the Lease before its write
+	}
+	if res, no := c.notLeading(ctx, "", ""); no {
+		return res, nil
 	}
 	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	key := workload.OwnerKey(pod)

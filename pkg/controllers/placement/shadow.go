@@ -206,6 +206,9 @@ func (c *Controller) skipShadow(ctx context.Context, reason string, cause error)
 // workload, for the refusal's Event.
 func (c *Controller) writeShadow(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, d decision.Decision) (reconcile.Result, bool, error) {
 	sh := decision.ShadowOf(d)
+	if res, no := c.notLeading(ctx, sh.Group, sh.NodePool); no {
+		return res, false, nil
+	}
 	sh.Signature = c.signer.SignShadow(pod.UID, sh.Group, sh.NodePool)
 	for attempt := 0; ; attempt++ {
 		gated := decision.HasGate(pod)

@@ -51,6 +51,9 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, ref *corev1.Obj
 	if !d.ArchitectureOnly {
 		group = d.Group.Key()
 	}
+	if res, no := c.notLeading(ctx, group, d.NodePool); no {
+		return res, false, nil
+	}
 	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool, d.Fallback...)
 	for attempt := 0; ; attempt++ {
 		patched := pod.DeepCopy()
@@ -134,6 +137,9 @@ func (c *Controller) deletionCost(p *compiled.Strategy, counts []int64, g int) *
 func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string, cause error) (reconcile.Result, error) {
 	if !decision.HasGate(pod) {
 		return c.skipShadow(ctx, reason, cause)
+	}
+	if res, no := c.notLeading(ctx, "", ""); no {
+		return res, nil
 	}
 	if cause != nil {
 		log.FromContext(ctx).Error(cause, "releasing pod without a decision", "reason", reason)
