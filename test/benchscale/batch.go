@@ -52,9 +52,15 @@ type samples struct {
 	Held  int `json:"held"`
 	// Full is how many held samples had the Job at its parallelism, the
 	// ones held to the quota at their count.
-	Full   int          `json:"atParallelism"`
-	Within int          `json:"withinQuota"`
-	Worst  *quotaSample `json:"worst,omitempty"`
+	Full   int `json:"atParallelism"`
+	Within int `json:"withinQuota"`
+	// AtCount is how many held samples were within the quota at their
+	// own count too, the rule at parallelism applied to every sample:
+	// for comparison only, a sample short of pods is often off it.
+	AtCount int `json:"withinQuotaAtTheirCount"`
+	// Worst is the first held sample with the most pods off; nil when
+	// none was off.
+	Worst *quotaSample `json:"worst,omitempty"`
 	// Off are the first held samples off quota, up to maxOff.
 	Off []quotaSample `json:"off,omitempty"`
 }
@@ -71,11 +77,13 @@ type quotaSample struct {
 	// PodsOff and Why are how the live pods were off by quota.Live's rule.
 	PodsOff int64  `json:"podsOff"`
 	Why     string `json:"why,omitempty"`
-	Split   split  `json:"split"`
+	// AtCount: within the quota at the live pods' own count.
+	AtCount bool  `json:"withinQuotaAtTheirCount"`
+	Split   split `json:"split"`
 }
 
-// add counts s; of the held samples, the first with the most pods off is
-// kept as the worst.
+// add counts s; of the held samples off quota, the first with the most
+// pods off is kept as the worst.
 func (ss *samples) add(s quotaSample, parallelism int) {
 	ss.Taken++
 	if !s.Held {
@@ -85,9 +93,14 @@ func (ss *samples) add(s quotaSample, parallelism int) {
 	if s.Live >= parallelism {
 		ss.Full++
 	}
+	if s.AtCount {
+		ss.AtCount++
+	}
 	if s.PodsOff == 0 {
 		ss.Within++
-	} else if len(ss.Off) < maxOff {
+		return
+	}
+	if len(ss.Off) < maxOff {
 		ss.Off = append(ss.Off, s)
 	}
 	if ss.Worst == nil || s.PodsOff > ss.Worst.PodsOff {
@@ -148,6 +161,7 @@ func checkSample(w workload, recs []podRecord, nodes map[string]map[string]strin
 	}
 	off := quota.Live(c, qs.Split.Counts, int64(parallelism))
 	qs.PodsOff, qs.Why, qs.Split.Within = off.Pods, off.String(), off.Within()
+	qs.AtCount = quota.At(c, qs.Split.Counts).Within()
 	return qs
 }
 
@@ -293,6 +307,7 @@ func reportBatch(tw io.Writer, res *result) {
 	ss := br.Samples
 	fmt.Fprintf(tw, "samples within quota (live pods by node labels, every second, while pods were still to be placed)\t%d of %d\t%d at parallelism; %d more before the first pod or after the last was placed, not held\n",
 		ss.Within, ss.Held, ss.Full, ss.Taken-ss.Held)
+	fmt.Fprintf(tw, "  of those, within the quota at their own count too (for comparison: a sample short of pods need not be)\t%d of %d\t\n", ss.AtCount, ss.Held)
 	for _, o := range ss.Off {
 		fmt.Fprintf(tw, "  off: after %s, %d live pods, %d pod(s) off: %s\n", num(o.AfterSeconds, "s"), o.Live, o.PodsOff, o.Why)
 	}

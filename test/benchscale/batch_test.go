@@ -96,11 +96,19 @@ func TestSamples(t *testing.T) {
 		s.AfterSeconds = float64(i)
 		ss.add(s, parallelism)
 	}
-	if ss.Taken != 5 || ss.Held != 4 || ss.Full != 1 || ss.Within != 2 || len(ss.Off) != 2 {
-		t.Errorf("%d of %d held within quota (%d taken, %d at parallelism, %d off kept), want 2 of 4 (5, 1, 2)", ss.Within, ss.Held, ss.Taken, ss.Full, len(ss.Off))
+	// Of the held samples only the one at parallelism is within the quota
+	// at its own count: 4 spot alone is not.
+	if ss.Taken != 5 || ss.Held != 4 || ss.Full != 1 || ss.Within != 2 || ss.AtCount != 1 || len(ss.Off) != 2 {
+		t.Errorf("%d of %d held within quota (%d taken, %d at parallelism, %d within at their count, %d off kept), want 2 of 4 (5, 1, 1, 2)",
+			ss.Within, ss.Held, ss.Taken, ss.Full, ss.AtCount, len(ss.Off))
 	}
 	if ss.Worst == nil || ss.Worst.AfterSeconds != 3 || ss.Worst.PodsOff != 2 {
 		t.Errorf("worst = %+v, want the sample after 3 s (2 pods off)", ss.Worst)
+	}
+	var within samples
+	within.add(checkSample(w, records("batch", "spot", 4), testNodes, parallelism, completions), parallelism)
+	if within.Worst != nil || within.Within != 1 {
+		t.Errorf("worst = %+v of %d within, want none: no sample was off", within.Worst, within.Within)
 	}
 	if errs := batchVerdict(&batchResult{Completed: true, Samples: ss}); len(errs) != 1 || !strings.Contains(errs[0].Error(), "2 of 4 samples") {
 		t.Errorf("verdict %v, want 2 of 4 samples off quota", errs)
