@@ -14,7 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/test/quota"
 )
 
 // The batch mode's Job, in a namespace of its own, takes the capacity
@@ -41,40 +43,86 @@ type batchResult struct {
 }
 
 // samples are the checks of the Job's live pods against the quota, one a
-// second.
+// second. Only those taken while the Job's pods are still being placed are
+// held to it (as the batch e2e suite holds them, with the rule of
+// test/quota): before the first pod is placed there is nothing to check,
+// and once the last is placed no new pod corrects the split of those left.
 type samples struct {
-	Taken  int          `json:"taken"`
-	Within int          `json:"withinQuota"`
-	Worst  *quotaSample `json:"worst,omitempty"`
+	Taken int `json:"taken"`
+	Held  int `json:"held"`
+	// Full is how many held samples had the Job at its parallelism, the
+	// ones held to the quota at their count.
+	Full   int `json:"atParallelism"`
+	Within int `json:"withinQuota"`
+	// AtCount is how many held samples were within the quota at their
+	// own count too, the rule at parallelism applied to every sample:
+	// for comparison only, a sample short of pods is often off it.
+	AtCount int `json:"withinQuotaAtTheirCount"`
+	// Worst is the first held sample with the most pods off; nil when
+	// none was off.
+	Worst *quotaSample `json:"worst,omitempty"`
+	// Off are the first held samples off quota, up to maxOff.
+	Off []quotaSample `json:"off,omitempty"`
 }
+
+// maxOff bounds the samples off quota kept for the report.
+const maxOff = 20
 
 // quotaSample is one check: when, and the split of the live pods then.
 type quotaSample struct {
 	AfterSeconds float64 `json:"afterSeconds"`
 	Live         int     `json:"livePods"`
-	Split        split   `json:"split"`
+	// Held: taken while pods were still to be placed, with some live.
+	Held bool `json:"held"`
+	// PodsOff and Why are how the live pods were off by quota.Live's rule.
+	PodsOff int64  `json:"podsOff"`
+	Why     string `json:"why,omitempty"`
+	// AtCount: within the quota at the live pods' own count.
+	AtCount bool  `json:"withinQuotaAtTheirCount"`
+	Split   split `json:"split"`
 }
 
-// add counts s; the first of the furthest from quota is kept as the worst.
-func (ss *samples) add(s quotaSample) {
+// add counts s; of the held samples off quota, the first with the most
+// pods off is kept as the worst.
+func (ss *samples) add(s quotaSample, parallelism int) {
 	ss.Taken++
-	if s.Split.Within {
-		ss.Within++
+	if !s.Held {
+		return
 	}
-	if ss.Worst == nil || s.Split.Deviation > ss.Worst.Split.Deviation {
+	ss.Held++
+	if s.Live >= parallelism {
+		ss.Full++
+	}
+	if s.AtCount {
+		ss.AtCount++
+	}
+	if s.PodsOff == 0 {
+		ss.Within++
+		return
+	}
+	if len(ss.Off) < maxOff {
+		ss.Off = append(ss.Off, s)
+	}
+	if ss.Worst == nil || s.PodsOff > ss.Worst.PodsOff {
 		ss.Worst = &s
 	}
 }
 
-// checkSample checks the Job's live pods among recs against w's quota: the
-// pods apportion has decided (as it counts them) and that are neither
-// Succeeded nor Failed, a bound pod by its node's labels, a pod decided but
-// not bound yet by its decision's group. A pod not decided yet is not
-// counted: its group is chosen when it is. No live pods is within quota.
-func checkSample(w workload, recs []podRecord, nodes map[string]map[string]string) quotaSample {
+// checkSample checks the Job's live pods among recs against w's quota with
+// the rule of quota.Live: the pods apportion has decided (as it counts
+// them) and that are neither Succeeded nor Failed nor deleted, a bound pod
+// by its node's labels, a pod decided but not bound yet by its decision's
+// group. A pod not decided yet is not counted: its group is chosen when it
+// is. recs hold the Job's finished and deleted pods too: the sample is held
+// to the quota only while fewer than completions pods have been placed.
+func checkSample(w workload, recs []podRecord, nodes map[string]map[string]string, parallelism, completions int) quotaSample {
 	var live []podRecord
 	var pending map[string]map[string]string
+	placed := 0
 	for _, r := range recs {
+		if r.group != "" || r.node != "" {
+			placed++
+		}
 		switch {
 		case r.done || r.gone || (r.node == "" && r.group == ""):
 			continue
@@ -105,7 +153,16 @@ func checkSample(w workload, recs []podRecord, nodes map[string]map[string]strin
 	if pending != nil {
 		nodes = pending
 	}
-	return quotaSample{Live: len(live), Split: checkSplit(w, live, nodes)}
+	qs := quotaSample{Live: len(live), Held: placed < completions, Split: checkSplit(w, live, nodes)}
+	c, err := compiled.Parse(w.strategy)
+	if err != nil {
+		qs.PodsOff, qs.Why = int64(len(live)), err.Error()
+		return qs
+	}
+	off := quota.Live(c, qs.Split.Counts, int64(parallelism))
+	qs.PodsOff, qs.Why, qs.Split.Within = off.Pods, off.String(), off.Within()
+	qs.AtCount = quota.At(c, qs.Split.Counts).Within()
+	return qs
 }
 
 // decidedNode prefixes the stand-in node of a pod decided but not bound.
@@ -162,14 +219,14 @@ func (b *bench) runBatch(ctx context.Context, res *result) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
-		recs := b.watch.records(batchNS)
+		recs := b.watch.all(batchNS)
 		if err := b.learnNodes(ctx, nodes, recs); err != nil {
 			say("%s: skipping a sample: %v", batchNS, err)
 			continue
 		}
-		s := checkSample(w, recs, nodes)
+		s := checkSample(w, recs, nodes, b.o.jobParallel, b.o.jobPods)
 		s.AfterSeconds = time.Since(t0).Seconds()
-		br.Samples.add(s)
+		br.Samples.add(s, b.o.jobParallel)
 		var j batchv1.Job
 		if err := b.kube.Get(ctx, client.ObjectKey{Namespace: batchNS, Name: batchJob}, &j); err != nil {
 			say("%s: reading the Job: %v", batchNS, err)
@@ -215,11 +272,12 @@ func (b *bench) runBatch(ctx context.Context, res *result) error {
 }
 
 // learnNodes adds to known the labels of every node, listed again only when
-// recs name a node it does not hold: the labels that put a pod in a group
-// do not change on a node, and a node gone keeps them for its pods.
+// the live pods of recs name a node it does not hold: the labels that put a
+// pod in a group do not change on a node, and a node gone keeps them for its
+// pods.
 func (b *bench) learnNodes(ctx context.Context, known map[string]map[string]string, recs []podRecord) error {
 	for _, r := range recs {
-		if _, ok := known[r.node]; r.node != "" && !ok {
+		if _, ok := known[r.node]; r.node != "" && !r.done && !r.gone && !ok {
 			nodes, err := b.nodeLabels(ctx)
 			if err != nil {
 				return err
@@ -246,9 +304,15 @@ func reportBatch(tw io.Writer, res *result) {
 		fmt.Fprintf(tw, "decisions per second\t%s\t%d pods decided\n", num(r.DecisionsPerSecond, "/s"), r.Decided)
 		fmt.Fprintf(tw, "longest gate wait (pods: seen to decided)\t%s\t\n", num(r.MaxGateWait, "s"))
 	}
-	fmt.Fprintf(tw, "samples within quota (live pods by node labels, every second)\t%d of %d\t\n", br.Samples.Within, br.Samples.Taken)
-	if w := br.Samples.Worst; w != nil {
-		fmt.Fprintf(tw, "  worst: after %s, %d live pods, deviation %.2f: %s\n", num(w.AfterSeconds, "s"), w.Live, w.Split.Deviation, w.Split.describe())
+	ss := br.Samples
+	fmt.Fprintf(tw, "samples within quota (live pods by node labels, every second, while pods were still to be placed)\t%d of %d\t%d at parallelism; %d more before the first pod or after the last was placed, not held\n",
+		ss.Within, ss.Held, ss.Full, ss.Taken-ss.Held)
+	fmt.Fprintf(tw, "  of those, within the quota at their own count too (for comparison: a sample short of pods need not be)\t%d of %d\t\n", ss.AtCount, ss.Held)
+	for _, o := range ss.Off {
+		fmt.Fprintf(tw, "  off: after %s, %d live pods, %d pod(s) off: %s\n", num(o.AfterSeconds, "s"), o.Live, o.PodsOff, o.Why)
+	}
+	if w := ss.Worst; w != nil {
+		fmt.Fprintf(tw, "  worst: after %s, %d live pods, %d pod(s) off: %s\n", num(w.AfterSeconds, "s"), w.Live, w.PodsOff, w.Split.describe())
 	}
 	if res.Cost != nil && br.Run != nil {
 		reportCost(tw, br.Run, res.Cost)
@@ -256,16 +320,16 @@ func reportBatch(tw io.Writer, res *result) {
 }
 
 // batchVerdict fails a batch run whose Job did not complete or whose live
-// pods were off quota at a sample.
+// pods were off quota at a held sample.
 func batchVerdict(br *batchResult) []error {
 	var errs []error
 	if !br.Completed {
 		errs = append(errs, fmt.Errorf("the Job did not complete: %d of %d pods succeeded, %d failed", br.Succeeded, br.Pods, br.Failed))
 	}
-	if off := br.Samples.Taken - br.Samples.Within; off > 0 {
+	if off := br.Samples.Held - br.Samples.Within; off > 0 {
 		w := br.Samples.Worst
-		errs = append(errs, fmt.Errorf("%d of %d samples of the Job's live pods are off quota; the worst, after %s with %d live pods: %s",
-			off, br.Samples.Taken, num(w.AfterSeconds, "s"), w.Live, w.Split.describe()))
+		errs = append(errs, fmt.Errorf("%d of %d samples of the Job's live pods are off quota; the worst, after %s with %d live pods, %d pod(s) off: %s",
+			off, br.Samples.Held, num(w.AfterSeconds, "s"), w.Live, w.PodsOff, w.Why))
 	}
 	return errs
 }

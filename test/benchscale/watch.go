@@ -160,5 +160,16 @@ func (w *podWatch) records(ns string) []podRecord {
 	return out
 }
 
+// all returns copies of the records of every pod of ns, deleted ones too.
+func (w *podWatch) all(ns string) []podRecord {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]podRecord, 0, len(w.pods[ns]))
+	for _, r := range w.pods[ns] {
+		out = append(out, *r)
+	}
+	return out
+}
+
 // live counts the pods of ns not yet deleted.
 func (w *podWatch) live(ns string) int { return w.progress(ns).pods }
