@@ -13,6 +13,7 @@ import (
 
 	"github.com/awslabs/operatorpkg/controller"
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,9 +127,12 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}
 	placer.WithArchitectureRules(architectureRules(log.FromContext(ctx), o, nodePools))
+	// The placement Lease's holder, fed by its informer, for the check
+	// before each decision's write.
+	var leaseHolder *placement.LeaseHolder
 	if o.LeaderElect && d.Lease != nil {
-		placer.WithLease(placement.Lease{Reader: kube, Key: client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID},
-			Identity: d.Lease.Identity(), Renewed: d.Lease.Renewed, Duration: o.LeaseDuration})
+		leaseHolder = placement.NewLeaseHolder(client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID})
+		placer.WithLease(placement.Lease{Holder: leaseHolder, Identity: d.Lease.Identity(), Renewed: d.Lease.Renewed, Duration: o.LeaseDuration})
 	}
 	cs := []controller.Controller{
 		// Drift and the cluster policy status read a workload's pods
@@ -150,6 +154,12 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource), workload.WithDefaultMode(o.DefaultMode)}, Strategies: strategies,
 			Controllers: served(d.APIs, drift.Controllers),
 		}),
+	}
+	if leaseHolder != nil {
+		cs = append(cs, registerFunc(func(ctx context.Context, m manager.Manager) error {
+			_, err := handle(ctx, m, &coordinationv1.Lease{}, leaseHolder)
+			return err
+		}))
 	}
 	if d.Policies != nil {
 		var followed []schema.GroupVersionKind

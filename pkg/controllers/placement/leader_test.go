@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -33,12 +34,21 @@ func placementLease(holder string) *coordinationv1.Lease {
 			RenewTime: ptr.To(metav1.NewMicroTime(now))}}
 }
 
+// cachedHolder is the holder of the placement Lease as its informer's events
+// leave it once the Lease below is listed.
+func cachedHolder(lease *coordinationv1.Lease) *placement.LeaseHolder {
+	h := placement.NewLeaseHolder(leaseKey)
+	h.OnAdd(lease, true)
+	return h
+}
+
 // leaseFixture is a fixture whose controller checks the Lease, cached with
 // holder, and counts the patches it sends. renewed is what the elector
 // reports as this replica's last renewal.
 func leaseFixture(t *testing.T, holder string, strategyAnnotations map[string]string, renewed func() time.Time) (*fixture, *atomic.Int32) {
 	t.Helper()
-	f := newFixture(t, strategyAnnotations, placementLease(holder), nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	lease := placementLease(holder)
+	f := newFixture(t, strategyAnnotations, lease, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
 	var patches atomic.Int32
 	counted := interceptor.NewClient(f.client.(client.WithWatch), interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
@@ -47,7 +57,7 @@ func leaseFixture(t *testing.T, holder string, strategyAnnotations map[string]st
 		},
 	})
 	f.ctrl = placement.NewController(f.clock, counted, f.recorder, &capacity.NodePoolCapacity{Reader: counted}, f.tally, 30*time.Second).
-		WithLease(placement.Lease{Reader: counted, Key: leaseKey, Identity: self, Renewed: renewed, Duration: leaseDuration})
+		WithLease(placement.Lease{Holder: cachedHolder(lease), Identity: self, Renewed: renewed, Duration: leaseDuration})
 	return f, &patches
 }
 
@@ -190,4 +200,48 @@ func TestNoShadowDecisionAfterTheRenewalIsOlderThanTheLeaseDuration(t *testing.T
 	if requeue <= 0 {
 		t.Errorf("pod not looked at again (requeue %v)", requeue)
 	}
+}
+
+// The holder follows the placement Lease's events, and only its: a Lease of
+// the same name in a tenant's namespace changes nothing.
+func TestLeaseHolderFollowsThePlacementLease(t *testing.T) {
+	h := placement.NewLeaseHolder(leaseKey)
+	want := func(step, holder string, cached bool) {
+		t.Helper()
+		if got, ok := h.Holder(); got != holder || ok != cached {
+			t.Errorf("%s: holder %q (cached %v), want %q (cached %v)", step, got, ok, holder, cached)
+		}
+	}
+	want("before the listing", "", false)
+	h.OnAdd(placementLease(self), true)
+	want("listed", self, true)
+	tenant := placementLease("apportion-1_77aa")
+	tenant.Namespace = "tenant"
+	h.OnAdd(tenant, false)
+	h.OnUpdate(placementLease(self), tenant)
+	want("a tenant's Lease of the same name", self, true)
+	released := placementLease(self)
+	released.Spec.HolderIdentity = nil
+	h.OnUpdate(placementLease(self), released)
+	want("released", "", true)
+	h.OnUpdate(released, placementLease("apportion-1_77aa"))
+	want("acquired by another replica", "apportion-1_77aa", true)
+	h.OnDelete(tenant)
+	want("a tenant's Lease deleted", "apportion-1_77aa", true)
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: leaseKey.String(), Obj: placementLease("apportion-1_77aa")})
+	want("deleted, seen late", "", false)
+	h.OnAdd(placementLease(self), false)
+	h.OnDelete(placementLease(self))
+	want("deleted", "", false)
+}
+
+// A Lease deleted from the cache names nobody: no decision.
+func TestNoDecisionWhenTheLeaseIsNotCached(t *testing.T) {
+	var f *fixture
+	f, patches := leaseFixture(t, self, map[string]string{annotations.Strategy: seed004}, func() time.Time { return f.clock.Now() })
+	deleted := cachedHolder(placementLease(self))
+	deleted.OnDelete(placementLease(self))
+	f.ctrl.WithLease(placement.Lease{Holder: deleted, Identity: self, Renewed: f.clock.Now, Duration: leaseDuration})
+	requeue, pod := f.reconcileOnce(t, f.gatedPod(t, 0))
+	assertLeftGated(t, requeue, pod, patches.Load())
 }
