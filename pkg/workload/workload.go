@@ -426,3 +426,22 @@ func first(key string, levels ...map[string]string) string {
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
+
+// JobsByCronJob lists the Jobs of namespace (metadata only, from r's cache)
+// and groups those a CronJob controls by the CronJob's UID.
+func JobsByCronJob(ctx context.Context, r client.Reader, namespace string) (map[types.UID][]*metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(JobGVK.GroupVersion().WithKind("JobList"))
+	if err := r.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing jobs of %s: %w", namespace, err)
+	}
+	jobs := map[types.UID][]*metav1.PartialObjectMetadata{}
+	for i := range list.Items {
+		job := &list.Items[i]
+		job.SetGroupVersionKind(JobGVK)
+		if up := metav1.GetControllerOfNoCopy(job); Is(up, CronJobGVK) {
+			jobs[up.UID] = append(jobs[up.UID], job)
+		}
+	}
+	return jobs, nil
+}

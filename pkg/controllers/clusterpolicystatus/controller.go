@@ -523,19 +523,11 @@ func (x *podReader) batchAnnotations(ctx context.Context, top *metav1.PartialObj
 // jobsOf returns the Jobs the CronJob uid controls.
 func (x *podReader) jobsOf(ctx context.Context, uid types.UID) ([]*metav1.PartialObjectMetadata, error) {
 	if x.jobs == nil {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(workload.JobGVK.GroupVersion().WithKind("JobList"))
-		if err := x.c.kubeClient.List(ctx, list, client.InNamespace(x.namespace)); err != nil {
-			return nil, fmt.Errorf("listing jobs of %s: %w", x.namespace, err)
+		jobs, err := workload.JobsByCronJob(ctx, x.c.kubeClient, x.namespace)
+		if err != nil {
+			return nil, err
 		}
-		x.jobs = map[types.UID][]*metav1.PartialObjectMetadata{}
-		for i := range list.Items {
-			job := &list.Items[i]
-			job.SetGroupVersionKind(workload.JobGVK)
-			if up := metav1.GetControllerOfNoCopy(job); workload.Is(up, workload.CronJobGVK) {
-				x.jobs[up.UID] = append(x.jobs[up.UID], job)
-			}
-		}
+		x.jobs = jobs
 	}
 	return x.jobs[uid], nil
 }
