@@ -10,12 +10,14 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/apportion-dev/apportion/pkg/controllers"
 	"github.com/apportion-dev/apportion/pkg/internal/lazylog"
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/operator"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/version"
@@ -89,13 +91,17 @@ func runWebhook(ctx context.Context, cfg *rest.Config, o *options.Options) error
 	}
 	if op.Lease != nil { // no typed nil in the interface
 		deps.Lease = op.Lease
+		// The placement Lease as its informer shows it: read by the
+		// placement controller, the gate janitor and every admission.
+		deps.LeaseWatch = lease.NewWatch(client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID})
 	}
 	cs := controllers.NewControllers(ctx, op.Manager, o, deps)
 	if err := op.WithControllers(ctx, cs...); err != nil {
 		return err
 	}
 	op.WithWebhooks(webhook.Handlers(webhook.Config{
-		Reader: op.GetClient(), Writer: op.GetClient(), Clock: op.Clock, Recorder: op.Recorder, Policies: op.Policies.OrNil(), Clusters: op.Policies, Options: o,
+		Reader: op.GetClient(), Writer: op.GetClient(), Clock: op.Clock, Recorder: op.Recorder, Policies: op.Policies.OrNil(), Clusters: op.Policies,
+		Lease: deps.LeaseWatch, Options: o,
 	}))
 	return op.Start(ctx)
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/imagearch"
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
@@ -88,6 +89,10 @@ type Dependencies struct {
 	// Lease is this replica's hold on the placement Lease; nil without
 	// leader election.
 	Lease Lease
+	// LeaseWatch is the placement Lease as its informer shows it, shared
+	// with the webhook: NewControllers registers its handler. Nil without
+	// leader election.
+	LeaseWatch *lease.Watch
 }
 
 // Lease is this replica's hold on the placement Lease: its identity, and
@@ -127,12 +132,10 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		placer.WithImages(newImages(d.PullSecrets, o), o.ImageTimeout).ArchitecturesForAll(o.Architectures == options.ArchitecturesAll)
 	}
 	placer.WithArchitectureRules(architectureRules(log.FromContext(ctx), o, nodePools))
-	// The placement Lease's holder, fed by its informer, for the check
-	// before each decision's write.
-	var leaseHolder *placement.LeaseHolder
-	if o.LeaderElect && d.Lease != nil {
-		leaseHolder = placement.NewLeaseHolder(client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID})
-		placer.WithLease(placement.Lease{Holder: leaseHolder, Identity: d.Lease.Identity(), Renewed: d.Lease.Renewed, Duration: o.LeaseDuration})
+	// The placement Lease, fed by its informer, for the check before each
+	// decision's write.
+	if o.LeaderElect && d.Lease != nil && d.LeaseWatch != nil {
+		placer.WithLease(placement.Lease{Holder: d.LeaseWatch, Identity: d.Lease.Identity(), Renewed: d.Lease.Renewed, Duration: o.LeaseDuration})
 	}
 	cs := []controller.Controller{
 		// Drift and the cluster policy status read a workload's pods
@@ -155,9 +158,11 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 			Controllers: served(d.APIs, drift.Controllers),
 		}),
 	}
-	if leaseHolder != nil {
+	if d.LeaseWatch != nil {
+		// One handler for the placement controller, the gate janitor and
+		// the webhook.
 		cs = append(cs, registerFunc(func(ctx context.Context, m manager.Manager) error {
-			_, err := handle(ctx, m, &coordinationv1.Lease{}, leaseHolder)
+			_, err := handle(ctx, m, &coordinationv1.Lease{}, d.LeaseWatch)
 			return err
 		}))
 	}
@@ -251,8 +256,8 @@ func coverNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 // also counts from the last change of placement leader.
 func janitor(d Dependencies, kube client.Client, o *options.Options) *gatejanitor.Controller {
 	j := gatejanitor.NewController(d.Clock, kube, d.Recorder, o.GateTimeout)
-	if o.LeaderElect {
-		j.WithLease(o.SystemNamespace, o.LeaderElectionID)
+	if o.LeaderElect && d.LeaseWatch != nil {
+		j.WithLease(d.LeaseWatch)
 	}
 	return j
 }

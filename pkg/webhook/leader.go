@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/lease"
 )
 
 // LeaseLiveness tells whether a placement leader is alive: its Lease was
@@ -14,10 +14,9 @@ import (
 // Grace. Pods are gated only while it is, so a cluster without a working
 // placement controller never holds pods.
 type LeaseLiveness struct {
-	Reader    client.Reader
-	Clock     clock.PassiveClock
-	Namespace string
-	Name      string
+	// Lease is the placement Lease as its informer shows it.
+	Lease *lease.Watch
+	Clock clock.PassiveClock
 	// Grace extends the Lease's validity: after a leader dies, its Lease
 	// expires before another replica acquires it (up to a retry period
 	// later). Pods admitted in between are gated too; the new leader places
@@ -28,20 +27,17 @@ type LeaseLiveness struct {
 	Disabled bool
 }
 
-// Alive reads the Lease from the cache: no API call.
-func (l *LeaseLiveness) Alive(ctx context.Context) bool {
+// Alive reads the Lease as its informer's events left it: no API call, no
+// copy of the Lease.
+func (l *LeaseLiveness) Alive(context.Context) bool {
 	if l.Disabled {
 		return true
 	}
-	var lease coordinationv1.Lease
-	if err := l.Reader.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, &lease); err != nil {
+	s, cached := l.Lease.Spec()
+	if !cached || s.RenewTime.IsZero() {
 		return false
 	}
-	s := lease.Spec
-	if s.RenewTime == nil {
-		return false
-	}
-	if s.HolderIdentity == nil || *s.HolderIdentity == "" {
+	if s.Holder == "" {
 		// Released: a leader stopping on SIGTERM empties the holder (and
 		// sets a 1s duration) as its last act. Another replica acquires the
 		// Lease within a retry period, so until Grace has passed since the
@@ -49,9 +45,8 @@ func (l *LeaseLiveness) Alive(ctx context.Context) bool {
 		// the successor, and the gate janitor releases them if none comes.
 		return l.Clock.Now().Before(s.RenewTime.Add(l.Grace))
 	}
-	if s.LeaseDurationSeconds == nil {
+	if !s.HasDuration {
 		return false
 	}
-	expiry := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds)*time.Second + l.Grace)
-	return l.Clock.Now().Before(expiry)
+	return l.Clock.Now().Before(s.RenewTime.Add(s.Duration + l.Grace))
 }

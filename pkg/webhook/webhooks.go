@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/scope"
@@ -28,7 +29,10 @@ type Config struct {
 	// for the validators to label the namespaces they cover; nil without
 	// the PlacementPolicy CRD.
 	Clusters *policy.Source
-	Options  *options.Options
+	// Lease is the placement Lease as its informer shows it (the
+	// controllers register its handler); nil without leader election.
+	Lease   *lease.Watch
+	Options *options.Options
 }
 
 // Handlers are apportion's admission webhooks, by the path each is served
@@ -41,9 +45,8 @@ func Handlers(c Config) map[string]admission.Handler {
 	}
 	return map[string]admission.Handler{
 		PodMutatorPath: &PodMutator{
-			Reader: c.Reader,
-			Leader: &LeaseLiveness{Reader: c.Reader, Clock: c.Clock, Namespace: o.SystemNamespace, Name: o.LeaderElectionID,
-				Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
+			Reader:        c.Reader,
+			Leader:        &LeaseLiveness{Lease: c.Lease, Clock: c.Clock, Grace: o.LeaseDuration, Disabled: !o.LeaderElect},
 			Recorder:      c.Recorder,
 			Excluded:      sets.New(o.Excluded()...),
 			Policies:      c.Policies,

@@ -23,7 +23,6 @@ import (
 	"context"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -40,6 +39,7 @@ import (
 	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 )
@@ -56,7 +56,7 @@ type Controller struct {
 	clock      clock.Clock
 	recorder   events.EventRecorder
 	timeout    time.Duration
-	lease      client.ObjectKey // the placement leader's Lease; zero: no leader election
+	lease      *lease.Watch // the placement leader's Lease; nil: no leader election
 }
 
 // NewController builds the janitor.
@@ -66,8 +66,9 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 
 // WithLease counts each pod's timeout from the last change of holder of the
 // placement leader's Lease too, when that is later than the pod's creation.
-func (c *Controller) WithLease(namespace, name string) *Controller {
-	c.lease = client.ObjectKey{Namespace: namespace, Name: name}
+// w is the Lease as its informer shows it.
+func (c *Controller) WithLease(w *lease.Watch) *Controller {
+	c.lease = w
 	return c
 }
 
@@ -93,7 +94,7 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 		return reconcile.Result{}, nil
 	}
 	age := c.clock.Since(pod.CreationTimestamp.Time)
-	if wait := c.deadline(ctx, pod).Sub(c.clock.Now()); wait > 0 {
+	if wait := c.deadline(pod).Sub(c.clock.Now()); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	if err := decision.Release(ctx, c.kubeClient, pod); err != nil {
@@ -126,9 +127,9 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 
 // deadline is when the pod is released: a gate timeout after since, and
 // MaxWaitTimeouts gate timeouts after its creation at the latest.
-func (c *Controller) deadline(ctx context.Context, pod *corev1.Pod) time.Time {
+func (c *Controller) deadline(pod *corev1.Pod) time.Time {
 	limit := pod.CreationTimestamp.Add(MaxWaitTimeouts * c.timeout)
-	if at := c.since(ctx, pod).Add(c.timeout); at.Before(limit) {
+	if at := c.since(pod).Add(c.timeout); at.Before(limit) {
 		return at
 	}
 	return limit
@@ -136,28 +137,18 @@ func (c *Controller) deadline(ctx context.Context, pod *corev1.Pod) time.Time {
 
 // since is when the pod's gate timeout starts: its creation, or the last
 // change of placement leader when that came later (now, when the Lease says
-// it comes later still). The Lease is read from the informer cache; when it
-// cannot be read, the pod's creation counts.
-func (c *Controller) since(ctx context.Context, pod *corev1.Pod) time.Time {
+// it comes later still). The Lease is read as its informer's events left it;
+// while it is not cached, the pod's creation counts.
+func (c *Controller) since(pod *corev1.Pod) time.Time {
 	start := pod.CreationTimestamp.Time
-	if c.lease.Name == "" {
+	s, cached := c.lease.Spec()
+	if !cached || !s.AcquireTime.After(start) {
 		return start
 	}
-	var lease coordinationv1.Lease
-	if err := c.kubeClient.Get(ctx, c.lease, &lease); err != nil {
-		if !apierrors.IsNotFound(err) {
-			log.FromContext(ctx).V(1).Info("reading the placement Lease; the gate timeout counts from the pod's creation", "error", err.Error())
-		}
-		return start
-	}
-	at := lease.Spec.AcquireTime
-	if at == nil || !at.After(start) {
-		return start
-	}
-	if now := c.clock.Now(); at.After(now) {
+	if now := c.clock.Now(); s.AcquireTime.After(now) {
 		// Written by a leader whose clock runs ahead: counting from
 		// it would hold the pod for as long as the clocks differ.
 		return now
 	}
-	return at.Time
+	return s.AcquireTime
 }

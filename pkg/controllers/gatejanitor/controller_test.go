@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/test"
 )
@@ -126,7 +127,7 @@ func TestTimeoutCountsFromLeaderChange(t *testing.T) {
 			c := b.Build()
 			j := NewController(clocktesting.NewFakeClock(start.Add(35*time.Second)), c, events.NewFakeRecorder(5), 30*time.Second)
 			if tc.withKey {
-				j.WithLease("apportion-system", "apportion-placement")
+				j.WithLease(cached(tc.lease))
 			}
 			var p corev1.Pod
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
@@ -149,6 +150,16 @@ func TestTimeoutCountsFromLeaderChange(t *testing.T) {
 	}
 }
 
+// cached is the placement Lease as its informer's events leave it once l is
+// listed; nil: not created yet.
+func cached(l *coordinationv1.Lease) *lease.Watch {
+	w := lease.NewWatch(client.ObjectKey{Namespace: "apportion-system", Name: "apportion-placement"})
+	if l != nil {
+		w.OnAdd(l, true)
+	}
+	return w
+}
+
 // placementLease is the placement leader's Lease, acquired at acquired.
 func placementLease(acquired time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "apportion-system", Name: "apportion-placement"},
@@ -166,18 +177,15 @@ func TestCrashLoopingLeaderCannotHoldPods(t *testing.T) {
 	lease := placementLease(start)
 	c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod, lease).Build()
 	clk := clocktesting.NewFakeClock(start)
-	j := NewController(clk, c, events.NewFakeRecorder(5), timeout).WithLease(lease.Namespace, lease.Name)
+	w := cached(lease)
+	j := NewController(clk, c, events.NewFakeRecorder(5), timeout).WithLease(w)
 	ctx := context.Background()
 	limit := start.Add(MaxWaitTimeouts * timeout)
 	for clk.Now().Before(limit.Add(time.Minute)) {
 		if clk.Since(lease.Spec.AcquireTime.Time) >= timeout-time.Second {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
-				t.Fatal(err)
-			}
+			old := lease.DeepCopy()
 			lease.Spec.AcquireTime = &metav1.MicroTime{Time: clk.Now()}
-			if err := c.Update(ctx, lease); err != nil {
-				t.Fatal(err)
-			}
+			w.OnUpdate(old, lease)
 		}
 		var p corev1.Pod
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
@@ -204,6 +212,31 @@ func TestCrashLoopingLeaderCannotHoldPods(t *testing.T) {
 	t.Fatalf("still gated %s after creation, the leader changing every %s", clk.Since(start), timeout-time.Second)
 }
 
+// TestTheLeaseIsNotReadThroughTheClient: every gated pod reads the Lease;
+// a read through the cache would copy it each time. The Lease as its
+// informer's events left it counts, and the client is never asked.
+func TestTheLeaseIsNotReadThroughTheClient(t *testing.T) {
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", CreationTimestamp: metav1.NewTime(start)}, Gated: true})
+	l := placementLease(start.Add(20 * time.Second))
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod, l).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok {
+				t.Error("the Lease is read through the client: a copy per gated pod")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	j := NewController(clocktesting.NewFakeClock(start.Add(35*time.Second)), c, events.NewFakeRecorder(5), 30*time.Second).WithLease(cached(l))
+	res, err := j.Reconcile(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != 15*time.Second {
+		t.Errorf("RequeueAfter %s, want 15s: the timeout counts from the leader's acquisition", res.RequeueAfter)
+	}
+}
+
 // TestFutureAcquireTimeCountsAsNow: a Lease acquired "an hour from now" (the
 // leader's clock runs ahead) restarts the timeout from now, not from an hour
 // ahead, and cannot hold the pod past the cap.
@@ -220,8 +253,9 @@ func TestFutureAcquireTimeCountsAsNow(t *testing.T) {
 		{MaxWaitTimeouts * timeout, 0},
 	} {
 		now := start.Add(tc.at)
-		c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod.DeepCopy(), placementLease(now.Add(time.Hour))).Build()
-		j := NewController(clocktesting.NewFakeClock(now), c, events.NewFakeRecorder(5), timeout).WithLease("apportion-system", "apportion-placement")
+		l := placementLease(now.Add(time.Hour))
+		c := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod.DeepCopy(), l).Build()
+		j := NewController(clocktesting.NewFakeClock(now), c, events.NewFakeRecorder(5), timeout).WithLease(cached(l))
 		var p corev1.Pod
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
 			t.Fatal(err)

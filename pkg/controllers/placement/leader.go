@@ -3,15 +3,12 @@ package placement
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
@@ -37,8 +34,9 @@ const ResultNotLeader = "not_leader"
 // and the patch is not covered: the API server has no fencing token to
 // refuse a patch by.
 type Lease struct {
-	// Holder is the placement Lease's holder as the informer shows it.
-	Holder *LeaseHolder
+	// Holder is the placement Lease, with its holder, as the informer
+	// shows it.
+	Holder *lease.Watch
 	// Identity is this replica's holder identity.
 	Identity string
 	// Renewed is when this replica sent its last successful renewal (or
@@ -78,77 +76,14 @@ func (c *Controller) leads() (ok bool, why string, wait time.Duration) {
 	if age := c.clock.Since(renewed); age >= l.Duration {
 		return false, fmt.Sprintf("this replica last renewed the placement Lease %s ago, longer than the lease duration (%s)", age.Round(time.Millisecond), l.Duration), staleRenewalWait
 	}
-	h, cached := l.Holder.Holder()
+	s, cached := l.Holder.Spec()
 	if !cached {
 		return false, "the placement Lease is not in the informer cache", otherHolderWait
 	}
-	if h != l.Identity {
+	if s.Holder != l.Identity {
 		return false, "the placement Lease names another holder", otherHolderWait
 	}
 	return true, "", 0
-}
-
-// LeaseHolder keeps the holder of one Lease, fed by the Lease informer's
-// events. A read from the cache deep-copies the Lease, twice per decision;
-// this is an atomic load. The handler runs just after the informer's store
-// is updated, so the holder is the cached Lease's.
-type LeaseHolder struct {
-	key client.ObjectKey
-	// holder is the Lease's holder, "" when it names none; nil while the
-	// Lease is not cached.
-	holder atomic.Pointer[string]
-}
-
-// NewLeaseHolder follows the Lease named key; any other Lease's events are
-// ignored.
-func NewLeaseHolder(key client.ObjectKey) *LeaseHolder {
-	return &LeaseHolder{key: key}
-}
-
-// Holder is the cached Lease's holder identity ("" when it names none), and
-// false when the Lease is not cached.
-func (h *LeaseHolder) Holder() (string, bool) {
-	if p := h.holder.Load(); p != nil {
-		return *p, true
-	}
-	return "", false
-}
-
-// OnAdd is the Lease's creation, or its first listing.
-func (h *LeaseHolder) OnAdd(obj any, _ bool) { h.set(obj) }
-
-// OnUpdate is an acquisition, a renewal or a release.
-func (h *LeaseHolder) OnUpdate(_, obj any) { h.set(obj) }
-
-// OnDelete forgets the holder: a deleted Lease names nobody.
-func (h *LeaseHolder) OnDelete(obj any) {
-	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	if lease, ok := obj.(*coordinationv1.Lease); ok && h.follows(lease) {
-		h.holder.Store(nil)
-	}
-}
-
-func (h *LeaseHolder) set(obj any) {
-	lease, ok := obj.(*coordinationv1.Lease)
-	if !ok || !h.follows(lease) {
-		return
-	}
-	holder := ""
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
-	}
-	// A renewal keeps the holder: nothing to store.
-	if p := h.holder.Load(); p == nil || *p != holder {
-		h.holder.Store(&holder)
-	}
-}
-
-// follows tells the Lease named by key from any other: a Lease of the
-// same name in a tenant's namespace says nothing about who leads.
-func (h *LeaseHolder) follows(lease *coordinationv1.Lease) bool {
-	return lease.Namespace == h.key.Namespace && lease.Name == h.key.Name
 }
 
 // notLeading checks leads before a write. When this replica does not lead,

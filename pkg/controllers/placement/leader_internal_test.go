@@ -9,6 +9,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/lease"
 )
 
 // The Lease is checked twice per decision, at the pace of a burst: the check
@@ -16,11 +18,11 @@ import (
 func TestTheLeaseCheckDoesNotAllocate(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	key := client.ObjectKey{Namespace: "apportion", Name: "apportion-placement"}
-	holder := NewLeaseHolder(key)
-	holder.OnAdd(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+	watch := lease.NewWatch(key)
+	watch.OnAdd(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("apportion-0_1b4e")}}, true)
 	c := &Controller{clock: clk}
-	c.WithLease(Lease{Holder: holder, Identity: "apportion-0_1b4e", Renewed: clk.Now, Duration: 15 * time.Second})
+	c.WithLease(Lease{Holder: watch, Identity: "apportion-0_1b4e", Renewed: clk.Now, Duration: 15 * time.Second})
 	if ok, why, _ := c.leads(); !ok {
 		t.Fatalf("a fresh Lease naming this replica does not lead: %s", why)
 	}

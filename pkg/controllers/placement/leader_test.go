@@ -10,7 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -18,6 +17,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/controllers/placement"
+	"github.com/apportion-dev/apportion/pkg/lease"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
 
@@ -34,12 +34,12 @@ func placementLease(holder string) *coordinationv1.Lease {
 			RenewTime: ptr.To(metav1.NewMicroTime(now))}}
 }
 
-// cachedHolder is the holder of the placement Lease as its informer's events
-// leave it once the Lease below is listed.
-func cachedHolder(lease *coordinationv1.Lease) *placement.LeaseHolder {
-	h := placement.NewLeaseHolder(leaseKey)
-	h.OnAdd(lease, true)
-	return h
+// cachedHolder is the placement Lease as its informer's events leave it
+// once the Lease below is listed.
+func cachedHolder(l *coordinationv1.Lease) *lease.Watch {
+	w := lease.NewWatch(leaseKey)
+	w.OnAdd(l, true)
+	return w
 }
 
 // leaseFixture is a fixture whose controller checks the Lease, cached with
@@ -200,39 +200,6 @@ func TestNoShadowDecisionAfterTheRenewalIsOlderThanTheLeaseDuration(t *testing.T
 	if requeue <= 0 {
 		t.Errorf("pod not looked at again (requeue %v)", requeue)
 	}
-}
-
-// The holder follows the placement Lease's events, and only its: a Lease of
-// the same name in a tenant's namespace changes nothing.
-func TestLeaseHolderFollowsThePlacementLease(t *testing.T) {
-	h := placement.NewLeaseHolder(leaseKey)
-	want := func(step, holder string, cached bool) {
-		t.Helper()
-		if got, ok := h.Holder(); got != holder || ok != cached {
-			t.Errorf("%s: holder %q (cached %v), want %q (cached %v)", step, got, ok, holder, cached)
-		}
-	}
-	want("before the listing", "", false)
-	h.OnAdd(placementLease(self), true)
-	want("listed", self, true)
-	tenant := placementLease("apportion-1_77aa")
-	tenant.Namespace = "tenant"
-	h.OnAdd(tenant, false)
-	h.OnUpdate(placementLease(self), tenant)
-	want("a tenant's Lease of the same name", self, true)
-	released := placementLease(self)
-	released.Spec.HolderIdentity = nil
-	h.OnUpdate(placementLease(self), released)
-	want("released", "", true)
-	h.OnUpdate(released, placementLease("apportion-1_77aa"))
-	want("acquired by another replica", "apportion-1_77aa", true)
-	h.OnDelete(tenant)
-	want("a tenant's Lease deleted", "apportion-1_77aa", true)
-	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: leaseKey.String(), Obj: placementLease("apportion-1_77aa")})
-	want("deleted, seen late", "", false)
-	h.OnAdd(placementLease(self), false)
-	h.OnDelete(placementLease(self))
-	want("deleted", "", false)
 }
 
 // A Lease deleted from the cache names nobody: no decision.
