@@ -90,6 +90,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -193,6 +194,9 @@ type Controller struct {
 	limiter    Limiter
 	deletions  chan event.TypedGenericEvent[*corev1.Pod]
 	rechecks   chan poolEvent
+	// podIndexer is the pod informer's indexer, which holds PodKeyIndex;
+	// nil: the pods are listed through kubeClient.
+	podIndexer toolscache.Indexer
 
 	mu           sync.Mutex
 	failures     map[string]time.Time                          // NodePool -> its latest launch failure

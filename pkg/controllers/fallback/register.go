@@ -5,9 +5,13 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -29,8 +33,8 @@ import (
 // run on the elected leader only. In Karpenter mode the manager's cache must
 // hold core Events (the operator narrows it to Karpenter's).
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
-	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodKeyIndex, c.podIndex); err != nil {
-		return fmt.Errorf("indexing pods by capacity key: %w", err)
+	if err := c.indexPods(ctx, m.GetCache()); err != nil {
+		return err
 	}
 	if err := c.registerDeletion(m); err != nil {
 		return err
@@ -64,12 +68,60 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 		Complete(reconcile.Func(c.ReconcilePool))
 }
 
+// The name controller-runtime gives PodKeyIndex in the pod informer's
+// indexer, and the prefix of a value indexed for every namespace (its
+// IndexField; the fallback tests read them through its cache).
+const (
+	podKeyIndexName = "field:" + PodKeyIndex
+	allNamespaces   = "__all_namespaces/"
+)
+
+// indexPods adds PodKeyIndex to the pod informer, and keeps its indexer for
+// enqueuePool.
+func (c *Controller) indexPods(ctx context.Context, informers cache.Cache) error {
+	if err := informers.IndexField(ctx, &corev1.Pod{}, PodKeyIndex, c.podIndex); err != nil {
+		return fmt.Errorf("indexing pods by capacity key: %w", err)
+	}
+	inf, err := informers.GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("starting the Pod informer: %w", err)
+	}
+	// Should controller-runtime store or name the index otherwise, the
+	// pods are listed through the cache: slower, not wrong.
+	if i, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
+		if _, ok := i.GetIndexer().GetIndexers()[podKeyIndexName]; ok {
+			c.podIndexer = i.GetIndexer()
+			return nil
+		}
+	}
+	log.FromContext(ctx).Info("the pod informer's index by capacity key is not readable; a NodePool's pending pods are listed through the cache")
+	return nil
+}
+
 // poolEvent asks the NodePool outage controller to look at a pool.
 type poolEvent = event.GenericEvent
 
 // enqueuePool asks for the evaluation of every pending pod of a NodePool.
+// Only the pods' keys are needed: they are read from the informer's index,
+// where a List would copy every pod of the pool (a whole burst's worth when
+// a NodePool goes bad).
 func (c *Controller) enqueuePool(ctx context.Context, pool string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if pool == "" {
+		return
+	}
+	if c.podIndexer != nil {
+		// The stored pods themselves, never changed: only their keys are
+		// read (ByIndex, unlike IndexKeys, does not sort them).
+		objs, err := c.podIndexer.ByIndex(podKeyIndexName, allNamespaces+string(capacity.PoolKey(pool)))
+		if err != nil {
+			log.FromContext(ctx).Error(err, "reading the pending pods of a NodePool", "nodepool", pool)
+			return
+		}
+		for _, o := range objs {
+			if pod, ok := o.(metav1.Object); ok {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.GetNamespace(), Name: pod.GetName()}})
+			}
+		}
 		return
 	}
 	var pods corev1.PodList
