@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
@@ -94,6 +96,18 @@ func runWebhook(ctx context.Context, cfg *rest.Config, o *options.Options) error
 		// The placement Lease as its informer shows it: read by the
 		// placement controller, the gate janitor and every admission.
 		deps.LeaseWatch = lease.NewWatch(client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID})
+	}
+	if deps.LeaseWatch != nil {
+		// Ready once the Lease's first listing reached the Watch: before,
+		// an admission would find no leader and leave its pod ungated.
+		if err := op.AddReadyzCheck("placement-lease", func(*http.Request) error {
+			if !deps.LeaseWatch.Synced() {
+				return errors.New("the placement Lease is not listed yet")
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("adding the placement Lease's readiness check: %w", err)
+		}
 	}
 	cs := controllers.NewControllers(ctx, op.Manager, o, deps)
 	if err := op.WithControllers(ctx, cs...); err != nil {

@@ -162,8 +162,12 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		// One handler for the placement controller, the gate janitor and
 		// the webhook.
 		cs = append(cs, registerFunc(func(ctx context.Context, m manager.Manager) error {
-			_, err := handle(ctx, m, &coordinationv1.Lease{}, d.LeaseWatch)
-			return err
+			reg, err := handle(ctx, m, &coordinationv1.Lease{}, d.LeaseWatch)
+			if err != nil {
+				return err
+			}
+			d.LeaseWatch.WithSynced(reg.HasSynced)
+			return nil
 		}))
 	}
 	if d.Policies != nil {

@@ -36,6 +36,9 @@ type Spec struct {
 // shares it.
 type Watch struct {
 	key client.ObjectKey
+	// synced is the handler registration's HasSynced: true once the
+	// informer's first listing went through the handler.
+	synced atomic.Pointer[func() bool]
 	// spec is the Lease's, nil while the Lease is not cached. A stored
 	// Spec is never changed: each event stores a new one.
 	spec atomic.Pointer[Spec]
@@ -57,6 +60,24 @@ func (w *Watch) Spec() (Spec, bool) {
 		return *p, true
 	}
 	return Spec{}, false
+}
+
+// WithSynced gives the Watch its handler registration's HasSynced, for
+// Synced.
+func (w *Watch) WithSynced(hasSynced func() bool) {
+	w.synced.Store(&hasSynced)
+}
+
+// Synced reports whether the informer's first listing went through the
+// Watch: until then a missing Lease may only be one not listed yet, so the
+// replica is not ready (an admission would take it for no leader and leave
+// the pod ungated).
+func (w *Watch) Synced() bool {
+	if w == nil {
+		return true
+	}
+	f := w.synced.Load()
+	return f != nil && (*f)()
 }
 
 // OnAdd is the Lease's creation, or its first listing.

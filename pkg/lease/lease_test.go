@@ -85,3 +85,19 @@ func TestReadingTheSpecDoesNotAllocate(t *testing.T) {
 		t.Errorf("Spec allocates %v times, want none", n)
 	}
 }
+
+func TestSyncedFollowsTheRegistration(t *testing.T) {
+	w := lease.NewWatch(key)
+	if w.Synced() {
+		t.Error("a Watch with no registration reads as synced")
+	}
+	listed := false
+	w.WithSynced(func() bool { return listed })
+	if w.Synced() {
+		t.Error("synced before the registration's first listing")
+	}
+	listed = true
+	if !w.Synced() {
+		t.Error("not synced after the registration's first listing")
+	}
+}
