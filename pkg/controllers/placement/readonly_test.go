@@ -16,8 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -537,5 +540,57 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 				t.Errorf("Reconcile = %+v, %v; want requeued %v, failed %v", res, err, tc.requeue, tc.fails)
 			}
 		})
+	}
+}
+
+// handed records the pod it is given.
+type handed struct{ pod *corev1.Pod }
+
+func (h *handed) Reconcile(_ context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	h.pod = pod
+	return reconcile.Result{}, nil
+}
+
+// TestViewReconcilerHandsTheCachedPod: the pod of a request is read from
+// the store and handed over without a copy (it shares the cached pod's
+// maps), and the controller decides it from there, leaving the cached pod
+// as it was; a pod not in the store is nothing to do.
+func TestViewReconcilerHandsTheCachedPod(t *testing.T) {
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
+	created := f.gatedPod(t, 0, userFields)
+	cached := podcache.Compact(created.DeepCopy())
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	if err := store.Add(cached); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(created)}
+
+	var h handed
+	if _, err := placement.ViewReconciler(store, &h).Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if h.pod == nil || h.pod.UID != created.UID {
+		t.Fatalf("handed %v, want pod %s", h.pod, created.UID)
+	}
+	if reflect.ValueOf(h.pod.Labels).Pointer() != reflect.ValueOf(cached.Labels).Pointer() {
+		t.Error("the pod handed over is a copy, not the cached pod's view")
+	}
+
+	want := cached.DeepCopyObject()
+	if _, err := placement.ViewReconciler(store, f.ctrl).Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.outcome(t, created); got != placed {
+		t.Errorf("pod %s, want placed", got)
+	}
+	if !reflect.DeepEqual(cached.DeepCopyObject(), want) {
+		t.Errorf("the cached pod changed:\n%+v\nwant\n%+v", cached.DeepCopyObject(), want)
+	}
+
+	h.pod = nil
+	gone := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: "gone"}}
+	if res, err := placement.ViewReconciler(store, &h).Reconcile(ctx, gone); err != nil || res != (reconcile.Result{}) || h.pod != nil {
+		t.Errorf("a pod not in the store: Reconcile = %+v, %v, handed %v; want nothing done", res, err, h.pod)
 	}
 }
