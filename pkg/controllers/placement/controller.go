@@ -10,8 +10,8 @@
 // What is where: controller.go, the controller, its options and Reconcile
 // (the pod's workload, then a placement by strategy, the groups served asked
 // of capacity.Capacity); read.go, each request's pod read from the pod
-// informer's store as a shared, read-only view; images.go, the images' architectures and the
-// placement by architecture alone; tally.go, the counts, and strays.go, the
+// informer's store as a shared, read-only view; images.go, the images'
+// architectures and the placement by architecture alone; tally.go, the counts, and strays.go, the
 // pods admitted without a decision counted by their node's labels; write.go,
 // the decision's patch (with the pod's deletion cost when it can be told)
 // and the release without one (decision.Release), and the release of a pod
