@@ -10,9 +10,11 @@
 // The informer's store holds *Pod. Reads through the cache are unchanged:
 // controller-runtime's Get and List deep-copy the stored object
 // (DeepCopyObject), which gives a full *corev1.Pod. What receives the stored
-// object itself (informer event handlers, predicates, field indexers) reads
-// it through View. A List with client.UnsafeDisableDeepCopy cannot fill a
-// PodList from a *Pod: pod lists are always deep-copied.
+// object itself (informer event handlers, predicates, field indexers, and
+// the placement controller, which reads each pod from the informer's store
+// instead of a Get's copy) reads it through View. A List with
+// client.UnsafeDisableDeepCopy cannot fill a PodList from a *Pod: pod lists
+// are always deep-copied.
 //
 // Cached objects are never mutated: the shared maps and slices are read by
 // every pod of a shape.

@@ -3,13 +3,16 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -17,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
@@ -25,6 +29,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/internal/memcache"
 	"github.com/apportion-dev/apportion/pkg/operator"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
@@ -280,5 +285,106 @@ func addStrays(b *testing.B, r *memcache.Reader, tally *placement.Tally, n, perN
 		pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("stray-%d", i), UID: types.UID(fmt.Sprintf("stray-%d", i)),
 			Labels: map[string]string{workload.PodTemplateHashLabel: "abc"}}, Owner: app0RS, NodeName: node, Phase: corev1.PodRunning})
 		tally.Observe(pod)
+	}
+}
+
+// cacheGet reads pods as controller-runtime's cache reader does for a
+// client's Get: the stored object deep-copied (a cached podcache.Pod
+// expanded into a full *corev1.Pod), then copied into the caller's.
+type cacheGet struct {
+	client.Client
+	store toolscache.Store
+}
+
+func (g cacheGet) Get(_ context.Context, key client.ObjectKey, out client.Object, _ ...client.GetOption) error {
+	obj, ok, err := g.store.GetByKey(key.Namespace + "/" + key.Name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+	}
+	reflect.Indirect(reflect.ValueOf(out)).Set(reflect.Indirect(reflect.ValueOf(obj.(k8sruntime.Object).DeepCopyObject())))
+	out.GetObjectKind().SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return nil
+}
+
+// readers are the two ways a reconcile gets its pod from store: the
+// client's Get (reconcile.AsReconciler, what the manager ran before), and
+// the shared view (placement.ViewReconciler, what it runs).
+func readers(store toolscache.Store, rec reconcile.ObjectReconciler[*corev1.Pod]) []namedReconciler {
+	return []namedReconciler{
+		{"get", reconcile.AsReconciler[*corev1.Pod](cacheGet{store: store}, rec)},
+		{"view", placement.ViewReconciler(store, rec)},
+	}
+}
+
+type namedReconciler struct {
+	name string
+	reconcile.Reconciler
+}
+
+// gatedTypicalPod is typicalPod(0) as its ReplicaSet creates it and the
+// webhook gates it: no decision yet, unbound, pending.
+func gatedTypicalPod() *corev1.Pod {
+	pod := typicalPod(0)
+	pod.Annotations = nil
+	pod.Spec.NodeName, pod.Spec.Affinity = "", nil
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	return pod
+}
+
+// BenchmarkReconcileRead: what a reconcile spends to read its pod, a gated
+// Deployment pod cached as the operator caches it (StripPod), before
+// Reconcile does anything with it.
+func BenchmarkReconcileRead(b *testing.B) {
+	cached, _ := operator.StripPod(gatedTypicalPod())
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	if err := store.Add(cached); err != nil {
+		b.Fatal(err)
+	}
+	pod, _ := podcache.View(cached)
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pod)}
+	var h handed
+	for _, r := range readers(store, &h) {
+		b.Run(r.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				h.pod = nil
+				if _, err := r.Reconcile(ctx, req); err != nil || h.pod == nil {
+					b.Fatalf("pod not read: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecision10kPods50PoolsRead: BenchmarkDecision10kPods50Pools with
+// the pod read as the manager reads it, each way.
+func BenchmarkDecision10kPods50PoolsRead(b *testing.B) {
+	r, tally, gated := cachedCluster(b, 100, 100, 50)
+	c := placement.NewController(clocktesting.NewFakeClock(time.Now()), readOnly{Reader: r}, events.NewFakeRecorder(1<<20), &capacity.NodePoolCapacity{Reader: r}, tally, time.Minute).
+		WithSigner(benchSigner)
+	cached, _ := operator.StripPod(gated)
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	if err := store.Add(cached); err != nil {
+		b.Fatal(err)
+	}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(gated)}
+	for _, rec := range readers(store, c) {
+		b.Run(rec.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, err := rec.Reconcile(ctx, req); err != nil || res != (reconcile.Result{}) {
+					b.Fatalf("Reconcile = %+v, %v", res, err)
+				}
+				// The pod goes away again, so every decision sees the same
+				// counts.
+				tally.Forget(cached)
+			}
+		})
 	}
 }

@@ -9,8 +9,9 @@
 //
 // What is where: controller.go, the controller, its options and Reconcile
 // (the pod's workload, then a placement by strategy, the groups served asked
-// of capacity.Capacity); images.go, the images' architectures and the
-// placement by architecture alone; tally.go, the counts, and strays.go, the
+// of capacity.Capacity); read.go, each request's pod read from the pod
+// informer's store as a shared, read-only view; images.go, the images'
+// architectures and the placement by architecture alone; tally.go, the counts, and strays.go, the
 // pods admitted without a decision counted by their node's labels; write.go,
 // the decision's patch (with the pod's deletion cost when it can be told)
 // and the release without one (decision.Release), and the release of a pod
@@ -191,11 +192,15 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 			return fmt.Errorf("registering the image warmer: %w", err)
 		}
 	}
+	r, err := c.reconciler(ctx, m)
+	if err != nil {
+		return err
+	}
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
 		Watches(&corev1.Pod{}, oldestFirst{}, builder.WithPredicates(Predicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-		Complete(reconcile.AsReconciler(m.GetClient(), c))
+		Complete(r)
 }
 
 // Predicate passes the pod events the controller acts on: every event of a
@@ -216,7 +221,10 @@ func Predicate() predicate.Predicate {
 	}
 }
 
-// Reconcile decides one gated pod, or one ungated pod in shadow mode.
+// Reconcile decides one gated pod, or one ungated pod in shadow mode. The
+// pod is the informer's cached pod as podcache.View gives it, shared with
+// every other reader: it is read only, and each write works on a copy of
+// its own.
 func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
 	gated := decision.HasGate(pod)
 	if podutil.IsTerminating(pod) || (!gated && !shadowCandidate(pod)) {
