@@ -221,7 +221,7 @@ func (b *bench) waitBurst(ctx context.Context, ns string, want int, t0 time.Time
 			return
 		}
 		if time.Since(lastSay) >= 10*time.Second {
-			say("%s after %s: %d pods, %d decided, %d bound, %d Running", ns, time.Since(t0).Round(time.Second), p.pods, p.decided, p.bound, p.running)
+			say("%s after %s: %d pods, %d decided, %d unschedulable, %d bound, %d Running", ns, time.Since(t0).Round(time.Second), p.pods, p.decided, p.marked, p.bound, p.running)
 			lastSay = time.Now()
 		}
 		if time.Now().After(deadline) {

@@ -37,6 +37,9 @@ type podRecord struct {
 	created     time.Time
 	scheduledAt time.Time
 	gone        bool
+	// marked: unbound and marked Unschedulable by the scheduler, which
+	// is what Karpenter provisions for.
+	marked bool
 	// done is Succeeded or Failed: a Job's pod no longer counted live.
 	done bool
 }
@@ -115,15 +118,19 @@ func (r *podRecord) update(p *corev1.Pod, now time.Time) {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		r.done = true
 	}
+	r.marked = false
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
 			r.scheduledAt = c.LastTransitionTime.Time
+		}
+		if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable && p.Spec.NodeName == "" {
+			r.marked = true
 		}
 	}
 }
 
 // progress counts the live pods of ns: all, decided, bound, Running.
-type progress struct{ pods, decided, bound, running int }
+type progress struct{ pods, decided, bound, running, marked int }
 
 func (w *podWatch) progress(ns string) progress {
 	w.mu.Lock()
@@ -142,6 +149,9 @@ func (w *podWatch) progress(ns string) progress {
 		}
 		if !r.running.IsZero() {
 			p.running++
+		}
+		if r.marked {
+			p.marked++
 		}
 	}
 	return p
