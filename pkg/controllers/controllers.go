@@ -159,16 +159,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		}),
 	}
 	if d.LeaseWatch != nil {
-		// One handler for the placement controller, the gate janitor and
-		// the webhook.
-		cs = append(cs, registerFunc(func(ctx context.Context, m manager.Manager) error {
-			reg, err := handle(ctx, m, &coordinationv1.Lease{}, d.LeaseWatch)
-			if err != nil {
-				return err
-			}
-			d.LeaseWatch.WithSynced(reg.HasSynced)
-			return nil
-		}))
+		cs = append(cs, watchLease(d.LeaseWatch))
 	}
 	if d.Policies != nil {
 		var followed []schema.GroupVersionKind
@@ -390,6 +381,20 @@ func nodeMetadata() *metav1.PartialObjectMetadata {
 	node := &metav1.PartialObjectMetadata{}
 	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 	return node
+}
+
+// watchLease registers w on the Lease informer: one handler for the
+// placement controller, the gate janitor and the webhook, whose replica is
+// ready once the handler has had the informer's first listing.
+func watchLease(w *lease.Watch) controller.Controller {
+	return registerFunc(func(ctx context.Context, m manager.Manager) error {
+		reg, err := handle(ctx, m, &coordinationv1.Lease{}, w)
+		if err != nil {
+			return err
+		}
+		w.WithSynced(reg.HasSynced)
+		return nil
+	})
 }
 
 // handle adds h to the informer of obj's kind.
