@@ -73,7 +73,7 @@ const groupLabel = "bench.apportion.dev/group"
 // as nodeSelector and the group's count of the quota at replicas, all
 // labelled app=w.name. The control plane's time for them is what the
 // placement itself costs, apportion aside.
-func pinnedDeployments(ns, image string, w workload, replicas int) ([]*appsv1.Deployment, error) {
+func pinnedDeployments(ns, image string, w workload, replicas int, gated bool) ([]*appsv1.Deployment, error) {
 	s, err := strategy.Parse(w.strategy)
 	if err != nil {
 		return nil, err
@@ -95,6 +95,9 @@ func pinnedDeployments(ns, image string, w workload, replicas int) ([]*appsv1.De
 			d.Spec.Template.Spec.NodeSelector[l.Key] = l.Value
 		}
 		d.Spec.Replicas = ptr.To(int32(counts[g]))
+		if gated {
+			d.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: holdGate}}
+		}
 		out = append(out, d)
 	}
 	return out, nil
@@ -157,7 +160,7 @@ func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*bu
 			deployments = append(deployments, deployment(ns, b.image, w))
 			continue
 		}
-		ds, err := pinnedDeployments(ns, b.image, w, b.o.replicas)
+		ds, err := pinnedDeployments(ns, b.image, w, b.o.replicas, b.o.pinnedGated)
 		if err != nil {
 			return nil, fmt.Errorf("workload %s: %w", w.name, err)
 		}
@@ -179,6 +182,18 @@ func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*bu
 		return nil, fmt.Errorf("creating the Deployments: %w", err)
 	}
 	want := b.o.workloads * b.o.replicas
+	if mode == modePinned && b.o.pinnedGated {
+		rel := newReleaser(b.kube)
+		relCtx, stop := context.WithCancel(ctx)
+		rel.start(relCtx)
+		hook := rel.observe
+		b.watch.hook.Store(&hook)
+		defer func() {
+			b.watch.hook.Store(nil)
+			stop()
+			say("%s: %s", ns, rel.summary())
+		}()
+	}
 	say("%s: scaling %d Deployments from 0 (%d pods)", ns, len(deployments), want)
 	t0 := time.Now()
 	cpu0 := cpuTimes(b.c.PIDs())

@@ -3,6 +3,9 @@ package main
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/apportion-dev/apportion/pkg/annotations"
 )
 
@@ -13,7 +16,7 @@ import (
 func TestPinnedDeployments(t *testing.T) {
 	for i, w := range workloads(len(strategies)) {
 		for _, replicas := range []int{1, 7, 100} {
-			ds, err := pinnedDeployments("ns", "img", w, replicas)
+			ds, err := pinnedDeployments("ns", "img", w, replicas, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,5 +49,27 @@ func TestPinnedDeployments(t *testing.T) {
 				t.Errorf("%s at %d: pinned split %v is off the quota", w.name, replicas, sp.Counts)
 			}
 		}
+	}
+}
+
+// With --pinned-gated the pinned pods are held by the bench's gate, which
+// the releaser removes (once per pod, and only from pods holding it).
+func TestPinnedGated(t *testing.T) {
+	ds, err := pinnedDeployments("ns", "img", workloads(1)[0], 10, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if gates := d.Spec.Template.Spec.SchedulingGates; len(gates) != 1 || gates[0].Name != holdGate {
+			t.Errorf("%s: gates %v, want only %s", d.Name, gates, holdGate)
+		}
+	}
+	r := newReleaser(nil)
+	held := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, Spec: ds[0].Spec.Template.Spec}
+	r.observe(held)
+	r.observe(held)
+	r.observe(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}})
+	if n := len(r.queue); n != 1 {
+		t.Errorf("%d pods queued, want the held one once", n)
 	}
 }

@@ -41,6 +41,7 @@ type options struct {
 	profileFor    time.Duration
 	only          string
 	pinned        bool
+	pinnedGated   bool
 	batch         bool
 	jobPods       int
 	jobParallel   int
@@ -70,6 +71,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.profileFor, "cpu-profile-duration", 30*time.Second, "length of the --cpu-profile")
 	fs.StringVar(&o.only, "only", "", `run one burst only: "with" or "without" apportion, or "pinned" (the same splits by nodeSelector, without apportion)`)
 	fs.BoolVar(&o.pinned, "pinned", true, "also run the burst pinned by hand: each workload as one Deployment per group, with the group's labels as nodeSelector and its count of the quota, without apportion (what the placement itself costs the control plane)")
+	fs.BoolVar(&o.pinnedGated, "pinned-gated", false, "hold the pinned burst's pods by a scheduling gate in their template, which the bench removes from each pod by one patch as soon as it sees it: the path apportion's pods take, with no webhook and no decision (what gating alone costs the control plane)")
 	fs.BoolVar(&o.batch, "batch", false, "instead of the bursts, run one Job with apportion (capacity spread) and check its live pods against the quota every second")
 	fs.IntVar(&o.jobPods, "job-pods", 2000, "with --batch, the Job's completions")
 	fs.IntVar(&o.jobParallel, "job-parallelism", 200, "with --batch, the Job's parallelism")

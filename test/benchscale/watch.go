@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,9 @@ type podRecord struct {
 type podWatch struct {
 	mu   sync.Mutex
 	pods map[string]map[string]*podRecord
+	// hook, when set, sees every pod event (the releaser of
+	// --pinned-gated).
+	hook atomic.Pointer[func(*corev1.Pod)]
 }
 
 // watchPods starts an informer on the bench's pods; it stops with ctx.
@@ -84,6 +88,9 @@ func (w *podWatch) observe(o any, deleted bool) {
 	p, ok := o.(*corev1.Pod)
 	if !ok {
 		return
+	}
+	if h := w.hook.Load(); h != nil && !deleted {
+		(*h)(p)
 	}
 	now := time.Now()
 	w.mu.Lock()
