@@ -106,7 +106,15 @@ func leaderKilledMidBurst(t *testing.T, lease time.Duration, args ...string) {
 	if limit := lease + 5*time.Second; maxWait > limit {
 		t.Errorf("the longest gate wait was %.1fs, more than the lease duration plus 5s (%s)", maxWait.Seconds(), limit)
 	}
-	checkDecisionOrder(t, decided)
+	// A pod can leave mid-burst: the ReplicaSet controller deletes a surplus
+	// pod when a creation it took for failed (an admission call cut by the
+	// kill) went through after all. Its decision left with it.
+	if gone := len(seen) - len(all); gone > 0 {
+		t.Logf("%d of the %d pods created left during the burst", gone, len(seen))
+		checkDecisionsWithGone(t, decided, gone)
+	} else {
+		checkDecisionOrder(t, decided)
+	}
 	freeCapacity(t, d)
 }
 
