@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
@@ -96,16 +94,9 @@ func runWebhook(ctx context.Context, cfg *rest.Config, o *options.Options) error
 		// The placement Lease as its informer shows it: read by the
 		// placement controller, the gate janitor and every admission.
 		deps.LeaseWatch = lease.NewWatch(client.ObjectKey{Namespace: o.SystemNamespace, Name: o.LeaderElectionID})
-	}
-	if deps.LeaseWatch != nil {
 		// Ready once the Lease's first listing reached the Watch: before,
 		// an admission would find no leader and leave its pod ungated.
-		if err := op.AddReadyzCheck("placement-lease", func(*http.Request) error {
-			if !deps.LeaseWatch.Synced() {
-				return errors.New("the placement Lease is not listed yet")
-			}
-			return nil
-		}); err != nil {
+		if err := op.AddReadyzCheck("placement-lease", deps.LeaseWatch.Ready); err != nil {
 			return fmt.Errorf("adding the placement Lease's readiness check: %w", err)
 		}
 	}

@@ -162,14 +162,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		cs = append(cs, watchLease(d.LeaseWatch))
 	}
 	if d.Policies != nil {
-		var followed []schema.GroupVersionKind
 		// The status controllers count the batch owners too, from the
 		// metadata informers Resolve reads them through.
-		for _, gvk := range append(slices.Clone(followedKinds), workload.JobGVK, workload.CronJobGVK, workload.WorkflowGVK) {
-			if d.APIs.Served(gvk) {
-				followed = append(followed, gvk)
-			}
-		}
+		followed := served(d.APIs, ownerKinds())
 		cs = append(cs, policystatus.NewController(d.Clock, kube, groupCapacity, d.Policies,
 			policystatus.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
 		if d.APIs.Served(v1alpha1.ClusterPlacementPolicyGVK) {
@@ -186,6 +181,11 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		cs = append(cs, rebalance.NewController(d.Clock, kube, d.Recorder, groupCapacity, policySource, d.Signer, rebalanceQPS).WithStrategies(strategies))
 	}
 	return cs
+}
+
+// ownerKinds are the workload kinds apportion follows and the batch owners.
+func ownerKinds() []schema.GroupVersionKind {
+	return append(slices.Clone(followedKinds), workload.JobGVK, workload.CronJobGVK, workload.WorkflowGVK)
 }
 
 // served are the kinds of gvks the API server serves.
@@ -209,13 +209,8 @@ const namespaceSweepInterval = 5 * time.Minute
 func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) registerFunc {
 	marker := &scope.Marker{Reader: kube, Writer: kube, Excluded: sets.New(o.Excluded()...)}
 	return func(_ context.Context, m manager.Manager) error {
-		var kinds []schema.GroupVersionKind
 		// A batch owner opts in its namespace as any workload does.
-		for _, gvk := range append(slices.Clone(followedKinds), workload.JobGVK, workload.CronJobGVK, workload.WorkflowGVK) {
-			if d.APIs.Served(gvk) {
-				kinds = append(kinds, gvk)
-			}
-		}
+		kinds := served(d.APIs, ownerKinds())
 		return m.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			for {
 				if err := marker.Sweep(ctx, kube, kinds, d.Policies != nil, d.Policies); err != nil {

@@ -6,6 +6,8 @@
 package lease
 
 import (
+	"errors"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +80,15 @@ func (w *Watch) Synced() bool {
 	}
 	f := w.synced.Load()
 	return f != nil && (*f)()
+}
+
+// Ready is a readiness check (a controller-runtime healthz.Checker) that
+// passes once the Watch is Synced.
+func (w *Watch) Ready(*http.Request) error {
+	if !w.Synced() {
+		return errors.New("the placement Lease is not listed yet")
+	}
+	return nil
 }
 
 // OnAdd is the Lease's creation, or its first listing.

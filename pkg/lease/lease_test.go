@@ -96,8 +96,14 @@ func TestSyncedFollowsTheRegistration(t *testing.T) {
 	if w.Synced() {
 		t.Error("synced before the registration's first listing")
 	}
+	if w.Ready(nil) == nil {
+		t.Error("ready before the registration's first listing")
+	}
 	listed = true
 	if !w.Synced() {
 		t.Error("not synced after the registration's first listing")
+	}
+	if err := w.Ready(nil); err != nil {
+		t.Errorf("not ready after the registration's first listing: %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -31,4 +33,19 @@ func IndexByController(ctx context.Context, indexer client.FieldIndexer) error {
 		return fmt.Errorf("indexing pods by controller: %w", err)
 	}
 	return nil
+}
+
+// Indexer is the pod informer's indexer in informers: its store and its
+// indexes, holding the stored *Pods themselves (read them through View,
+// never change them). Nil when the informer exposes none (a cache
+// restricted to some namespaces): read the pods through the client then.
+func Indexer(ctx context.Context, informers cache.Informers) (toolscache.Indexer, error) {
+	inf, err := informers.GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("getting the pod informer: %w", err)
+	}
+	if i, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
+		return i.GetIndexer(), nil
+	}
+	return nil, nil
 }

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -82,15 +81,15 @@ func (c *Controller) indexPods(ctx context.Context, informers cache.Cache) error
 	if err := informers.IndexField(ctx, &corev1.Pod{}, PodKeyIndex, c.podIndex); err != nil {
 		return fmt.Errorf("indexing pods by capacity key: %w", err)
 	}
-	inf, err := informers.GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
+	indexer, err := podcache.Indexer(ctx, informers)
 	if err != nil {
-		return fmt.Errorf("starting the Pod informer: %w", err)
+		return err
 	}
 	// Should controller-runtime store or name the index otherwise, the
 	// pods are listed through the cache: slower, not wrong.
-	if i, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
-		if _, ok := i.GetIndexer().GetIndexers()[podKeyIndexName]; ok {
-			c.podIndexer = i.GetIndexer()
+	if indexer != nil {
+		if _, ok := indexer.GetIndexers()[podKeyIndexName]; ok {
+			c.podIndexer = indexer
 			return nil
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -52,12 +50,12 @@ func (r *viewReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 // from the pod informer's store when the manager's cache gives one (a cache
 // restricted to some namespaces does not), through the client otherwise.
 func (c *Controller) reconciler(ctx context.Context, m manager.Manager) (reconcile.Reconciler, error) {
-	inf, err := m.GetCache().GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
+	store, err := podcache.Indexer(ctx, m.GetCache())
 	if err != nil {
-		return nil, fmt.Errorf("getting the pod informer: %w", err)
+		return nil, err
 	}
-	if s, ok := inf.(interface{ GetStore() toolscache.Store }); ok {
-		return ViewReconciler(s.GetStore(), c), nil
+	if store != nil {
+		return ViewReconciler(store, c), nil
 	}
 	log.FromContext(ctx).Info("the pod informer has no store: the placement controller reads each pod through the client")
 	return reconcile.AsReconciler(m.GetClient(), c), nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,18 +74,7 @@ func testFrozenLeader(t *testing.T) {
 		}
 		return nil
 	})
-	if err := leader.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	frozen := time.Now()
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			_ = leader.Signal(syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(thaw)
+	frozen, thaw := freeze(t, leader)
 	seenAtFreeze, _, _ := gates.Counts()
 	t.Logf("froze the leader %s (SIGSTOP) %s after the scale-up, %d pods admitted", leader.Name, frozen.Sub(start).Round(time.Millisecond), seenAtFreeze)
 	// Nothing but the readiness probe takes it out: its pod is not deleted.
@@ -248,6 +238,20 @@ func isReadyEndpoint(t *testing.T, ip string) bool {
 		return false
 	}
 	return readyEndpoint(list.Items, ip)
+}
+
+// freeze stops p (SIGSTOP) and returns when, with the thaw (SIGCONT, sent
+// once), which the test's cleanup also runs.
+func freeze(t *testing.T, p *framework.PodProcess) (time.Time, func()) {
+	t.Helper()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	var once sync.Once
+	thaw := func() { once.Do(func() { _ = p.Signal(syscall.SIGCONT) }) }
+	t.Cleanup(thaw)
+	return at, thaw
 }
 
 func leaseHolder(t *testing.T) string {

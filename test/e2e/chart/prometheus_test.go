@@ -184,43 +184,14 @@ func testPrometheus(t *testing.T) {
 
 	leader := leaderProcess(t)
 	holder := leaseHolder(t)
-	if err := leader.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			_ = leader.Signal(syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(thaw)
+	stopped, thaw := freeze(t, leader)
 	t.Logf("froze the leader %s (SIGSTOP)", leader.Name)
 
-	waitFor(t, time.Minute, "ApportionNoLeader firing", func() error {
-		state, err := alertState(base, "ApportionNoLeader")
-		if err != nil {
-			return err
-		}
-		if state != "firing" {
-			return fmt.Errorf("ApportionNoLeader is %q", state)
-		}
-		return nil
-	})
+	waitAlert(t, base, "ApportionNoLeader", "firing")
 	fired := time.Now()
 	t.Logf("ApportionNoLeader firing %s after the leader froze (Lease holder now %s)", fired.Sub(stopped).Round(100*time.Millisecond), leaseHolder(t))
 
-	waitFor(t, time.Minute, "ApportionNoLeader resolved", func() error {
-		state, err := alertState(base, "ApportionNoLeader")
-		if err != nil {
-			return err
-		}
-		if state != "" {
-			return fmt.Errorf("ApportionNoLeader is %q", state)
-		}
-		return nil
-	})
+	waitAlert(t, base, "ApportionNoLeader", "")
 	if h := leaseHolder(t); h == holder {
 		t.Fatalf("ApportionNoLeader resolved while the frozen replica %s still holds the Lease", holder)
 	}
@@ -330,6 +301,26 @@ func promAPI(base, path string, v any) error {
 
 // alertState returns the state of an alert in /api/v1/alerts (pending or
 // firing), empty when it is not active.
+// waitAlert waits up to a minute for alert name to be in state ("" when
+// it is neither pending nor firing).
+func waitAlert(t *testing.T, base, name, state string) {
+	t.Helper()
+	what := name + " " + state
+	if state == "" {
+		what = name + " resolved"
+	}
+	waitFor(t, time.Minute, what, func() error {
+		got, err := alertState(base, name)
+		if err != nil {
+			return err
+		}
+		if got != state {
+			return fmt.Errorf("%s is %q", name, got)
+		}
+		return nil
+	})
+}
+
 func alertState(base, name string) (string, error) {
 	var r struct {
 		Alerts []struct {
