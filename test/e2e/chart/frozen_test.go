@@ -191,11 +191,17 @@ func testFrozenLeader(t *testing.T) {
 		t.Logf("the thawed replica runs on, not leading")
 	}
 	checkSplit(t, ns, "burst", pods)
-	// The stand-in kubelet does not restart containers: replace the pod of
-	// an exited replica, so that later steps have two again.
+	replaceIfExited(t, leader)
+}
+
+// replaceIfExited replaces the pod of p when p exited: the stand-in kubelet
+// does not restart containers, and later steps want two replicas again.
+func replaceIfExited(t *testing.T, p *framework.PodProcess) {
+	t.Helper()
 	select {
-	case <-leader.Exited:
-		if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: leader.Name}, &pod); err == nil {
+	case <-p.Exited:
+		var pod corev1.Pod
+		if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: p.Name}, &pod); err == nil {
 			if err := env.kube.Delete(t.Context(), &pod); err != nil {
 				t.Fatal(err)
 			}

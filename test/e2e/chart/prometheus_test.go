@@ -211,22 +211,7 @@ func testPrometheus(t *testing.T) {
 		}
 		return nil
 	})
-	select {
-	case <-leader.Exited:
-		var pod corev1.Pod
-		if err := env.kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: leader.Name}, &pod); err == nil {
-			if err := env.kube.Delete(ctx, &pod); err != nil {
-				t.Fatal(err)
-			}
-		}
-		waitFor(t, 2*time.Minute, "two replicas running", func() error {
-			if n := len(env.kubelet.Processes()); n != 2 {
-				return fmt.Errorf("%d running", n)
-			}
-			return nil
-		})
-	default:
-	}
+	replaceIfExited(t, leader)
 }
 
 // renderMonitoring renders the chart with the install's values and its
