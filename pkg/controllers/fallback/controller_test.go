@@ -3,7 +3,6 @@ package fallback
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -15,23 +14,18 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -1121,21 +1115,9 @@ func TestZeroQPSDeletesNone(t *testing.T) {
 // modes (nothing is started: no API server is needed).
 func TestRegister(t *testing.T) {
 	for _, nodeLabels := range []bool{false, true} {
-		m, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
-			Scheme:  test.Scheme(),
-			Metrics: metricsserver.Options{BindAddress: "0"},
-			MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-				rm := meta.NewDefaultRESTMapper(nil)
-				rm.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
-				rm.Add(schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"}, meta.RESTScopeRoot)
-				rm.Add(schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}, meta.RESTScopeRoot)
-				return rm, nil
-			},
-			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := test.UnstartedManager(t, []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("Pod")},
+			schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"},
+			schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"})
 		c := NewController(clocktesting.NewFakeClock(now), m.GetClient(), events.NewFakeRecorder(1),
 			capacity.NewTracker(clocktesting.NewFakeClock(now), time.Minute, time.Hour), Options{NodeLabels: nodeLabels, DeleteQPS: 2})
 		if err := c.Register(context.Background(), m); err != nil {

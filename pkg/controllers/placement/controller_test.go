@@ -246,6 +246,21 @@ func conflictOnce(meanwhile func(ctx context.Context, c client.WithWatch, obj cl
 	}
 }
 
+// releasedMeanwhile is conflictOnce's meanwhile for a pod the gate janitor
+// released between the decision and its patch.
+func releasedMeanwhile(t *testing.T) func(ctx context.Context, c client.WithWatch, obj client.Object) {
+	return func(ctx context.Context, c client.WithWatch, obj client.Object) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &p); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := decision.Release(ctx, c, &p); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestConflictSendsTheSameDecisionAgain: a decision whose patch conflicts
 // (the cache was behind the pod) is sent again on the pod read from the API
 // server, in the same reconcile: it stays counted once, and the next pod of
@@ -269,16 +284,7 @@ func TestConflictSendsTheSameDecisionAgain(t *testing.T) {
 // revision does not count it.
 func TestUnwrittenDecisionIsTakenBack(t *testing.T) {
 	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), nodePool("spot", 5, "spot"))
-	c := interceptor.NewClient(f.client.(client.WithWatch), conflictOnce(func(ctx context.Context, c client.WithWatch, obj client.Object) {
-		var p corev1.Pod
-		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &p); err != nil {
-			t.Error(err)
-			return
-		}
-		if err := decision.Release(ctx, c, &p); err != nil {
-			t.Error(err)
-		}
-	}))
+	c := interceptor.NewClient(f.client.(client.WithWatch), conflictOnce(releasedMeanwhile(t)))
 	f.ctrl = placement.NewController(f.clock, c, f.recorder, &capacity.NodePoolCapacity{Reader: c}, f.tally, 30*time.Second).WithAPIReader(f.client)
 	notWritten := metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(onDemandKey), metrics.NodePools.Value("od"), placement.ResultNotWritten)
 	before := testutil.ToFloat64(notWritten)

@@ -2,21 +2,15 @@ package placement
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/podcache"
@@ -28,19 +22,7 @@ import (
 // client (whose Get would give a deep copy; here, with the cache not
 // started, an error). Nothing is started: no API server is needed.
 func TestManagerReadsThePodFromTheInformerStore(t *testing.T) {
-	m, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
-		Scheme:  test.Scheme(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-			rm := meta.NewDefaultRESTMapper(nil)
-			rm.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
-			return rm, nil
-		},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := test.UnstartedManager(t, []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("Pod")})
 	ctx := context.Background()
 	// The pods are not listed yet: a gated pod read is sent back for later,
 	// which tells that it was read, and nothing more is needed.

@@ -166,6 +166,14 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 			p.CreationTimestamp = metav1.NewTime(now.Add(-age))
 		}
 	}
+	// onPools: the workload annotated ann, both NodePools, and its first
+	// pod with edits then userFields.
+	onPools := func(ann map[string]string, edits ...func(*corev1.Pod)) func(*testing.T) (*fixture, *corev1.Pod) {
+		return func(t *testing.T) (*fixture, *corev1.Pod) {
+			f := withPools(t, ann)
+			return f, f.gatedPod(t, 0, append(edits, userFields)...)
+		}
+	}
 	internal := apierrors.NewInternalError(errors.New("etcd is having a bad day"))
 	for i, tc := range []struct {
 		name    string
@@ -174,19 +182,13 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 		requeue bool // looked at again after a while
 		fails   bool // an error for the workqueue's backoff
 	}{{
-		name: "by strategy",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, bySeed)
-			return f, f.gatedPod(t, 0, userFields)
-		},
-		want: placed,
+		name:  "by strategy",
+		setup: onPools(bySeed),
+		want:  placed,
 	}, {
-		name: "by strategy, preferred mode",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModePreferred})
-			return f, f.gatedPod(t, 0, userFields)
-		},
-		want: placed,
+		name:  "by strategy, preferred mode",
+		setup: onPools(map[string]string{annotations.Strategy: seed004, annotations.Mode: annotations.ModePreferred}),
+		want:  placed,
 	}, {
 		name: "by strategy, a Job's pod",
 		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
@@ -261,19 +263,13 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 		},
 		want: released,
 	}, {
-		name: "shadow, ungated",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, shadowSeed)
-			return f, f.gatedPod(t, 0, ungated, userFields)
-		},
-		want: shadowed,
+		name:  "shadow, ungated",
+		setup: onPools(shadowSeed, ungated),
+		want:  shadowed,
 	}, {
-		name: "shadow, gated",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, shadowSeed)
-			return f, f.gatedPod(t, 0, userFields)
-		},
-		want: shadowed,
+		name:  "shadow, gated",
+		setup: onPools(shadowSeed),
+		want:  shadowed,
 	}, {
 		name: "shadow, the images read from the API server",
 		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
@@ -306,33 +302,21 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 		},
 		want: untouched,
 	}, {
-		name: "released, no strategy",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, nil)
-			return f, f.gatedPod(t, 0, userFields)
-		},
-		want: released,
+		name:  "released, no strategy",
+		setup: onPools(nil),
+		want:  released,
 	}, {
-		name: "released, invalid strategy",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, map[string]string{annotations.Strategy: "a=b,weight=x"})
-			return f, f.gatedPod(t, 0, userFields)
-		},
-		want: released,
+		name:  "released, invalid strategy",
+		setup: onPools(map[string]string{annotations.Strategy: "a=b,weight=x"}),
+		want:  released,
 	}, {
-		name: "released, opted out",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, map[string]string{annotations.Strategy: seed004, annotations.Skip: "true"})
-			return f, f.gatedPod(t, 0, userFields)
-		},
-		want: released,
+		name:  "released, opted out",
+		setup: onPools(map[string]string{annotations.Strategy: seed004, annotations.Skip: "true"}),
+		want:  released,
 	}, {
-		name: "released, no workload",
-		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
-			f := withPools(t, nil)
-			return f, f.gatedPod(t, 0, userFields, bare)
-		},
-		want: released,
+		name:  "released, no workload",
+		setup: onPools(nil, bare),
+		want:  released,
 	}, {
 		name: "released, no group served",
 		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
@@ -390,16 +374,7 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 		name: "write conflict, the pod released meanwhile",
 		setup: func(t *testing.T) (*fixture, *corev1.Pod) {
 			f := withPools(t, bySeed)
-			f.through(conflictOnce(func(ctx context.Context, c client.WithWatch, obj client.Object) {
-				var p corev1.Pod
-				if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &p); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := decision.Release(ctx, c, &p); err != nil {
-					t.Error(err)
-				}
-			}))
+			f.through(conflictOnce(releasedMeanwhile(t)))
 			return f, f.gatedPod(t, 0, userFields)
 		},
 		want: released, requeue: true,
