@@ -284,8 +284,6 @@ func promAPI(base, path string, v any) error {
 	return json.Unmarshal(r.Data, v)
 }
 
-// alertState returns the state of an alert in /api/v1/alerts (pending or
-// firing), empty when it is not active.
 // waitAlert waits up to a minute for alert name to be in state ("" when
 // it is neither pending nor firing).
 func waitAlert(t *testing.T, base, name, state string) {
@@ -306,6 +304,8 @@ func waitAlert(t *testing.T, base, name, state string) {
 	})
 }
 
+// alertState returns the state of an alert in /api/v1/alerts (pending or
+// firing), empty when it is not active.
 func alertState(base, name string) (string, error) {
 	var r struct {
 		Alerts []struct {

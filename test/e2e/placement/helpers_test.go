@@ -215,8 +215,8 @@ func checkDecisionOrder(t *testing.T, pods []corev1.Pod) {
 	t.Logf("decision order: %d decisions, each against exact counts, every prefix within quota", len(recs))
 }
 
-// checkDecisionsWithGone checks the decisions of a burst gone of whose pods
-// left during it (a surplus pod the ReplicaSet controller deleted): the
+// checkDecisionsWithGone checks the decisions of a burst of which gone pods
+// left during it (deleted, and replaced by the ReplicaSet controller): the
 // exact replay of checkDecisionOrder cannot hold then, since the decisions
 // counted a gone pod until it left and its record left with it. Each
 // decision must still have seen the decisions before it give or take the
