@@ -18,9 +18,21 @@ type Problem struct {
 	Key, Value string
 	// Why says what is wrong and what apportion does instead.
 	Why string
+	// Where is the object and field the annotation is written at, e.g.
+	// "Deployment web metadata.annotations"; "" when not known.
+	Where string
 }
 
 func (p Problem) String() string { return p.Key + " " + p.Detail() }
+
+// Located is the problem with where it is written, when known:
+// "Deployment web metadata.annotations[apportion.dev/mode] "shadw" is not ...".
+func (p Problem) Located() string {
+	if p.Where == "" {
+		return p.String()
+	}
+	return p.Where + "[" + p.Key + "] " + p.Detail()
+}
 
 // Detail is the problem without the key: the value and why.
 func (p Problem) Detail() string { return fmt.Sprintf("%q %s", truncate(p.Value, 64), p.Why) }
@@ -51,7 +63,7 @@ func Check(ann map[string]string) []Problem {
 			continue
 		}
 		if reason := check(k, v); reason != "" {
-			out = append(out, Problem{k, v, reason})
+			out = append(out, Problem{Key: k, Value: v, Why: reason})
 		}
 	}
 	slices.SortFunc(out, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
@@ -83,7 +95,7 @@ func check(k, v string) string {
 	case k == Tolerate:
 		return "is read on NodePools only; set here it has no effect"
 	default:
-		return "is not an apportion annotation; it has no effect"
+		return unknownKey(k)
 	}
 	return ""
 }

@@ -202,8 +202,8 @@ func writeStatus(w io.Writer, reports []*explain.WorkloadReport, wide bool) erro
 	fmt.Fprintln(tw, header)
 	for _, r := range reports {
 		name := strings.ToLower(r.Kind) + "/" + r.Name
-		if r.Problem != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t-\t-\t-\t-\t✗ %s", r.Namespace, name, r.Mode, r.Replicas, clip(r.Problem, 100))
+		if r.NotPlaced != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t-\t-\t-\t-\t✗ %s", r.Namespace, name, r.Mode, r.Replicas, clip(r.NotPlaced, 100))
 			if wide {
 				fmt.Fprintf(tw, "\t-\t%s\t%s", r.Source, r.Strategy)
 			}
@@ -296,8 +296,8 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 		mode += ": decisions are recorded on the pods, not applied"
 	}
 	fmt.Fprintf(tw, "Mode:\t%s\n", mode)
-	if r.Problem != "" {
-		fmt.Fprintf(tw, "Not placed:\t%s\n", r.Problem)
+	if r.NotPlaced != "" {
+		fmt.Fprintf(tw, "Not placed:\t%s\n", r.NotPlaced)
 		fmt.Fprintf(tw, "Pods:\t%d live\n", r.Pods.Live)
 		return tw.Flush()
 	}

@@ -336,7 +336,7 @@ func (o *planFlags) input(stdin io.Reader) (planInput, error) {
 	}
 	in.pod = &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}
 	if !o.strategySet {
-		in.strategy, in.source = w.Strategy, w.String()+" "+w.Source.String()
+		in.strategy, in.source = w.Strategy, w.String()+" "+w.Source
 	}
 	if !o.replicas.set {
 		// An unset spec.replicas means 1, as the API server defaults it.

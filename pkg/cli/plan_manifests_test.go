@@ -146,7 +146,7 @@ func TestPlanManifests(t *testing.T) {
 	}
 	check(p, []want{
 		{"Deployment team-a/api", "PlacementPolicy team-a/api-split", "required", map[string]int64{"a=1": 2, "b=2": 2}},
-		{"Deployment team-a/own", "metadata.annotations[apportion.dev/strategy]", "required", map[string]int64{"zone=x": 3}},
+		{"Deployment team-a/own", "Deployment own metadata.annotations[apportion.dev/strategy]", "required", map[string]int64{"zone=x": 3}},
 		// on-demand: base 1, then a quarter of the rest, capped at 2.
 		{"StatefulSet team-b/db", "ClusterPlacementPolicy z-spot", "shadow", map[string]int64{"karpenter.sh/capacity-type=on-demand": 2, "karpenter.sh/capacity-type=spot": 5}},
 	})
@@ -198,7 +198,7 @@ func TestPlanManifestsDirectory(t *testing.T) {
 		got = append(got, w.Namespace+"/"+w.Name+" "+w.Source)
 	}
 	want := []string{"team-b/json ClusterPlacementPolicy z-spot", "team-a/api PlacementPolicy team-a/api-split",
-		"team-a/own metadata.annotations[apportion.dev/strategy]", "team-b/db ClusterPlacementPolicy z-spot"}
+		"team-a/own Deployment own metadata.annotations[apportion.dev/strategy]", "team-b/db ClusterPlacementPolicy z-spot"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("workloads from the directory:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -236,7 +236,7 @@ func TestPlanManifestsErrors(t *testing.T) {
 	bad := write("bad.yaml", ok+"---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b, annotations: {apportion.dev/strategy: 'a=b,weight=x'}}\n")
 	code, out, errOut := run(t, "", "plan", "-f", bad)
 	if code != ExitUsage || !strings.Contains(out, "Deployment default/a\nreplicas:    1\nnot placed:  no strategy") ||
-		!strings.Contains(errOut, `1 of 2 workloads have no preview: Deployment default/b: metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "weight=x"`) {
+		!strings.Contains(errOut, `1 of 2 workloads have no preview: Deployment default/b: Deployment b metadata.annotations[apportion.dev/strategy]: invalid strategy: group 1, item 2 "weight=x"`) {
 		t.Errorf("invalid strategy: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
@@ -277,7 +277,7 @@ spec:
 		id, source string
 		counts     map[string]int64
 	}{
-		{"Job ci/render", "spec.template.metadata.annotations[apportion.dev/strategy]", map[string]int64{"a=1": 2, "b=2": 6}},
+		{"Job ci/render", "Job render spec.template.metadata.annotations[apportion.dev/strategy]", map[string]int64{"a=1": 2, "b=2": 6}},
 		{"CronJob ci/nightly", "CronJob nightly metadata.annotations[apportion.dev/strategy]", map[string]int64{"a=1": 4, "b=2": 2}},
 	} {
 		got := p.Workloads[i]

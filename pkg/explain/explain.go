@@ -52,6 +52,8 @@ type Cluster struct {
 	ClusterPolicies bool
 
 	listed *listing // while Status runs: each namespace's pods and ReplicaSets, listed once
+	// sources are each namespace's policies, read once.
+	sources map[string]staticSource
 }
 
 // NewCluster reads which APIs c's cluster serves and builds the Cluster.

@@ -127,7 +127,7 @@ func TestWorkloadReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Problem != "" || r.Revision != "new" || r.Mode != annotations.ModeRequired || !strings.Contains(r.Source, "metadata.annotations[apportion.dev/strategy]") {
+	if r.NotPlaced != "" || r.Revision != "new" || r.Mode != annotations.ModeRequired || !strings.Contains(r.Source, "metadata.annotations[apportion.dev/strategy]") {
 		t.Fatalf("strategy, source, mode, revision: %+v", r)
 	}
 	if r.Replicas != 10 || r.Running != 11 {
@@ -296,7 +296,7 @@ func TestWorkloadStrategySources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(r.Problem, "no strategy") || r.Pods.Live != 1 {
+	if !strings.HasPrefix(r.NotPlaced, "no strategy") || r.Pods.Live != 1 {
 		t.Fatalf("no strategy: %+v", r)
 	}
 	pol := test.PlacementPolicy(metav1.ObjectMeta{Namespace: ns, Name: "half"}, policySpec(t, odSpot))
@@ -306,7 +306,7 @@ func TestWorkloadStrategySources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Kind != "Deployment" || r.Source != "PlacementPolicy shop/half" || r.Mode != "preferred" || r.Problem != "" || r.Strategy == "" {
+	if r.Kind != "Deployment" || r.Source != "PlacementPolicy shop/half" || r.Mode != "preferred" || r.NotPlaced != "" || r.Strategy == "" {
 		t.Fatalf("a ReplicaSet is read as its Deployment, placed by the policy: %+v", r)
 	}
 	f.deploy.Spec.Template.Annotations = map[string]string{annotations.Mode: "required"}
@@ -483,7 +483,7 @@ func TestWorkloadClusterPolicy(t *testing.T) {
 	f := newFixture(nil, false)
 	f.objs = append(f.objs, namespace, cp("platform", time.Hour, 5), cp("newer", time.Minute, 5), cp("low", 2*time.Hour, 1))
 	r := explainWeb(t, f)
-	if r.Source != "ClusterPlacementPolicy platform" || r.Mode != "shadow" || r.Problem != "" || r.Strategy == "" ||
+	if r.Source != "ClusterPlacementPolicy platform" || r.Mode != "shadow" || r.NotPlaced != "" || r.Strategy == "" ||
 		!strings.Contains(r.Why, "ties with ClusterPlacementPolicy newer (priority 5)") || !strings.Contains(r.Why, "over ClusterPlacementPolicy low (priority 1)") {
 		t.Fatalf("cluster policy: %+v", r)
 	}
@@ -669,8 +669,8 @@ func TestCronJobPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Source != tc.source || r.Strategy == "" || r.Problem != "" || !strings.Contains(r.Why, "CronJob nightly") {
-				t.Errorf("job/nightly-1: source %q why %q problem %q, want %s, the CronJob's", r.Source, r.Why, r.Problem, tc.source)
+			if r.Source != tc.source || r.Strategy == "" || r.NotPlaced != "" || !strings.Contains(r.Why, "CronJob nightly") {
+				t.Errorf("job/nightly-1: source %q why %q problem %q, want %s, the CronJob's", r.Source, r.Why, r.NotPlaced, tc.source)
 			}
 			pr, err := c.Pod(context.Background(), ns, "nightly-1-0")
 			if err != nil {
@@ -725,8 +725,8 @@ func TestWorkflowOwners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Source != tc.source || !strings.Contains(r.Why, tc.why) || !strings.HasPrefix(r.Problem, tc.problem) {
-			t.Errorf("workflow/%s: source %q why %q problem %q; want %q, why with %q, problem %q", tc.name, r.Source, r.Why, r.Problem, tc.source, tc.why, tc.problem)
+		if r.Source != tc.source || !strings.Contains(r.Why, tc.why) || !strings.HasPrefix(r.NotPlaced, tc.problem) {
+			t.Errorf("workflow/%s: source %q why %q problem %q; want %q, why with %q, problem %q", tc.name, r.Source, r.Why, r.NotPlaced, tc.source, tc.why, tc.problem)
 		}
 	}
 }

@@ -220,9 +220,9 @@ func (r *PodReport) notPlaced(p *corev1.Pod) string {
 		return "it has no controller: apportion places the pods of Deployments, StatefulSets, ReplicaSets and Argo Rollouts"
 	case r.Workload == nil:
 		return "its controller is a " + metav1.GetControllerOfNoCopy(p).Kind + ", which apportion does not follow"
-	case r.Workload.Problem != "":
-		return r.Workload.Problem
-	case isTrue(p.Annotations[annotations.Skip]):
+	case r.Workload.NotPlaced != "":
+		return r.Workload.NotPlaced
+	case strings.EqualFold(strings.TrimSpace(p.Annotations[annotations.Skip]), "true"):
 		return "opted out (" + annotations.Skip + `: "true" on the pod)`
 	case podutil.IsTerminal(p) || podutil.IsTerminating(p):
 		return "it is terminating or finished"

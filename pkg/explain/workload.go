@@ -2,7 +2,6 @@ package explain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -23,12 +22,9 @@ import (
 	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
-	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/split"
-	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
@@ -37,22 +33,10 @@ type WorkloadReport struct {
 	Namespace string `json:"namespace"`
 	Kind      string `json:"kind"`
 	Name      string `json:"name"`
-	// Strategy is the strategy as written; Source where (an annotation of
-	// the workload or its pod template, or a PlacementPolicy).
-	Strategy string `json:"strategy,omitempty"`
-	Source   string `json:"source,omitempty"`
-	// Why says why Source wins when policies are in play: the
-	// ClusterPlacementPolicies it wins over, or that place the workload
-	// and in which rank, ties included.
-	Why string `json:"why,omitempty"`
-	// Mode is required, preferred or shadow; ModeSource where it is set
-	// ("" for the install's default).
-	Mode       string `json:"mode"`
-	ModeSource string `json:"modeSource,omitempty"`
-	// Problem says why apportion does not place the workload's pods (no
-	// strategy, an invalid one, an opt-out); "" when it does. "notPlaced"
-	// in JSON, as plan says it.
-	Problem string `json:"notPlaced,omitempty"`
+	// The resolution: strategy, source, why, mode, what keeps its pods
+	// from being placed, problems; as `apportion plan -f` says it of the
+	// same objects.
+	workload.Answer
 	// Revision is the current revision (pod-template-hash or
 	// controller-revision-hash): what the counts and Next are about.
 	Revision string `json:"revision,omitempty"`
@@ -430,300 +414,23 @@ func revisionOf(p *corev1.Pod) string {
 	return p.Labels[appsv1.ControllerRevisionHashLabelKey]
 }
 
-// strategyOf finds o's strategy and mode: its annotations (the pod
-// template's win for the mode), else the oldest PlacementPolicy targeting
-// it, else the highest-ranked ClusterPlacementPolicy covering it, else (for
-// a CronJob's Job) the same for its CronJob.
-func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) error {
-	raw, src, found := o.findStrategy()
-	namespaced, ranked, err := c.policies(ctx, o, !found, r)
-	if err != nil {
-		return err
-	}
-	ofParent := ""
-	if namespaced == nil && len(ranked) == 0 && !found && o.parent != nil {
-		if namespaced, ranked, ofParent, err = c.parentPolicies(ctx, o, r); err != nil {
-			return err
-		}
-	}
-	switch {
-	case found:
-		r.Strategy, r.Source = raw, describeSource(o, src)
-		if len(ranked) > 0 {
-			r.Why = "its own annotation wins over " + names(ranked)
-		}
-	case namespaced != nil:
-		text, err := policy.Strategy(&namespaced.Spec)
-		setPolicy(r, "PlacementPolicy "+namespaced.Namespace+"/"+namespaced.Name, text, err, namespaced.Spec.Mode)
-		if len(ranked) > 0 {
-			r.Why = "a PlacementPolicy of the namespace wins over " + names(ranked)
-		}
-	case len(ranked) > 0:
-		text, err := policy.ClusterStrategy(&ranked[0].Spec)
-		setPolicy(r, "ClusterPlacementPolicy "+ranked[0].Name, text, err, ranked[0].Spec.Mode)
-		r.Why = clusterWhy(o, ranked)
-	}
-	if ofParent != "" {
-		r.Why = ofParent
-	}
-	o.cronWhy(r, raw, src, found)
-	o.modeOf(r)
-	o.problem(r, !found && namespaced == nil && len(ranked) > 0 && !ranked[0].SkipAllowed())
-	return nil
-}
-
-// parentPolicies are the policies of o's CronJob, which place a Job that
-// nothing of its own places, as placement does; why says so ("" when no
-// policy applies to the CronJob either).
-func (c *Cluster) parentPolicies(ctx context.Context, o *object, r *WorkloadReport) (*v1alpha1.PlacementPolicy, []*v1alpha1.ClusterPlacementPolicy, string, error) {
-	parent := &object{meta: o.parent}
-	namespaced, ranked, err := c.policies(ctx, parent, true, r)
-	if err != nil || (namespaced == nil && len(ranked) == 0) {
-		return namespaced, ranked, "", err
-	}
-	why := fmt.Sprintf("no annotation and no policy of its own: the policy of its %s %s applies", o.parent.Kind, o.parent.Name)
-	switch {
-	case namespaced == nil:
-		why += ": " + clusterWhy(parent, ranked)
-	case len(ranked) > 0:
-		why += "; a PlacementPolicy of the namespace wins over " + names(ranked)
-	}
-	return namespaced, ranked, why, nil
-}
-
-// problem says why o's pods are not placed: an opt-out (unless
-// skipIgnored: the cluster policy that places o refuses it), or no
-// strategy.
-func (o *object) problem(r *WorkloadReport, skipIgnored bool) {
-	skip := o.skipped()
-	switch {
-	case skip && skipIgnored:
-		r.Why += "; its " + annotations.Skip + ` is ignored: the policy sets allowSkip: false`
-	case skip:
-		r.Problem = "opted out (" + annotations.Skip + `: "true")`
-	case r.Strategy == "" && r.Problem == "":
-		r.Problem = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
-	}
-}
-
-// skipped reports whether o, its pod template or its CronJob opts out.
-func (o *object) skipped() bool {
-	skip := isTrue(o.meta.Annotations[annotations.Skip]) || isTrue(o.template.Annotations[annotations.Skip]) || isTrue(o.refAnnotations[annotations.Skip])
-	return skip || (o.parent != nil && isTrue(o.parent.Annotations[annotations.Skip]))
-}
-
-// findStrategy finds the strategy written on o as placement does: a batch
-// owner's pods' annotations come first, then its own, then its CronJob's;
-// any other workload's own annotations come before its pod template's.
-func (o *object) findStrategy() (raw string, src strategy.Source, found bool) {
-	if !o.batch {
-		return strategy.Find(o.meta.Annotations, o.template.Annotations)
-	}
-	if raw, src, found = strategy.Find(nil, o.template.Annotations); found {
-		return raw, src, found
-	}
-	if raw, src, found = strategy.Find(nil, o.refAnnotations); found {
-		src.Owner = o.ref
-		return raw, src, found
-	}
-	if raw, src, found = strategy.Find(o.meta.Annotations, nil); found || o.parent == nil {
-		return raw, src, found
-	}
-	raw, src, found = strategy.Find(o.parent.Annotations, nil)
-	src.Owner = o.parent.Kind + " " + o.parent.Name
-	return raw, src, found
-}
-
-// cronWhy says, of a CronWorkflow's Workflow, that Argo copied the
-// Workflow's strategy from the CronWorkflow's spec.workflowMetadata; and,
-// when nothing places the Workflow, that the CronWorkflow's own annotations
-// are not copied.
-func (o *object) cronWhy(r *WorkloadReport, raw string, src strategy.Source, found bool) {
-	if o.cron == "" {
-		return
-	}
-	if found && !src.Template && src.Owner == "" {
-		if v, ok := o.cronWorkflowMeta[src.Annotation]; ok && v == raw {
-			r.Why = joinWhy(r.Why, "Argo copies it onto each Workflow from "+o.cron+" spec.workflowMetadata.annotations")
-		}
-		return
-	}
-	if _, _, own := strategy.Find(o.cronAnnotations, nil); own && r.Strategy == "" {
-		r.Why = joinWhy(r.Why, o.cron+" has the strategy in its own metadata.annotations, which Argo does not copy onto its Workflows: write it under spec.workflowMetadata.annotations")
-	}
-}
-
-func joinWhy(why, more string) string {
-	if why == "" {
-		return more
-	}
-	return why + "; " + more
-}
-
-// modeOf sets r's mode from o's annotations, if any: its pod template's,
-// else its own, else its CronJob's.
-func (o *object) modeOf(r *WorkloadReport) {
-	type level struct {
-		annotations map[string]string
-		where       string
-	}
-	levels := []level{{o.meta.Annotations, "metadata.annotations"}, {o.refAnnotations, o.ref + " " + o.templateAt()}, {o.template.Annotations, o.templateAt()}}
-	if o.parent != nil {
-		levels = slices.Insert(levels, 0, level{o.parent.Annotations, o.parent.Kind + " " + o.parent.Name + " metadata.annotations"})
-	}
-	for _, l := range levels {
-		// The last found wins; an out-of-range value is passed over, as
-		// placement does.
-		if m, ok := annotations.ParseMode(l.annotations[annotations.Mode]); ok {
-			r.Mode, r.ModeSource = m, l.where+"["+annotations.Mode+"]"
-		}
-	}
-}
-
-// setPolicy reports a policy's strategy and mode as the workload's; source
-// names the policy, "Kind name".
-func setPolicy(r *WorkloadReport, source, raw string, err error, mode v1alpha1.Mode) {
-	r.Source, r.Strategy = source, raw
-	if err != nil {
-		kind, _, _ := strings.Cut(source, " ")
-		r.Problem = fmt.Sprintf("the %s's strategy is invalid: %v", kind, err)
-	}
-	if m, ok := annotations.ParseMode(string(mode)); ok {
-		r.Mode, r.ModeSource = m, source+" spec.mode"
-	}
-}
-
-// policies are the oldest PlacementPolicy targeting o (when namespaced is
-// true: o has no strategy of its own) and the ClusterPlacementPolicies
-// covering it, ranked; r.Why notes cluster policies it could not read.
-func (c *Cluster) policies(ctx context.Context, o *object, namespaced bool, r *WorkloadReport) (*v1alpha1.PlacementPolicy, []*v1alpha1.ClusterPlacementPolicy, error) {
-	var ranked []*v1alpha1.ClusterPlacementPolicy
-	if c.ClusterPolicies {
-		var err error
-		if ranked, r.Why, err = c.clusterPolicies(ctx, o); err != nil {
-			return nil, nil, err
-		}
-	}
-	if !namespaced || !c.Policies {
-		return nil, ranked, nil
-	}
-	p, err := c.policy(ctx, o)
-	return p, ranked, err
-}
-
-// clusterPolicies are the ClusterPlacementPolicies covering o, highest
-// ranked first, read with the user's credentials. When they or the
-// namespace cannot be read, note says so (and explain goes on without
-// them). The installation's excluded namespaces are not known here; the
-// system ones are.
-func (c *Cluster) clusterPolicies(ctx context.Context, o *object) (ranked []*v1alpha1.ClusterPlacementPolicy, note string, err error) {
-	src := policy.NewSource(c.Reader).WithClusterPolicies(nil)
-	ranked, err = src.Covering(ctx, o.meta.Namespace, o.meta)
-	switch {
-	case apierrors.IsForbidden(err):
-		return nil, "ClusterPlacementPolicies not checked: " + err.Error(), nil
-	case errors.Is(err, workload.ErrNotCached):
-		return nil, "", nil
-	case err != nil:
-		return nil, "", err
-	}
-	return ranked, "", nil
-}
-
-// clusterWhy says why ranked[0] places o: a tie, and what it wins over.
-func clusterWhy(o *object, ranked []*v1alpha1.ClusterPlacementPolicy) string {
-	p := ranked[0]
-	why := fmt.Sprintf("no annotation and no PlacementPolicy of namespace %s; it covers the namespace by its labels, priority %d", o.meta.Namespace, p.Spec.Priority)
-	var tied, lower []*v1alpha1.ClusterPlacementPolicy
-	for _, q := range ranked[1:] {
-		if q.Spec.Priority == p.Spec.Priority {
-			tied = append(tied, q)
-		} else {
-			lower = append(lower, q)
-		}
-	}
-	if len(tied) > 0 {
-		why += "; ties with " + names(tied) + ": the oldest, then the first by name, wins"
-	}
-	if len(lower) > 0 {
-		why += "; over " + names(lower)
-	}
-	return why
-}
-
-// names are the cluster policies as "ClusterPlacementPolicy a (priority
-// 2), b (priority 1)".
-func names(ps []*v1alpha1.ClusterPlacementPolicy) string {
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		parts[i] = fmt.Sprintf("%s (priority %d)", p.Name, p.Spec.Priority)
-	}
-	kind := "ClusterPlacementPolicy "
-	if len(ps) > 1 {
-		kind = "ClusterPlacementPolicies "
-	}
-	return kind + strings.Join(parts, ", ")
-}
-
-func describeSource(o *object, src strategy.Source) string {
-	if src.Template && src.Owner != "" {
-		// A WorkflowTemplate's spec.podMetadata.
-		return src.Owner + " " + o.templateAt() + "[" + src.Annotation + "]"
-	}
-	if src.Template {
-		return o.meta.Kind + " " + o.meta.Name + " " + o.templateAt() + "[" + src.Annotation + "]"
-	}
-	if src.Owner != "" {
-		return src.String()
-	}
-	return o.meta.Kind + " " + o.meta.Name + " " + src.String()
-}
-
-// templateAt is where o's pods' annotations are written.
-func (o *object) templateAt() string {
-	if o.templatePath != "" {
-		return o.templatePath
-	}
-	return "spec.template.metadata.annotations"
-}
-
-func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
-
-// policy is the oldest PlacementPolicy of o's namespace targeting o; nil
-// when none does.
-func (c *Cluster) policy(ctx context.Context, o *object) (*v1alpha1.PlacementPolicy, error) {
-	var list v1alpha1.PlacementPolicyList
-	if err := c.Reader.List(ctx, &list, client.InNamespace(o.meta.Namespace)); err != nil {
-		return nil, fmt.Errorf("listing PlacementPolicies: %w", err)
-	}
-	var targeting []*v1alpha1.PlacementPolicy
-	for i := range list.Items {
-		if p := &list.Items[i]; p.DeletionTimestamp == nil && policy.Targets(p, o.meta) {
-			targeting = append(targeting, p)
-		}
-	}
-	if len(targeting) == 0 {
-		return nil, nil
-	}
-	return slices.MinFunc(targeting, policy.Older), nil
-}
-
 // report computes the report of o from its live pods.
 func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*WorkloadReport, error) {
 	r := &WorkloadReport{Namespace: o.meta.Namespace, Kind: o.meta.Kind, Name: o.meta.Name, Revision: o.revision, Replicas: o.replicas}
 	if err := c.strategyOf(ctx, o, r); err != nil {
 		return nil, err
 	}
-	if r.Mode == "" {
+	if r.ModeSource == "" {
+		// The install's default mode is not known here: its pods say.
 		r.Mode = inferMode(pods)
 	}
-	if r.Problem != "" {
+	if r.NotPlaced != "" {
 		r.Pods = countPods(pods, nil, o.revision, nil)
 		return r, nil
 	}
 	s, err := compiled.Parse(r.Strategy)
 	if err != nil {
-		r.Problem = fmt.Sprintf("invalid strategy: %v", err)
+		r.NotPlaced, r.Invalid = workload.NotPlacedInvalid, err.Error()
 		return r, nil
 	}
 	nodes, err := c.nodeLabels(ctx, pods)

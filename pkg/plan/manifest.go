@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 
-	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // workloadKinds are the kinds a strategy may be written on, by API group.
@@ -39,11 +40,12 @@ type Workload struct {
 	// Job's spec.parallelism (its live pods at most), a CronJob's Jobs'; a
 	// Workflow's spec.parallelism, else the largest of its templates'.
 	Replicas *int32
-	// JobAnnotations are a CronJob's spec.jobTemplate.metadata.annotations,
-	// which each of its Jobs gets.
-	JobAnnotations map[string]string
-	Strategy       string
-	Source         strategy.Source
+	// JobLabels and JobAnnotations are a CronJob's
+	// spec.jobTemplate.metadata, which each of its Jobs gets.
+	JobLabels, JobAnnotations map[string]string
+	// Strategy is the strategy written on the workload, and Source where
+	// ("" without one).
+	Strategy, Source string
 	// Template is the pod template, for NodePool selection.
 	Template corev1.PodTemplateSpec
 }
@@ -74,6 +76,7 @@ type manifest struct {
 		Template    corev1.PodTemplateSpec `json:"template"`
 		JobTemplate struct {
 			Metadata struct {
+				Labels      map[string]string `json:"labels"`
 				Annotations map[string]string `json:"annotations"`
 			} `json:"metadata"`
 			Spec struct {
@@ -111,39 +114,27 @@ func (m *manifest) workflowParallelism() *int32 {
 	return largest
 }
 
-// workload is m as a Workload in namespace, its strategy found as the
-// webhook finds it: for a Job or CronJob, its pods' annotations first.
+// workload is m as a Workload in namespace.
 func (m *manifest) workload(namespace string) *Workload {
 	w := &Workload{Kind: m.Kind, Namespace: namespace, Name: m.Metadata.Name,
 		Labels: m.Metadata.Labels, Annotations: m.Metadata.Annotations, Replicas: m.Spec.Replicas, Template: m.Spec.Template}
-	var ok bool
 	switch m.Kind {
 	case "Job":
 		w.Replicas = m.Spec.Parallelism
-		if w.Strategy, w.Source, ok = strategy.Find(nil, w.Template.Annotations); !ok {
-			w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
-		}
 	case "CronJob":
-		w.Replicas, w.Template, w.JobAnnotations = m.Spec.JobTemplate.Spec.Parallelism, m.Spec.JobTemplate.Spec.Template, m.Spec.JobTemplate.Metadata.Annotations
-		if w.Strategy, w.Source, ok = strategy.Find(nil, w.Template.Annotations); ok {
-			break
-		}
-		if w.Strategy, w.Source, ok = strategy.Find(w.JobAnnotations, nil); ok {
-			w.Source.Owner = "spec.jobTemplate"
-			break
-		}
-		w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
+		w.Replicas, w.Template = m.Spec.JobTemplate.Spec.Parallelism, m.Spec.JobTemplate.Spec.Template
+		w.JobLabels, w.JobAnnotations = m.Spec.JobTemplate.Metadata.Labels, m.Spec.JobTemplate.Metadata.Annotations
 	case "Workflow":
 		// Argo's pods carry spec.podMetadata, and the Workflow's
 		// scheduling fields, on each template's pod spec.
 		w.Replicas = m.workflowParallelism()
 		w.Template = corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: m.Spec.PodMetadata.Labels, Annotations: m.Spec.PodMetadata.Annotations},
 			Spec: corev1.PodSpec{NodeSelector: m.Spec.NodeSelector, Tolerations: m.Spec.Tolerations, Affinity: m.Spec.Affinity}}
-		if w.Strategy, w.Source, ok = strategy.Find(nil, w.Template.Annotations); !ok {
-			w.Strategy, w.Source, _ = strategy.Find(w.Annotations, nil)
-		}
-	default:
-		w.Strategy, w.Source, _ = strategy.Find(w.Annotations, w.Template.Annotations)
+	}
+	// Its own strategy, found as the webhook finds it.
+	chain := w.Chain("")
+	if info, err := workload.ResolveChain(context.Background(), namespace, chain); err == nil && info.Found {
+		w.Strategy, w.Source = info.Strategy, workload.DescribeSource(&chain, info.Source)
 	}
 	return w
 }
@@ -169,7 +160,7 @@ func ReadWorkload(r io.Reader) (*Workload, error) {
 			continue
 		}
 		w := m.workload(m.Metadata.Namespace)
-		if w.Source.Annotation == "" {
+		if w.Source == "" {
 			without = append(without, w.String())
 			continue
 		}

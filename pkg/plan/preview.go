@@ -11,18 +11,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/catalog"
-	"github.com/apportion-dev/apportion/pkg/internal/memcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -31,22 +25,35 @@ import (
 // WorkloadPreview is one workload of a preview of manifests: where its
 // strategy comes from, its mode and its split, or why apportion would not
 // place it. Its JSON form is an entry of the "workloads" of
-// `apportion plan -f -o json`: these fields, then the Result's.
+// `apportion plan -f -o json`: these fields, then the Result's. The fields
+// of the resolution (strategy to problems) are explain's for the same
+// objects.
 type WorkloadPreview struct {
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Replicas  int    `json:"replicas"`
+	// Strategy is the strategy that applies, as written (a policy's in
+	// its canonical form).
+	Strategy string `json:"strategy,omitempty"`
 	// Source says where the strategy comes from, as explain says it: an
 	// annotation of the workload or its pod template, "PlacementPolicy
-	// namespace/name" or "ClusterPlacementPolicy name".
-	Source string `json:"source,omitempty"`
-	Mode   string `json:"mode,omitempty"`
+	// namespace/name" or "ClusterPlacementPolicy name"; Why why it wins
+	// when policies are in play.
+	Source     string `json:"source,omitempty"`
+	Why        string `json:"why,omitempty"`
+	Mode       string `json:"mode,omitempty"`
+	ModeSource string `json:"modeSource,omitempty"`
 	// NotPlaced says why apportion would leave the workload's pods alone
-	// (no strategy, an opt-out); "" when it places them.
+	// (no strategy, an invalid one, an opt-out); "" when it places them.
 	NotPlaced string `json:"notPlaced,omitempty"`
-	// Error says why there is no preview of a strategy that applies: it
-	// is invalid, or no NodePool serves any of its groups.
+	// Invalid is the fault of an invalid strategy; Problems the
+	// apportion.dev/* annotations not taken as written. Either makes
+	// the preview fail (exit status 2).
+	Invalid  string   `json:"invalid,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+	// Error says why there is no preview of a valid strategy: no
+	// NodePool serves any of its groups.
 	Error string `json:"error,omitempty"`
 	// Result is the split, nil without one.
 	*Result
@@ -54,25 +61,35 @@ type WorkloadPreview struct {
 
 func (p *WorkloadPreview) String() string { return p.Kind + " " + p.Namespace + "/" + p.Name }
 
-// noStrategy is why a workload nothing places is not placed, as explain
-// says it.
-const noStrategy = "no strategy: no " + annotations.Strategy + " annotation on the workload or its pod template, and no PlacementPolicy or ClusterPlacementPolicy applies to it"
+// setAnswer copies the resolution's words into p.
+func (p *WorkloadPreview) setAnswer(a workload.Answer) {
+	p.Strategy, p.Source, p.Why, p.Mode, p.ModeSource = a.Strategy, a.Source, a.Why, a.Mode, a.ModeSource
+	p.NotPlaced, p.Invalid, p.Problems = a.NotPlaced, a.Invalid, a.Problems
+}
 
 // Preview previews every workload of m, in the order read, as the webhook
-// resolves it (workload.Resolve with the policy source, over m's objects
-// instead of the caches): its own annotation, else the oldest
+// resolves it (workload.ResolveChain with the policy source, over m's
+// objects instead of the caches): its own annotation, else the oldest
 // PlacementPolicy of its namespace targeting it, else the highest-ranked
 // ClusterPlacementPolicy covering its namespace by the namespace's labels
 // (policies with no creationTimestamp are as old as each other: the first
 // by name wins). replicas, when not negative, replaces every workload's
 // spec.replicas; cat, when set, maps groups to NodePools.
 func (m *Manifests) Preview(replicas int, cat *catalog.Catalog) ([]WorkloadPreview, error) {
-	r, tops, err := m.reader()
+	namespaces := map[string]map[string]string{}
+	for name, l := range m.Namespaces {
+		namespaces[name] = l
+	}
+	for _, w := range m.Workloads {
+		if _, ok := namespaces[w.Namespace]; !ok {
+			namespaces[w.Namespace] = nil
+		}
+	}
+	src, err := policy.Static(m.Policies, m.ClusterPolicies, namespaces, nil)
 	if err != nil {
 		return nil, err
 	}
 	ctx := log.IntoContext(context.Background(), logr.Discard())
-	src := policy.NewSource(r).WithClusterPolicies(nil)
 	out := make([]WorkloadPreview, len(m.Workloads))
 	for i, w := range m.Workloads {
 		p := &out[i]
@@ -80,33 +97,18 @@ func (m *Manifests) Preview(replicas int, cat *catalog.Catalog) ([]WorkloadPrevi
 		if replicas >= 0 {
 			p.Replicas = replicas
 		}
-		info, err := workload.Resolve(ctx, r, w.Namespace, podOf(w, tops[i]), workload.WithPolicies(src))
+		chain := w.Chain(types.UID("workload-" + strconv.Itoa(i)))
+		info, err := workload.ResolveChain(ctx, w.Namespace, chain, workload.WithPolicies(src), workload.WithValidation(), workload.WithExplanations())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		if info.Found {
-			p.Source = info.Source.String()
-			if w.Kind == "Workflow" && info.Source.Template {
-				// Where a Workflow's pods get their annotations.
-				p.Source = "spec.podMetadata.annotations[" + info.Source.Annotation + "]"
-			}
-		}
-		p.Mode = info.Mode
-		switch {
-		case info.Skip:
-			p.NotPlaced = "opted out (" + annotations.Skip + `: "true")`
-			continue
-		case !info.Found && info.ArchitecturesAuto:
-			p.NotPlaced = "no strategy: placed by architecture alone (" + annotations.Architectures + ": " + annotations.ArchitecturesAuto + ")"
-			continue
-		case !info.Found:
-			p.NotPlaced = noStrategy
+		p.setAnswer(info.Answer(&chain))
+		if p.NotPlaced != "" {
 			continue
 		}
 		s, err := strategy.Parse(info.Strategy)
 		if err != nil {
-			p.Error = p.Source + ": " + err.Error()
-			continue
+			continue // reported as Invalid
 		}
 		res, err := ComputeWith(s, p.Replicas, Options{Catalog: cat, Pod: &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}})
 		if err != nil {
@@ -130,69 +132,23 @@ var topGVK = map[string]schema.GroupVersionKind{
 	"Workflow":    workload.WorkflowGVK,
 }
 
-// reader holds m's objects as the informer caches would: the workloads'
-// metadata (and, for a Deployment or Rollout, a ReplicaSet it controls, the
-// owner of its pods), the policies with their index, and every namespace
-// with its labels (and kubernetes.io/metadata.name, which the API server
-// sets). It returns the owner of each workload's pods, in m.Workloads
-// order.
-func (m *Manifests) reader() (*memcache.Reader, []*metav1.PartialObjectMetadata, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, nil, err
+// Chain is w as resolution reads it. A CronJob is resolved as one of its
+// Jobs, which the CronJob controller makes with the jobTemplate's metadata:
+// that Job carries the CronJob's name here.
+func (w *Workload) Chain(uid types.UID) workload.Chain {
+	top := meta(topGVK[w.Kind], w.Namespace, w.Name, uid)
+	top.Labels, top.Annotations = w.Labels, w.Annotations
+	c := workload.Chain{Top: top, Template: w.Template.Annotations}
+	switch w.Kind {
+	case "CronJob":
+		job := meta(workload.JobGVK, w.Namespace, w.Name, uid+"-job")
+		job.Labels, job.Annotations = w.JobLabels, w.JobAnnotations
+		job.OwnerReferences = []metav1.OwnerReference{controllerRef(top)}
+		c.Top, c.Parent = job, top
+	case "Workflow":
+		c.TemplateAt = "spec.podMetadata.annotations"
 	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, nil, err
-	}
-	r := memcache.New(scheme)
-	if err := r.Index(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex); err != nil {
-		return nil, nil, err
-	}
-	var objs []client.Object
-	for _, p := range m.Policies {
-		objs = append(objs, p)
-	}
-	for _, p := range m.ClusterPolicies {
-		objs = append(objs, p)
-	}
-	namespaces := map[string]map[string]string{}
-	for name, l := range m.Namespaces {
-		namespaces[name] = l
-	}
-	owners := make([]*metav1.PartialObjectMetadata, len(m.Workloads))
-	for i, w := range m.Workloads {
-		if _, ok := namespaces[w.Namespace]; !ok {
-			namespaces[w.Namespace] = nil
-		}
-		top := meta(topGVK[w.Kind], w.Namespace, w.Name, types.UID("workload-"+strconv.Itoa(i)))
-		top.Labels, top.Annotations = w.Labels, w.Annotations
-		owners[i] = top
-		objs = append(objs, top)
-		if w.Kind == "CronJob" {
-			// One of its Jobs, as the CronJob controller makes it.
-			job := meta(workload.JobGVK, w.Namespace, w.Name+"/job", top.UID+"-job")
-			job.Annotations = w.JobAnnotations
-			job.OwnerReferences = []metav1.OwnerReference{controllerRef(top)}
-			owners[i] = job
-			objs = append(objs, job)
-		}
-		if w.Kind == "Deployment" || w.Kind == "Rollout" {
-			// A name no object can have ('/'): the ReplicaSet is
-			// this preview's own.
-			rs := meta(workload.ReplicaSetGVK, w.Namespace, w.Name+"/replicaset", top.UID+"-rs")
-			rs.OwnerReferences = []metav1.OwnerReference{controllerRef(top)}
-			owners[i] = rs
-			objs = append(objs, rs)
-		}
-	}
-	for name, l := range namespaces {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelMetadataName: name}}}
-		for k, v := range l {
-			ns.Labels[k] = v
-		}
-		objs = append(objs, ns)
-	}
-	return r, owners, r.Add(objs...)
+	return c
 }
 
 func meta(gvk schema.GroupVersionKind, namespace, name string, uid types.UID) *metav1.PartialObjectMetadata {
@@ -204,13 +160,6 @@ func meta(gvk schema.GroupVersionKind, namespace, name string, uid types.UID) *m
 func controllerRef(o *metav1.PartialObjectMetadata) metav1.OwnerReference {
 	gvk := o.GroupVersionKind()
 	return metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: o.Name, UID: o.UID, Controller: ptr.To(true)}
-}
-
-// podOf is a pod of w's template as its controller creates it: the
-// template's labels and annotations, owned by owner.
-func podOf(w *Workload, owner *metav1.PartialObjectMetadata) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Labels: w.Template.Labels, Annotations: w.Template.Annotations,
-		OwnerReferences: []metav1.OwnerReference{controllerRef(owner)}}, Spec: w.Template.Spec}
 }
 
 // WritePreviewsJSON writes previews as one indented JSON object,
@@ -243,6 +192,8 @@ func WritePreviews(w io.Writer, previews []WorkloadPreview, wide bool) error {
 			err = p.WriteTable(w)
 		case p.Error != "":
 			_, err = fmt.Fprintf(w, "replicas:  %d\nerror:     %s\n", p.Replicas, p.Error)
+		case p.Invalid != "":
+			_, err = fmt.Fprintf(w, "replicas:  %d\nsource:    %s\nerror:     %s\n", p.Replicas, p.Source, p.Invalid)
 		default:
 			_, err = fmt.Fprintf(w, "replicas:    %d\nnot placed:  %s\n", p.Replicas, p.NotPlaced)
 		}
@@ -253,12 +204,20 @@ func WritePreviews(w io.Writer, previews []WorkloadPreview, wide bool) error {
 	return nil
 }
 
-// Failures are the previews that have an error, one line each.
+// Failures are the previews that have an error, an invalid strategy or
+// problems in their annotations, one line each.
 func Failures(previews []WorkloadPreview) []string {
 	var out []string
 	for i := range previews {
-		if previews[i].Error != "" {
-			out = append(out, previews[i].String()+": "+previews[i].Error)
+		p := &previews[i]
+		if p.Invalid != "" {
+			out = append(out, p.String()+": "+p.Source+": "+p.Invalid)
+		}
+		for _, problem := range p.Problems {
+			out = append(out, p.String()+": "+problem)
+		}
+		if p.Error != "" {
+			out = append(out, p.String()+": "+p.Error)
 		}
 	}
 	return out

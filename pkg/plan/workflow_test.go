@@ -65,7 +65,7 @@ spec:
 		replicas   int
 		counts     map[string]int64
 	}{
-		{"Workflow ml/train", "spec.podMetadata.annotations[apportion.dev/strategy]", 8, map[string]int64{"a=1": 2, "b=2": 6}},
+		{"Workflow ml/train", "Workflow train spec.podMetadata.annotations[apportion.dev/strategy]", 8, map[string]int64{"a=1": 2, "b=2": 6}},
 		{"Workflow ml/etl", "PlacementPolicy ml/etl", 4, map[string]int64{"a=1": 3, "b=2": 1}},
 	} {
 		p := previews[i]

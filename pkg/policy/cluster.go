@@ -48,6 +48,7 @@ func Ranked(a, b *v1alpha1.ClusterPlacementPolicy) int {
 type compiledCluster struct {
 	generation int64
 	raw        string
+	invalid    string // the fault of an invalid strategy
 	namespaces labels.Selector // nil: the selector does not parse, nothing matches
 	workloads  labels.Selector // nil: every workload
 	badTarget  bool
@@ -55,7 +56,10 @@ type compiledCluster struct {
 
 func compileCluster(p *v1alpha1.ClusterPlacementPolicy) compiledCluster {
 	c := compiledCluster{generation: p.Generation}
-	c.raw, _ = ClusterStrategy(&p.Spec)
+	var err error
+	if c.raw, err = ClusterStrategy(&p.Spec); err != nil {
+		c.invalid = err.Error()
+	}
 	if sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NamespaceSelector); err == nil {
 		c.namespaces = sel
 	}
@@ -199,20 +203,25 @@ func (s *Source) SkipMayBeRefused(ctx context.Context) bool {
 	return slices.ContainsFunc(all, func(p *v1alpha1.ClusterPlacementPolicy) bool { return !p.SkipAllowed() })
 }
 
-// clusterPolicy is Policy's answer from the cluster policies: the highest
-// ranked that covers top.
-func (s *Source) clusterPolicy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
+// clusterPolicies are the cluster policies covering top, highest ranked
+// first, as workload policies.
+func (s *Source) clusterPolicies(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) ([]workload.Policy, error) {
+	if !s.withClusters {
+		return nil, nil
+	}
 	ranked, err := s.Covering(ctx, namespace, top)
 	if err != nil {
 		if errors.Is(err, workload.ErrNotCached) {
-			return workload.Policy{}, false, err
+			return nil, err
 		}
 		log.FromContext(ctx).Error(err, "reading cluster placement policies, placing without them", "namespace", namespace, "workload", top.Name)
-		return workload.Policy{}, false, nil
+		return nil, nil
 	}
-	if len(ranked) == 0 {
-		return workload.Policy{}, false, nil
+	out := make([]workload.Policy, len(ranked))
+	for i, p := range ranked {
+		c := s.compiled(p)
+		out[i] = workload.Policy{Strategy: c.raw, Invalid: c.invalid, Mode: string(p.Spec.Mode), Name: p.Name, Cluster: true,
+			NoSkip: !p.SkipAllowed(), Priority: p.Spec.Priority}
 	}
-	p := ranked[0]
-	return workload.Policy{Strategy: s.compiled(p).raw, Mode: string(p.Spec.Mode), Name: p.Name, Cluster: true, NoSkip: !p.SkipAllowed()}, true, nil
+	return out, nil
 }

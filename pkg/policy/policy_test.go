@@ -183,7 +183,7 @@ func TestSourcePrecedence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSource(t, tc.policies...)
-			got, ok, err := s.Policy(context.Background(), "web", tc.top)
+			got, ok, err := s.Winner(context.Background(), "web", tc.top)
 			raw, mode, name := got.Strategy, got.Mode, got.Name
 			if err != nil || ok != (tc.want != "") || name != tc.want {
 				t.Fatalf("Policy = %q ok=%v, want %q", name, ok, tc.want)
@@ -242,7 +242,7 @@ func TestResolveFallsBackToPolicy(t *testing.T) {
 func TestNilSourceFindsNothing(t *testing.T) {
 	var s *Source
 	var src workload.PolicySource = s
-	if _, ok, _ := src.Policy(context.Background(), "web", top(deployment, nil)); ok {
+	if ok, _ := src.Candidates(context.Background(), "web", top(deployment, nil)); len(ok) > 0 {
 		t.Error("a nil Source found a policy")
 	}
 }
@@ -251,16 +251,16 @@ func TestSourceCachesByGeneration(t *testing.T) {
 	p := pol("a", 1, ref(), seed004Groups())
 	s := newSource(t, p)
 	ctx := context.Background()
-	if got, _, _ := s.Policy(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
+	if got, _, _ := s.Winner(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
 		t.Fatalf("raw %q", got.Strategy)
 	}
 	// Same UID and generation: the parsed text is reused.
 	s.parsed[p.UID] = parsedStrategy{generation: 1, raw: "cached"}
-	if got, _, _ := s.Policy(ctx, "web", top(deployment, nil)); got.Strategy != "cached" {
+	if got, _, _ := s.Winner(ctx, "web", top(deployment, nil)); got.Strategy != "cached" {
 		t.Errorf("same generation parsed again: %q", got.Strategy)
 	}
 	s.parsed[p.UID] = parsedStrategy{generation: 0, raw: "stale"}
-	if got, _, _ := s.Policy(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
+	if got, _, _ := s.Winner(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
 		t.Errorf("a new generation must be parsed again: %q", got.Strategy)
 	}
 }

@@ -102,6 +102,7 @@ type Source struct {
 type parsedStrategy struct {
 	generation int64
 	raw        string
+	invalid    string // the fault of an invalid strategy
 }
 
 // maxParsed bounds the strategies kept; past it the map starts again.
@@ -156,44 +157,61 @@ func (s *Source) Policies(ctx context.Context, namespace string, top *metav1.Par
 	return out, nil
 }
 
-// Policy implements workload.PolicySource: the strategy of the oldest
-// PlacementPolicy targeting top, else of the highest-ranked
-// ClusterPlacementPolicy covering it, with its spec.mode as written (""
-// when unset: the default mode applies). An invalid strategy is returned as
-// written (the placement controller reports it, as it does for an
-// annotation).
-func (s *Source) Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
+// Candidates implements workload.PolicySource: the oldest PlacementPolicy
+// targeting top, then the ClusterPlacementPolicies covering it, highest
+// ranked first, each with its strategy (canonical when valid, as written
+// and with its fault when not) and its spec.mode as written ("" when
+// unset: the default mode applies).
+func (s *Source) Candidates(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) ([]workload.Policy, error) {
 	if s == nil {
 		// No PlacementPolicy CRD: a nil *Source in a PolicySource field
 		// places by annotations alone.
-		return workload.Policy{}, false, nil
+		return nil, nil
 	}
+	var out []workload.Policy
 	policies, err := s.Policies(ctx, namespace, top)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reading placement policies, placing without them", "namespace", namespace, "workload", top.Name)
+		// A namespaced policy may target the workload: no cluster
+		// policy takes its place.
+		return nil, nil
 	}
 	if len(policies) > 0 {
 		p := policies[0]
-		return workload.Policy{Strategy: s.strategy(p), Mode: string(p.Spec.Mode), Name: p.Namespace + "/" + p.Name}, true, nil
+		e := s.strategy(p)
+		out = append(out, workload.Policy{Strategy: e.raw, Invalid: e.invalid, Mode: string(p.Spec.Mode), Name: p.Namespace + "/" + p.Name})
 	}
-	if err != nil {
-		// A namespaced policy may target the workload: no cluster
-		// policy takes its place.
-		return workload.Policy{}, false, nil
+	clusters, err := s.clusterPolicies(ctx, namespace, top)
+	if err != nil && len(out) == 0 {
+		return nil, err
 	}
-	return s.clusterPolicy(ctx, namespace, top)
+	return append(out, clusters...), nil
 }
 
-func (s *Source) strategy(p *v1alpha1.PlacementPolicy) string {
+func (s *Source) strategy(p *v1alpha1.PlacementPolicy) parsedStrategy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.parsed[p.UID]; ok && e.generation == p.Generation && p.UID != "" {
-		return e.raw
+		return e
 	}
-	raw, _ := Strategy(&p.Spec)
+	e := parsedStrategy{generation: p.Generation}
+	var err error
+	if e.raw, err = Strategy(&p.Spec); err != nil {
+		e.invalid = err.Error()
+	}
 	if len(s.parsed) >= maxParsed {
 		s.parsed = map[types.UID]parsedStrategy{}
 	}
-	s.parsed[p.UID] = parsedStrategy{generation: p.Generation, raw: raw}
-	return raw
+	s.parsed[p.UID] = e
+	return e
+}
+
+// Winner is the first of Candidates: the policy that places top when it has
+// no strategy of its own; ok is false when none does.
+func (s *Source) Winner(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (p workload.Policy, ok bool, err error) {
+	ps, err := s.Candidates(ctx, namespace, top)
+	if err != nil || len(ps) == 0 {
+		return workload.Policy{}, false, err
+	}
+	return ps[0], true, nil
 }

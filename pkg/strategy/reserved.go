@@ -3,6 +3,8 @@ package strategy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
 )
 
 // The keys an item may not use as a node label: base, weight and max, and
@@ -47,7 +49,7 @@ func ReservedKey(key string) string {
 	}
 	lower := strings.ToLower(key)
 	for _, r := range reserved {
-		if lower == r.key || len(r.key) >= typoMinLen && typoDistance(lower, r.key) <= 1 {
+		if lower == r.key || len(r.key) >= typoMinLen && annotations.TypoDistance(lower, r.key) <= 1 {
 			return r.key
 		}
 	}
@@ -77,32 +79,4 @@ func KeyFault(k string) string {
 	default:
 		return fmt.Sprintf(`did you mean %q? A key without a "/" this close to a reserved key is a typo, not a node label`, r)
 	}
-}
-
-// typoDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and swaps of two adjacent bytes, each one edit.
-// The keys compared are at most a few bytes long.
-func typoDistance(a, b string) int {
-	// Three rows of the dynamic programme: i-2, i-1 and i.
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }

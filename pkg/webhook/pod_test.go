@@ -554,8 +554,11 @@ func TestPodMutatorProfileFailsOpen(t *testing.T) {
 
 type policies struct{ strategy, mode string }
 
-func (p policies) Policy(context.Context, string, *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
-	return workload.Policy{Strategy: p.strategy, Mode: p.mode, Name: "web/policy"}, p.strategy != "", nil
+func (p policies) Candidates(context.Context, string, *metav1.PartialObjectMetadata) ([]workload.Policy, error) {
+	if p.strategy == "" {
+		return nil, nil
+	}
+	return []workload.Policy{{Strategy: p.strategy, Mode: p.mode, Name: "web/policy"}}, nil
 }
 
 // TestPodMutatorPolicies: with a PolicySource, a workload without a
@@ -635,8 +638,8 @@ func BenchmarkPodMutatorProfile(b *testing.B) {
 // apportion.dev/skip.
 type strictPolicy struct{ noSkip bool }
 
-func (p strictPolicy) Policy(context.Context, string, *metav1.PartialObjectMetadata) (workload.Policy, bool, error) {
-	return workload.Policy{Strategy: good, Name: "platform", Cluster: true, NoSkip: p.noSkip}, true, nil
+func (p strictPolicy) Candidates(context.Context, string, *metav1.PartialObjectMetadata) ([]workload.Policy, error) {
+	return []workload.Policy{{Strategy: good, Name: "platform", Cluster: true, NoSkip: p.noSkip}}, nil
 }
 
 func (p strictPolicy) SkipMayBeRefused(context.Context) bool { return p.noSkip }

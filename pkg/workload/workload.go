@@ -102,14 +102,25 @@ type Info struct {
 	Strategy string
 	Source   strategy.Source
 	Found    bool
+	// Invalid is why the strategy is not valid ("" when it is, or when
+	// nobody checked): a policy's is always checked; an annotation's only
+	// with WithValidation (the placement controller parses it with its
+	// cache, with the same parser).
+	Invalid string
 	// Skip is the apportion.dev/skip opt-out, on the pod or the workload.
-	Skip bool
+	// SkipRefused is true when the workload opts out but the cluster
+	// policy that places it does not allow that (allowSkip: false).
+	Skip, SkipRefused bool
 	// Mode is the placement mode (annotations.Mode*): the pod template's
 	// apportion.dev/mode, else the workload's, else the PlacementPolicy's
 	// spec.mode (when the strategy is the policy's), else the default
 	// (WithDefaultMode, required unless given). Values out of range are
-	// passed over.
-	Mode string
+	// passed over. ModeSource says where it was set ("" for the
+	// default).
+	Mode, ModeSource string
+	// Why says, with WithExplanations, why the source wins when policies
+	// are in play: the policies it wins over, ties, a CronJob's policy.
+	Why string
 	// ArchitecturesAuto is apportion.dev/architectures: auto on the
 	// workload or its pod template: place by architecture alone when there
 	// is no strategy.
@@ -120,8 +131,9 @@ type Info struct {
 	// Rebalance is apportion.dev/rebalance: "true" on the pod template or
 	// the workload.
 	Rebalance bool
-	// Problems are the apportion.dev/* annotations of the workload and its
-	// pod template that are out of range (annotations.Check).
+	// Problems are the apportion.dev/* annotations of the workload, its
+	// CronJob and its pod template that are out of range, unknown or
+	// misplaced (annotations.Check), the pods' level first.
 	Problems []annotations.Problem
 }
 
@@ -146,18 +158,25 @@ type Policy struct {
 	// NoSkip is true when the policy does not let the workload opt out
 	// with apportion.dev/skip (a cluster policy's allowSkip: false).
 	NoSkip bool
+	// Priority is a ClusterPlacementPolicy's spec.priority.
+	Priority int32
+	// Invalid is why the policy's strategy is not valid; "" when it is.
+	Invalid string
 }
 
-// PolicySource finds the policy that gives a strategy to a workload that
-// carries none in its annotations (an annotation always wins): a
-// PlacementPolicy of its namespace, else a ClusterPlacementPolicy.
+// PolicySource finds the policies that may give a strategy to a workload
+// (an annotation always wins): the PlacementPolicies of its namespace, then
+// the ClusterPlacementPolicies.
 type PolicySource interface {
-	// Policy returns the policy of the workload top (GroupVersionKind,
-	// name, labels) in namespace; ok is false when none applies. It reads
-	// only caches. The error is ErrNotCached (wrapped) when what it needs
-	// to decide is not cached yet; it reports other read errors itself
-	// and answers without the policies it could not read.
-	Policy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (p Policy, ok bool, err error)
+	// Candidates returns the policies that may place the workload top
+	// (GroupVersionKind, name, labels) in namespace, in the order they
+	// win: the oldest PlacementPolicy targeting it (at most one), then the
+	// ClusterPlacementPolicies covering it, highest-ranked first. It
+	// reads only caches. The error is ErrNotCached (wrapped) when what it
+	// needs to decide is not cached yet (and no PlacementPolicy decides);
+	// it reports other read errors itself and answers without the
+	// policies it could not read.
+	Candidates(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) ([]Policy, error)
 }
 
 // Option changes how Resolve finds a strategy.
@@ -166,6 +185,22 @@ type Option func(*resolveOptions)
 type resolveOptions struct {
 	policies    PolicySource
 	defaultMode string
+	validate    bool
+	explain     bool
+}
+
+// WithValidation makes Resolve parse an annotation's strategy too, and say
+// why it is invalid in Info.Invalid (plan, explain and the policy statuses
+// ask for it; placement parses through its own cache).
+func WithValidation() Option {
+	return func(o *resolveOptions) { o.validate = true }
+}
+
+// WithExplanations makes Resolve read every policy that may place the
+// workload, even under its own annotation, and say in Info.Why what the
+// winner wins over (plan and explain ask for it; the hot path does not).
+func WithExplanations() Option {
+	return func(o *resolveOptions) { o.explain = true }
 }
 
 // WithDefaultMode is the mode of workloads that name none (--default-mode):
@@ -232,65 +267,17 @@ func IsDaemonSetPod(pod *corev1.Pod) bool {
 	return Is(metav1.GetControllerOfNoCopy(pod), DaemonSetGVK)
 }
 
-// Resolve follows the pod's owners through the metadata caches. namespace is
-// the pod's namespace as the admission request gives it (a pod being created
-// with generateName may not carry it yet). It returns ErrNotCached when an
-// owner is missing from the cache, and (nil, nil) for pods without a
-// workload apportion follows.
-func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, opts ...Option) (*Info, error) {
-	var o resolveOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	owner := metav1.GetControllerOfNoCopy(pod)
-	if owner == nil {
-		return nil, nil
-	}
-	info := &Info{}
-	top, parent, err := owners(ctx, r, namespace, pod, owner, info)
-	if err != nil || top == nil {
-		return nil, err
-	}
-	info.Workload = Ref{Kind: top.Kind, Namespace: namespace, Name: top.Name, UID: top.UID}
-	var up map[string]string
-	if parent != nil {
-		up = parent.Annotations
-		info.Parent = Ref{Kind: parent.Kind, Namespace: namespace, Name: parent.Name, UID: parent.UID}
-	}
-	findStrategy(info, pod, top, parent)
-	info.Skip = isTrue(pod.Annotations[annotations.Skip]) || isTrue(top.Annotations[annotations.Skip]) || isTrue(up[annotations.Skip])
-	policyMode, err := o.fromPolicy(ctx, namespace, top, info)
-	if err != nil {
-		return nil, err
-	}
-	if !info.Found && parent != nil {
-		// A policy targeting the CronJob applies to each of its Jobs.
-		if policyMode, err = o.fromPolicy(ctx, namespace, parent, info); err != nil {
-			return nil, err
-		}
-	}
-	info.Mode = annotations.FirstMode(pod.Annotations[annotations.Mode], top.Annotations[annotations.Mode], up[annotations.Mode], policyMode, o.defaultMode)
-	info.CapacityTimeout = first(annotations.CapacityTimeout, pod.Annotations, top.Annotations, up)
-	info.ArchitecturesAuto = IsArchitecturesAuto(pod.Annotations[annotations.Architectures]) || IsArchitecturesAuto(top.Annotations[annotations.Architectures]) || IsArchitecturesAuto(up[annotations.Architectures])
-	info.Rebalance = isTrue(pod.Annotations[annotations.Rebalance]) || isTrue(top.Annotations[annotations.Rebalance]) || isTrue(up[annotations.Rebalance])
-	info.Problems = append(annotations.Check(top.Annotations), annotations.Check(pod.Annotations)...)
-	if parent != nil {
-		info.Problems = append(info.Problems, annotations.Check(up)...)
-	}
-	return info, nil
-}
-
 // owners reads, from the caches, the workload at the top of the pod's owner
 // chain and, for a CronJob's Job, the CronJob (parent, nil otherwise), and
-// sets info's Revision. top is nil for an owner apportion does not follow.
-func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference, info *Info) (top, parent *metav1.PartialObjectMetadata, err error) {
+// sets revision. top is nil for an owner apportion does not follow.
+func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference, revision *string) (top, parent *metav1.PartialObjectMetadata, err error) {
 	switch {
 	case Is(owner, ReplicaSetGVK):
 		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
 		if err != nil {
 			return nil, nil, err
 		}
-		info.Revision = pod.Labels[PodTemplateHashLabel]
+		*revision = pod.Labels[PodTemplateHashLabel]
 		up := metav1.GetControllerOfNoCopy(rs)
 		switch {
 		case Is(up, DeploymentGVK):
@@ -302,7 +289,7 @@ func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.
 		}
 		return top, nil, err
 	case Is(owner, StatefulSetGVK):
-		info.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+		*revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 		top, err = get(ctx, r, StatefulSetGVK, namespace, owner.Name, owner.UID)
 		return top, nil, err
 	case Is(owner, JobGVK):
@@ -320,44 +307,6 @@ func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.
 		return top, nil, err
 	}
 	return nil, nil, nil
-}
-
-// findStrategy gives info the strategy written on the pod, its workload top
-// or the CronJob parent (nil but for a CronJob's Job). A batch pod's own
-// annotations (its template's, and for a Workflow its spec.podMetadata,
-// which Argo copies onto each pod) come first, then the Job's or Workflow's
-// (a CronJob's jobTemplate annotations are copied onto each Job), then the
-// CronJob's. For the other kinds the workload's own come first.
-func findStrategy(info *Info, pod *corev1.Pod, top, parent *metav1.PartialObjectMetadata) {
-	if !IsBatch(pod) {
-		// The pod's own annotations are its template's: the template level.
-		info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, pod.Annotations)
-		return
-	}
-	if info.Strategy, info.Source, info.Found = strategy.Find(nil, pod.Annotations); info.Found {
-		return
-	}
-	if info.Strategy, info.Source, info.Found = strategy.Find(top.Annotations, nil); info.Found || parent == nil {
-		return
-	}
-	info.Strategy, info.Source, info.Found = strategy.Find(parent.Annotations, nil)
-	info.Source.Owner = parent.Kind + " " + parent.Name
-}
-
-// fromPolicy gives info the strategy of the policy that applies to top, when
-// it has none of its own, and returns the policy's mode.
-func (o *resolveOptions) fromPolicy(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata, info *Info) (string, error) {
-	if info.Found || o.policies == nil {
-		return "", nil
-	}
-	p, ok, err := o.policies.Policy(ctx, namespace, top)
-	if err != nil || !ok {
-		return "", err
-	}
-	info.Strategy, info.Source, info.Found = p.Strategy, strategy.Source{Policy: p.Name, Cluster: p.Cluster}, true
-	// A cluster policy may keep its workloads from opting out.
-	info.Skip = info.Skip && !p.NoSkip
-	return p.Mode, nil
 }
 
 func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {
@@ -412,17 +361,6 @@ func DescribeProblems(problems []annotations.Problem) string {
 // IsArchitecturesAuto reports whether v asks for architecture-only placement.
 func IsArchitecturesAuto(v string) bool {
 	return strings.EqualFold(strings.TrimSpace(v), annotations.ArchitecturesAuto)
-}
-
-// first is the value of key on the first of levels that has it ("" when
-// none does).
-func first(key string, levels ...map[string]string) string {
-	for _, l := range levels {
-		if v, ok := l[key]; ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }

@@ -191,9 +191,12 @@ func TestResolveBatch(t *testing.T) {
 
 type fakePolicies map[string]string // workload name -> strategy
 
-func (f fakePolicies) Policy(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) (Policy, bool, error) {
+func (f fakePolicies) Candidates(_ context.Context, namespace string, top *metav1.PartialObjectMetadata) ([]Policy, error) {
 	raw, ok := f[top.Name]
-	return Policy{Strategy: raw, Mode: annotations.ModePreferred, Name: namespace + "/p-" + top.Name}, ok, nil
+	if !ok {
+		return nil, nil
+	}
+	return []Policy{{Strategy: raw, Mode: annotations.ModePreferred, Name: namespace + "/p-" + top.Name}}, nil
 }
 
 // TestResolveWithPolicies: a workload without a strategy annotation gets the
@@ -229,8 +232,8 @@ func TestResolveWithPolicies(t *testing.T) {
 
 type modePolicy string // the mode of a policy that targets every workload
 
-func (m modePolicy) Policy(_ context.Context, namespace string, _ *metav1.PartialObjectMetadata) (Policy, bool, error) {
-	return Policy{Strategy: "x=y,weight=1", Mode: string(m), Name: namespace + "/p"}, true, nil
+func (m modePolicy) Candidates(_ context.Context, namespace string, _ *metav1.PartialObjectMetadata) ([]Policy, error) {
+	return []Policy{{Strategy: "x=y,weight=1", Mode: string(m), Name: namespace + "/p"}}, nil
 }
 
 // TestModePrecedence: the pod template's apportion.dev/mode wins over the

@@ -425,7 +425,7 @@ func (c *Controller) placesBatch(ctx context.Context, p *v1alpha1.ClusterPlaceme
 			if hasStrategy(own) || anyTrue(annotations.Skip, own) {
 				continue
 			}
-			if _, placed, err := c.source.Policy(ctx, ns.Name, job); err != nil {
+			if _, placed, err := c.source.Winner(ctx, ns.Name, job); err != nil {
 				return false, nil, err
 			} else if placed {
 				continue

@@ -377,7 +377,7 @@ func (c *Controller) observeBatch(ctx context.Context, p *v1alpha1.PlacementPoli
 			if pods.ownStrategy(job) != "" {
 				continue
 			}
-			if _, placed, err := c.source.Policy(ctx, p.Namespace, job); err != nil {
+			if _, placed, err := c.source.Winner(ctx, p.Namespace, job); err != nil {
 				return w, false, err
 			} else if placed {
 				continue
