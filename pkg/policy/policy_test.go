@@ -51,10 +51,13 @@ func TestStrategyForms(t *testing.T) {
 			{Labels: map[string]string{ct: "spot", "kubernetes.io/arch": "arm64"}, Weight: 1}}}},
 			want: "karpenter.sh/capacity-type=spot,kubernetes.io/arch=arm64,weight=1"},
 		{name: "structured groups with a cap", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{
-			{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: 3}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
+			{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: ptr.To[int32](3)}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
 			want: "karpenter.sh/capacity-type=on-demand,weight=1,max=3:karpenter.sh/capacity-type=spot,weight=1"},
+		{name: "groups: a cap of 0", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+			{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: ptr.To[int32](0)}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
+			wantErr: "spec.strategy.groups[0]: max must be a positive integer, got 0"},
 		{name: "groups: base past the cap", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Groups: []v1alpha1.Group{
-			{Labels: map[string]string{ct: "on-demand"}, Base: 4, Max: 3}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
+			{Labels: map[string]string{ct: "on-demand"}, Base: 4, Max: ptr.To[int32](3)}, {Labels: map[string]string{ct: "spot"}, Weight: 1}}}},
 			want:    "karpenter.sh/capacity-type=on-demand,base=4,max=3:karpenter.sh/capacity-type=spot,weight=1",
 			wantErr: "spec.strategy.groups[0]: invalid strategy: group 1: base 4 is more than max 3"},
 		{name: "text: the parser's message", spec: v1alpha1.PlacementPolicySpec{Strategy: &v1alpha1.Strategy{Text: "a=b,weight=x"}},

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/apportion"
@@ -99,8 +100,8 @@ func TestSumsSaturate(t *testing.T) {
 // group's nodes or on nodes of no group leave the workload within quota.
 func TestStatusCaps(t *testing.T) {
 	p := pol("a", 1, ref(), &v1alpha1.Strategy{Groups: []v1alpha1.Group{
-		{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: 2},
-		{Labels: map[string]string{ct: "spot"}, Weight: 1, Max: 3},
+		{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: ptr.To[int32](2)},
+		{Labels: map[string]string{ct: "spot"}, Weight: 1, Max: ptr.To[int32](3)},
 	}})
 	pools := []GroupPool{{NodePool: "od"}, {NodePool: "spot"}}
 	on := func(v string, n int) []map[string]string {

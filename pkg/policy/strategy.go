@@ -93,8 +93,8 @@ func join(field, labelsField string, groups []v1alpha1.Group) (string, error) {
 		if g.Base < 0 || g.Weight < 0 {
 			return "", fmt.Errorf("%s[%d]: base and weight must be non-negative integers, got base %d, weight %d", field, i, g.Base, g.Weight)
 		}
-		if g.Max < 0 {
-			return "", fmt.Errorf("%s[%d]: max must be a positive integer, got %d", field, i, g.Max)
+		if g.Max != nil && *g.Max < 1 {
+			return "", fmt.Errorf("%s[%d]: max must be a positive integer, got %d (leave it out for no cap)", field, i, *g.Max)
 		}
 		if g.Base != 0 {
 			items = append(items, strategy.KeyBase+"="+strconv.Itoa(int(g.Base)))
@@ -102,8 +102,8 @@ func join(field, labelsField string, groups []v1alpha1.Group) (string, error) {
 		if g.Weight != 0 {
 			items = append(items, strategy.KeyWeight+"="+strconv.Itoa(int(g.Weight)))
 		}
-		if g.Max != 0 {
-			items = append(items, strategy.KeyMax+"="+strconv.Itoa(int(g.Max)))
+		if g.Max != nil {
+			items = append(items, strategy.KeyMax+"="+strconv.Itoa(int(*g.Max)))
 		}
 		parts[i] = strings.Join(items, ",")
 	}

@@ -127,10 +127,11 @@ type Group struct {
 	Weight int32 `json:"weight,omitempty"`
 
 	// Max is the most pods of a revision the group holds, at least its
-	// base; what it cannot take is shared by the other groups. Unset: no cap.
+	// base; what it cannot take is shared by the other groups. Unset: no cap
+	// (0 is refused: a group that may hold no pod is no group).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
-	Max int32 `json:"max,omitempty"`
+	Max *int32 `json:"max,omitempty"`
 }
 
 // DistributionEntry is one entry of a Versprei PodDistributor's distribution.
