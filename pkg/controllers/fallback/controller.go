@@ -70,7 +70,8 @@
 //
 // The files: controller.go (the detector's Reconcile), evaluate.go (a pod's
 // evidence turned into a signal), evidence.go (what Karpenter's Events and
-// NodeClaims said, kept per pod and pool), report.go (Events, metrics and
+// NodeClaims said, kept per pod and pool), limits.go (a NodePool's usage
+// against its limits, and what is left of them), report.go (Events, metrics and
 // the queueing of a marked key's pods), deletion.go (the deletion
 // controller: a source.Channel queue, paced), batch.go (what it does with
 // the pods of Jobs and Workflows), outage.go (the NodePool
