@@ -137,15 +137,15 @@ func failureSignal(message string, np *karpv1.NodePool, pool string) (signal, bo
 }
 
 // scopeLimits gives a limits finding its scope: every workload when the
-// NodePool's own state backs it (limitsBacked), the pod's workload
+// NodePool's own state backs it (limitsHold), the pod's workload
 // otherwise. The state may trail the Event (Karpenter creates the
 // NodeClaims of a round just after it writes the round's Events), so a
 // finding the state does not back yet is looked at again once Karpenter
 // had Grace to create them.
 func (c *Controller) scopeLimits(ctx context.Context, sig signal, failedAt, now time.Time) signal {
-	u := c.usage(ctx, sig.np)
-	sig.used = u.used
-	if limitsBacked(sig.np, u) {
+	used, backed := c.limitsHold(ctx, sig.np)
+	sig.used = used
+	if backed {
 		sig.wide = true
 		return sig
 	}

@@ -86,7 +86,7 @@ func TestLimitsWithHeadroom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spot := capacity.PoolKey("spot")
-			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+			np := nodePool("spot", metav1.ConditionTrue, allowing(spotType), func(np *karpv1.NodePool) {
 				np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("10"), corev1.ResourceMemory: q("64Gi")})
 				np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("9500m"), corev1.ResourceMemory: q("20Gi")}
 			})
@@ -100,7 +100,8 @@ func TestLimitsWithHeadroom(t *testing.T) {
 					status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
 					status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})
 				nc.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: q(tc.claimCPU)}
-				objs = append(objs, nc)
+				// The pool's instance type, launched by another pool.
+				objs = append(objs, nc, typedClaim("od-a", "on-demand", spotType, corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi")}))
 			}
 			f := newFixture(t, Options{}, nil, nil, objs...)
 			if tc.apiReader {

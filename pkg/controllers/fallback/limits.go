@@ -12,35 +12,23 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 )
 
-// poolUsage is what counts against a NodePool's limits now, and the
-// smallest node it runs.
-type poolUsage struct {
-	used corev1.ResourceList
-	// smallest is, per resource, the least that any launched NodeClaim of
-	// the pool can give pods (its allocatable; none for one without the
-	// resource), and "nodes" 1; nil when no NodeClaim of the pool has
-	// launched.
-	smallest corev1.ResourceList
-}
-
 // usage reads what counts against a NodePool's limits now: its status, or
 // the capacity of its NodeClaims when more (Karpenter counts launching ones
 // before its status shows them). Read from the API when it can: Karpenter
 // writes its FailedScheduling Events just before it creates the NodeClaims
 // of the same round, so the cache may not have them yet.
-func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
+func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) corev1.ResourceList {
 	used := np.Status.Resources.DeepCopy()
 	if used == nil {
 		used = corev1.ResourceList{}
 	}
-	u := poolUsage{used: used}
 	var reader client.Reader = c.kubeClient
 	if c.opts.APIReader != nil {
 		reader = c.opts.APIReader
 	}
 	var claims karpv1.NodeClaimList
 	if err := reader.List(ctx, &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
-		return u
+		return used
 	}
 	sum := corev1.ResourceList{}
 	for i := range claims.Items {
@@ -51,14 +39,6 @@ func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
 		capacity := nc.Status.Capacity
 		if len(capacity) == 0 {
 			capacity = nc.Spec.Resources.Requests
-		} else if alloc := nc.Status.Allocatable; len(alloc) > 0 {
-			// What a node can give pods is never more than what it
-			// counts against the limits: the smaller is the safer
-			// measure of its size (and some providers, such as kwok,
-			// report the pods' requests as the capacity).
-			u.smallest = smaller(u.smallest, alloc)
-		} else {
-			u.smallest = smaller(u.smallest, capacity)
 		}
 		for name, q := range capacity {
 			total := sum[name]
@@ -74,55 +54,44 @@ func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
 			used[name] = q
 		}
 	}
-	return u
-}
-
-// smaller is the least of each resource in have (nil: none yet) and in
-// what a launched NodeClaim gives; a resource one of them lacks is zero.
-func smaller(have, size corev1.ResourceList) corev1.ResourceList {
-	if have == nil {
-		out := size.DeepCopy()
-		out["nodes"] = resource.MustParse("1")
-		return out
-	}
-	for name, q := range have {
-		if name == "nodes" {
-			continue
-		}
-		if c, ok := size[name]; !ok {
-			have[name] = resource.Quantity{}
-		} else if c.Cmp(q) < 0 {
-			have[name] = c.DeepCopy()
-		}
-	}
-	return have
+	return used
 }
 
 // onEveryNode are resources every instance type has some of: a limit of
 // theirs with nothing left leaves no instance type.
 var onEveryNode = map[corev1.ResourceName]bool{"nodes": true, corev1.ResourceCPU: true, corev1.ResourceMemory: true}
 
-// limitsBacked reports whether the NodePool's own state says it cannot
-// launch another node: some limit leaves less than the smallest node it
-// runs can give pods of that resource, or nothing at all of a resource
-// every node has, or less than nothing. Karpenter's limits finding (every instance type
-// of the pool exceeds what is left) is written on a pod, where anyone who
-// may create Events in the pod's namespace can write it too; it reaches
-// other workloads only when this holds. A pod that needs more than a pool
-// has left says nothing about the pods that fit in it.
-func limitsBacked(np *karpv1.NodePool, u poolUsage) bool {
+// limitsHold reports whether the NodePool's own state says it cannot launch
+// another node for its limits (limitsBacked), with what counts against
+// them now. It is the one question behind a limits mark for every workload
+// and behind keeping the pool out at the outage's end.
+func (c *Controller) limitsHold(ctx context.Context, np *karpv1.NodePool) (corev1.ResourceList, bool) {
+	used := c.usage(ctx, np)
+	return used, limitsBacked(np, used, c.allowedTypes(ctx, np).least)
+}
+
+// limitsBacked reports whether some limit of the NodePool, given used,
+// leaves less than least (what every instance type the pool allows has at
+// the least, see allowance; nil: nothing known) of its resource, nothing at
+// all of a resource every node has, or less than nothing. Karpenter's limits
+// finding (every instance type of the pool exceeds what is left) is written
+// on a pod, where anyone who may create Events in the pod's namespace can
+// write it too; it reaches other workloads only when this holds. The
+// smallest node the pool has launched is no bound: a pool that launched
+// only 16-cpu nodes and has 8 cpu left may still launch an 8-cpu one. A pod
+// that needs more than a pool has left says nothing about the pods that
+// fit in it.
+func limitsBacked(np *karpv1.NodePool, used, least corev1.ResourceList) bool {
 	for name, limit := range np.Spec.Limits {
 		left := limit.DeepCopy()
-		if used, ok := u.used[name]; ok {
-			left.Sub(used)
+		if u, ok := used[name]; ok {
+			left.Sub(u)
 		}
-		switch {
-		case left.Sign() < 0, left.Sign() == 0 && onEveryNode[name]:
+		if left.Sign() < 0 || left.Sign() == 0 && onEveryNode[name] {
 			return true
-		case u.smallest != nil:
-			if least := u.smallest[name]; left.Cmp(least) < 0 {
-				return true
-			}
+		}
+		if bound, ok := least[name]; ok && left.Cmp(bound) < 0 {
+			return true
 		}
 	}
 	return false

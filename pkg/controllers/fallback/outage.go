@@ -59,11 +59,12 @@ func (c *Controller) recordOutage(pool string, sig signal) {
 }
 
 // ReconcilePool follows a NodePool's cluster-wide outage: it ends it at once
-// when its evidence is gone (limits raised or usage lower, the pool Ready
-// again, its requirements changed), and keeps it out for another outage when
-// the cluster's state still backs it at its end (the pool at its limits or
-// not Ready, a launch failure since), so that pods are not sent back to a
-// pool that still cannot launch. Any other outage (no instance types, which
+// when its evidence is gone (limits raised or usage lower, room left for an
+// instance type the pool allows, the pool Ready again, its requirements
+// changed), and keeps it out for another outage when the cluster's state
+// still backs it at its end (the pool at its limits, as limitsHold asks when
+// it marks it, or not Ready, a launch failure since), so that pods are not
+// sent back to a pool that still cannot launch. Any other outage (no instance types, which
 // only Karpenter's Event says) ends with its TTL, and new evidence marks it
 // again with a doubled TTL.
 func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -131,7 +132,12 @@ func (c *Controller) stillHolds(ctx context.Context, pool string, o outage, np *
 		if np == nil {
 			return true, true
 		}
-		return !o.limits.grown(np) && limitsBacked(np, c.usage(ctx, np)), true
+		if o.limits.grown(np) {
+			return false, true
+		}
+		// The question that marked it, asked again.
+		_, holds := c.limitsHold(ctx, np)
+		return holds, true
 	case ReasonNoInstanceTypes:
 		// Its requirements changed: Karpenter looks at them afresh.
 		if np != nil && np.Generation != o.generation {

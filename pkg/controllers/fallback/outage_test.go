@@ -53,17 +53,17 @@ func rechecks(reason, result string) float64 {
 	return testutil.ToFloat64(metrics.CapacityRechecksTotal.WithLabelValues(reason, result))
 }
 
-// limitsFixture: spot's cpu limit leaves 500m, less than its 2 cpu nodes
-// have; Karpenter said the pool
+// limitsFixture: spot's cpu limit leaves 500m, less than the 2 cpu of the
+// one instance type it allows; Karpenter said the pool
 // exceeds its limits for p1; the pool is out for every workload.
 func limitsFixture(t *testing.T) *fixture {
 	t.Helper()
 	q := resource.MustParse
-	np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+	np := nodePool("spot", metav1.ConditionTrue, allowing(spotType), func(np *karpv1.NodePool) {
 		np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("10")})
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("9500m"), corev1.ResourceMemory: q("20Gi")}
 	})
-	// Its nodes have 2 cpu: 500m left is less than one.
+	// Its only instance type has 2 cpu: 500m left is less than one.
 	f := newFixture(t, Options{}, nil, nil, np, launchedClaim("spot-a", corev1.ResourceList{corev1.ResourceCPU: q("2")}),
 		pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	f.failedScheduling("p1", exceedSpot, now)
