@@ -87,8 +87,10 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 		if c.observePodEvent(ev) {
 			return types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, ""
 		}
-	// Karpenter writes its Events about a NodePool in one namespace only.
-	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "" &&
+	// Karpenter writes its Events about a NodePool in one namespace only,
+	// naming the NodePool's UID. What one says is a hint still: it marks
+	// the pool only when its state agrees (noTypesHold).
+	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "" && obj.UID != "" &&
 		ev.Namespace == PoolEventNamespace && obj.Namespace == "":
 		if c.observePoolEvent(ev) {
 			return pod, obj.Name
@@ -184,7 +186,7 @@ func (c *Controller) noTypesAt(np *karpv1.NodePool) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pe := c.noTypes[np.Name]
-	if pe.uid != "" && pe.uid != np.UID {
+	if pe.uid != np.UID {
 		return time.Time{}
 	}
 	return pe.at

@@ -365,11 +365,12 @@ func TestTimeoutFloorApplied(t *testing.T) {
 	}
 }
 
-// TestNoCompatibleInstanceTypes: Karpenter's Event on the NodePool marks it
-// for every workload while it is fresh.
+// TestNoCompatibleInstanceTypes: Karpenter's Event on the NodePool, which
+// its state backs (its requirements leave no instance type), marks it for
+// every workload while it is fresh.
 func TestNoCompatibleInstanceTypes(t *testing.T) {
 	spot := capacity.PoolKey("spot")
-	np := nodePool("spot", metav1.ConditionTrue)
+	np := noTypesPool()
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: "default", Name: "spot.nocompatible"},
 		InvolvedObject: corev1.ObjectReference{Kind: "NodePool", APIVersion: "karpenter.sh/v1", Name: "spot", UID: np.UID},
@@ -377,7 +378,7 @@ func TestNoCompatibleInstanceTypes(t *testing.T) {
 		Message: "NodePool requirements filtered out all compatible available instance types",
 		Source:  corev1.EventSource{Component: capacity.KarpenterComponent}, LastTimestamp: metav1.NewTime(now.Add(-4 * time.Minute)),
 	}
-	f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
+	f := newFixture(t, Options{}, nil, nil, np, noTypesClaim(), pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	if _, pool := f.ctrl.ObserveEvent(ev); pool != "spot" {
 		t.Fatalf("ObserveEvent returned pool %q, want spot", pool)
 	}

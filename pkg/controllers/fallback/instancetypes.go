@@ -269,3 +269,12 @@ func atLeast(least, bounds corev1.ResourceList) corev1.ResourceList {
 	out["nodes"] = resource.MustParse("1")
 	return out
 }
+
+// noTypesHold reports whether the NodePool's own state says its
+// requirements leave no instance type: Karpenter's NoCompatibleInstanceTypes
+// is an Event, which whoever may create Events in its namespace can write
+// too, so it marks the pool out for every workload, and keeps it out at
+// the outage's end, only while this holds.
+func (c *Controller) noTypesHold(ctx context.Context, np *karpv1.NodePool) bool {
+	return c.allowedTypes(ctx, np).none
+}

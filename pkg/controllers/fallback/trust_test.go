@@ -86,13 +86,14 @@ func checkLimitsScopedToTenant(t *testing.T, f *fixture, name, workload string) 
 // TestPoolEventOnlyFromKarpenterNamespace: Karpenter writes its Events about
 // a NodePool in PoolEventNamespace. One in a tenant's namespace, one that
 // claims a namespace for the NodePool, and one naming another NodePool's
-// UID mark nothing; Karpenter's own marks the pool.
+// UID mark nothing, though the pool's state would back them; Karpenter's own
+// marks the pool.
 //
 // (Any namespace's NoCompatibleInstanceTypes used to mark the pool out for
 // every workload.)
 func TestPoolEventOnlyFromKarpenterNamespace(t *testing.T) {
-	np := nodePool("spot", metav1.ConditionTrue)
-	f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
+	np := noTypesPool()
+	f := newFixture(t, Options{}, nil, nil, np, noTypesClaim(), pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	inTenant := noTypesEvent("tenant", np, now)
 	namespaced := noTypesEvent(PoolEventNamespace, np, now)
 	namespaced.InvolvedObject.Namespace = "tenant"
