@@ -19,15 +19,20 @@
 //  2. Karpenter says, in a pod's FailedScheduling Event, that every instance
 //     type of the pool exceeds what is left of its limits, or that its node
 //     limit is used up, and the pool's state agrees: some limit leaves less
-//     than the smallest node the pool runs can give pods (limits). Karpenter filters
-//     instance types by the remaining limits before it looks at the pod, so
-//     this holds for any pod even though the pool's usage is below its
-//     limits. Without that backing the Event moves the pod's workload only:
-//     a pod that needs more than the pool has left says nothing about the
-//     pods that fit in it;
-//  3. Karpenter says, in an Event on the NodePool in the namespace it writes
-//     those to (PoolEventNamespace), that its requirements leave no instance
-//     type (no_instance_types);
+//     than every instance type the pool allows has, as far as its
+//     requirements and the instance types launched in the cluster show
+//     (allowance), or nothing (limits). Karpenter filters instance types by
+//     the remaining limits before it looks at the pod, so this holds for any
+//     pod even though the pool's usage is below its limits. Without that
+//     backing the Event moves the pod's workload only: a pod that needs more
+//     than the pool has left says nothing about the pods that fit in it, and
+//     the nodes the pool launched say nothing of the smaller ones it allows;
+//  3. Karpenter says, in an Event on the NodePool (its UID) in the namespace
+//     it writes those to (PoolEventNamespace), that its requirements leave no
+//     instance type, and the pool's state agrees: its requirements leave no
+//     value of a label every instance type has, or they name their instance
+//     types and each one, as launched in the cluster, is ruled out by them
+//     (no_instance_types). Without that backing the Event marks nothing;
 //  4. a NodeClaim of the pool failed to launch (deleted before it
 //     registered, as Karpenter does on insufficient capacity, or its
 //     Launched condition records an error) and none is on its way
@@ -53,16 +58,18 @@
 // left alone: it is the pod, not the pool. In node-label mode (no Karpenter)
 // only signal 7 applies.
 //
-// For example, the spot pool's cpu limit leaves 1 cpu while its smallest
-// instance type has 2: at 0:00 three pods of a Deployment are placed there;
+// For example, the spot pool's cpu limit leaves 1 cpu while its
+// requirements allow instance types of 2 cpu and more
+// (karpenter.k8s.aws/instance-cpu Gt 1): at 0:00 three pods of a Deployment
+// are placed there;
 // at 0:02 Karpenter writes FailedScheduling "all available instance types
 // exceed limits for nodepool (NodePool=spot)" on each; at once spot is out
 // for every workload, a Warning Event CapacityUnavailable names the
 // headroom, and the three pods are deleted and recreated on on-demand. When
-// the outage ends, the pool's limits and usage are checked again: unchanged,
-// the pool stays out without a pod having to find out again; raised, it is
-// back at once. An outage only an Event says (no_instance_types) is never
-// extended.
+// the outage ends, the question that marked it is asked again: limits and
+// usage unchanged, the pool stays out without a pod having to find out
+// again; raised, it is back at once. A no_instance_types outage likewise
+// lasts while the pool's requirements leave no instance type.
 //
 // Evidence older than the end of the key's last outage is not counted again:
 // after an outage, a stuck pod's unschedulable time, its Karpenter Events and
@@ -70,10 +77,12 @@
 //
 // The files: controller.go (the detector's Reconcile), evaluate.go (a pod's
 // evidence turned into a signal), evidence.go (what Karpenter's Events and
-// NodeClaims said, kept per pod and pool), report.go (Events, metrics and
-// the queueing of a marked key's pods), deletion.go (the deletion
-// controller: a source.Channel queue, paced), batch.go (what it does with
-// the pods of Jobs and Workflows), outage.go (the NodePool
+// NodeClaims said, kept per pod and pool), limits.go (a NodePool's usage
+// against its limits, and what is left of them), instancetypes.go (what the
+// cluster's state shows of the instance types a NodePool allows), report.go
+// (Events, metrics and the queueing of a marked key's pods), deletion.go
+// (the deletion controller: a source.Channel queue, paced), batch.go (what
+// it does with the pods of Jobs and Workflows), outage.go (the NodePool
 // outage controller that checks a cluster-wide outage's evidence again),
 // gauge.go (the outage gauge, a periodic singleton) and register.go
 // (indexes, watches and handlers).

@@ -377,7 +377,7 @@ func TestLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		limits, used corev1.ResourceList
-		node         string // cpu of the pool's one launched NodeClaim; "": none
+		node         string // cpu of the pool's one launched NodeClaim (its only instance type); "": none
 		message      string
 		at           time.Duration // when Karpenter wrote it, from now
 		want         bool
@@ -400,7 +400,7 @@ func TestLimits(t *testing.T) {
 		{"Event older than the pod's wait", corev1.ResourceList{corev1.ResourceCPU: q("10")}, corev1.ResourceList{corev1.ResourceCPU: q("10")}, "", limitsSpot, -Grace - 2*time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+			np := nodePool("spot", metav1.ConditionTrue, allowing(spotType), func(np *karpv1.NodePool) {
 				np.Spec.Limits = karpv1.Limits(tc.limits)
 				np.Status.Resources = tc.used
 			})
@@ -425,14 +425,9 @@ func TestLimits(t *testing.T) {
 }
 
 // launchedClaim is a NodeClaim of the spot pool that launched a node of
-// capacity.
+// instance type spotType and capacity.
 func launchedClaim(name string, capacity corev1.ResourceList) *karpv1.NodeClaim {
-	nc := nodeClaim(name, "spot", now.Add(-time.Hour),
-		status.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue},
-		status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
-		status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})
-	nc.Status.Capacity = capacity
-	return nc
+	return typedClaim(name, "spot", spotType, capacity)
 }
 
 // TestLimitsWhileClaimOnTheWay: Karpenter counts launching NodeClaims in the

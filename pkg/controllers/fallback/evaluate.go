@@ -95,8 +95,9 @@ func (c *Controller) evaluate(ctx context.Context, pod *corev1.Pod, key capacity
 }
 
 // poolSignal reads the NodePool as Karpenter keeps it (nil when gone) and
-// what it says by itself: not Ready or gone, or no instance type left since
-// the key's last outage.
+// what it says by itself: not Ready or gone, or, since the key's last
+// outage, Karpenter's word that its requirements leave no instance type,
+// when its state agrees (noTypesHold).
 func (c *Controller) poolSignal(ctx context.Context, pool string, lastBack, now time.Time) (*karpv1.NodePool, signal, error) {
 	np := &karpv1.NodePool{}
 	if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: pool}, np); err != nil {
@@ -109,7 +110,7 @@ func (c *Controller) poolSignal(ctx context.Context, pool string, lastBack, now 
 		sig.np = np
 		return np, sig, nil
 	}
-	if at := c.noTypesAt(np); at.After(lastBack) && now.Sub(at) < noTypesFresh {
+	if at := c.noTypesAt(np); at.After(lastBack) && now.Sub(at) < noTypesFresh && c.noTypesHold(ctx, np) {
 		return np, signal{reason: ReasonNoInstanceTypes, wide: true, np: np,
 			detail: "Karpenter: NodePool requirements filtered out all compatible available instance types"}, nil
 	}
@@ -137,15 +138,15 @@ func failureSignal(message string, np *karpv1.NodePool, pool string) (signal, bo
 }
 
 // scopeLimits gives a limits finding its scope: every workload when the
-// NodePool's own state backs it (limitsBacked), the pod's workload
+// NodePool's own state backs it (limitsHold), the pod's workload
 // otherwise. The state may trail the Event (Karpenter creates the
 // NodeClaims of a round just after it writes the round's Events), so a
 // finding the state does not back yet is looked at again once Karpenter
 // had Grace to create them.
 func (c *Controller) scopeLimits(ctx context.Context, sig signal, failedAt, now time.Time) signal {
-	u := c.usage(ctx, sig.np)
-	sig.used = u.used
-	if limitsBacked(sig.np, u) {
+	used, backed := c.limitsHold(ctx, sig.np)
+	sig.used = used
+	if backed {
 		sig.wide = true
 		return sig
 	}

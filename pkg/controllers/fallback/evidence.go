@@ -3,14 +3,11 @@ package fallback
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
 	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,8 +87,10 @@ func (c *Controller) ObserveEvent(ev *corev1.Event) (pod types.NamespacedName, p
 		if c.observePodEvent(ev) {
 			return types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, ""
 		}
-	// Karpenter writes its Events about a NodePool in one namespace only.
-	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "" &&
+	// Karpenter writes its Events about a NodePool in one namespace only,
+	// naming the NodePool's UID. What one says is a hint still: it marks
+	// the pool only when its state agrees (noTypesHold).
+	case obj.Kind == "NodePool" && ev.Reason == capacity.EventNoCompatibleInstanceTypes && obj.Name != "" && obj.UID != "" &&
 		ev.Namespace == PoolEventNamespace && obj.Namespace == "":
 		if c.observePoolEvent(ev) {
 			return pod, obj.Name
@@ -187,7 +186,7 @@ func (c *Controller) noTypesAt(np *karpv1.NodePool) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pe := c.noTypes[np.Name]
-	if pe.uid != "" && pe.uid != np.UID {
+	if pe.uid != np.UID {
 		return time.Time{}
 	}
 	return pe.at
@@ -207,206 +206,6 @@ func poolState(np *karpv1.NodePool) (signal, bool) {
 		return signal{reason: ReasonNotReady, wide: true, detail: fmt.Sprintf("the NodePool is not Ready (%s: %s)", ready.Reason, ready.Message)}, true
 	}
 	return signal{}, false
-}
-
-// poolUsage is what counts against a NodePool's limits now, and the
-// smallest node it runs.
-type poolUsage struct {
-	used corev1.ResourceList
-	// smallest is, per resource, the least that any launched NodeClaim of
-	// the pool can give pods (its allocatable; none for one without the
-	// resource), and "nodes" 1; nil when no NodeClaim of the pool has
-	// launched.
-	smallest corev1.ResourceList
-}
-
-// usage reads what counts against a NodePool's limits now: its status, or
-// the capacity of its NodeClaims when more (Karpenter counts launching ones
-// before its status shows them). Read from the API when it can: Karpenter
-// writes its FailedScheduling Events just before it creates the NodeClaims
-// of the same round, so the cache may not have them yet.
-func (c *Controller) usage(ctx context.Context, np *karpv1.NodePool) poolUsage {
-	used := np.Status.Resources.DeepCopy()
-	if used == nil {
-		used = corev1.ResourceList{}
-	}
-	u := poolUsage{used: used}
-	var reader client.Reader = c.kubeClient
-	if c.opts.APIReader != nil {
-		reader = c.opts.APIReader
-	}
-	var claims karpv1.NodeClaimList
-	if err := reader.List(ctx, &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
-		return u
-	}
-	sum := corev1.ResourceList{}
-	for i := range claims.Items {
-		nc := &claims.Items[i]
-		if nc.DeletionTimestamp != nil {
-			continue
-		}
-		capacity := nc.Status.Capacity
-		if len(capacity) == 0 {
-			capacity = nc.Spec.Resources.Requests
-		} else if alloc := nc.Status.Allocatable; len(alloc) > 0 {
-			// What a node can give pods is never more than what it
-			// counts against the limits: the smaller is the safer
-			// measure of its size (and some providers, such as kwok,
-			// report the pods' requests as the capacity).
-			u.smallest = smaller(u.smallest, alloc)
-		} else {
-			u.smallest = smaller(u.smallest, capacity)
-		}
-		for name, q := range capacity {
-			total := sum[name]
-			total.Add(q)
-			sum[name] = total
-		}
-		total := sum["nodes"]
-		total.Add(resource.MustParse("1"))
-		sum["nodes"] = total
-	}
-	for name, q := range sum {
-		if have, ok := used[name]; !ok || q.Cmp(have) > 0 {
-			used[name] = q
-		}
-	}
-	return u
-}
-
-// smaller is the least of each resource in have (nil: none yet) and in
-// what a launched NodeClaim gives; a resource one of them lacks is zero.
-func smaller(have, size corev1.ResourceList) corev1.ResourceList {
-	if have == nil {
-		out := size.DeepCopy()
-		out["nodes"] = resource.MustParse("1")
-		return out
-	}
-	for name, q := range have {
-		if name == "nodes" {
-			continue
-		}
-		if c, ok := size[name]; !ok {
-			have[name] = resource.Quantity{}
-		} else if c.Cmp(q) < 0 {
-			have[name] = c.DeepCopy()
-		}
-	}
-	return have
-}
-
-// onEveryNode are resources every instance type has some of: a limit of
-// theirs with nothing left leaves no instance type.
-var onEveryNode = map[corev1.ResourceName]bool{"nodes": true, corev1.ResourceCPU: true, corev1.ResourceMemory: true}
-
-// limitsBacked reports whether the NodePool's own state says it cannot
-// launch another node: some limit leaves less than the smallest node it
-// runs can give pods of that resource, or nothing at all of a resource
-// every node has, or less than nothing. Karpenter's limits finding (every instance type
-// of the pool exceeds what is left) is written on a pod, where anyone who
-// may create Events in the pod's namespace can write it too; it reaches
-// other workloads only when this holds. A pod that needs more than a pool
-// has left says nothing about the pods that fit in it.
-func limitsBacked(np *karpv1.NodePool, u poolUsage) bool {
-	for name, limit := range np.Spec.Limits {
-		left := limit.DeepCopy()
-		if used, ok := u.used[name]; ok {
-			left.Sub(used)
-		}
-		switch {
-		case left.Sign() < 0, left.Sign() == 0 && onEveryNode[name]:
-			return true
-		case u.smallest != nil:
-			if least := u.smallest[name]; left.Cmp(least) < 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// headroom describes what is left of each of the NodePool's limits given
-// used, and what the pod asks for of it: "cpu 100m of 3 left (the pod needs
-// 900m)". requests may be nil (not known).
-func headroom(np *karpv1.NodePool, used, requests corev1.ResourceList) string {
-	names := make([]string, 0, len(np.Spec.Limits))
-	for name := range np.Spec.Limits {
-		names = append(names, string(name))
-	}
-	sort.Strings(names)
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
-		name := corev1.ResourceName(n)
-		limit := np.Spec.Limits[name]
-		left := limit.DeepCopy()
-		if u, ok := used[name]; ok {
-			left.Sub(u)
-		}
-		if left.Sign() < 0 {
-			left = resource.Quantity{}
-		}
-		part := fmt.Sprintf("%s %s of %s left", name, left.String(), limit.String())
-		if need, ok := requests[name]; ok && !need.IsZero() {
-			part += fmt.Sprintf(" (the pod needs %s)", need.String())
-		} else if name == "nodes" {
-			part += " (the pod needs a new node)"
-		}
-		parts = append(parts, part)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// podRequests is what the pod asks of a node: the sum of its containers'
-// requests, or its largest init container's if larger, plus its overhead.
-func podRequests(pod *corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, ctr := range pod.Spec.Containers {
-		for name, q := range ctr.Resources.Requests {
-			sum := out[name]
-			sum.Add(q)
-			out[name] = sum
-		}
-	}
-	for _, ctr := range pod.Spec.InitContainers {
-		for name, q := range ctr.Resources.Requests {
-			if have := out[name]; q.Cmp(have) > 0 {
-				out[name] = q.DeepCopy()
-			}
-		}
-	}
-	for name, q := range pod.Spec.Overhead {
-		sum := out[name]
-		sum.Add(q)
-		out[name] = sum
-	}
-	return out
-}
-
-// limitsOf is a copy of a NodePool's limits and usage, kept with an outage
-// so that its end can be checked against them.
-type limitsOf struct {
-	limits, used corev1.ResourceList
-}
-
-func snapshotLimits(np *karpv1.NodePool) limitsOf {
-	return limitsOf{limits: corev1.ResourceList(np.Spec.Limits).DeepCopy(), used: np.Status.Resources.DeepCopy()}
-}
-
-// grown reports whether some limited resource has more room now than in
-// the snapshot: its limit raised or removed, or its usage lower.
-func (l limitsOf) grown(np *karpv1.NodePool) bool {
-	for name, was := range l.limits {
-		now, ok := np.Spec.Limits[name]
-		if !ok || now.Cmp(was) > 0 {
-			return true
-		}
-		if used, had := l.used[name]; had {
-			if cur := np.Status.Resources[name]; cur.Cmp(used) < 0 {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // onTheWay returns until when some NodeClaim of pool counts as on its way

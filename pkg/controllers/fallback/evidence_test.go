@@ -86,7 +86,7 @@ func TestLimitsWithHeadroom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spot := capacity.PoolKey("spot")
-			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+			np := nodePool("spot", metav1.ConditionTrue, allowing(spotType), func(np *karpv1.NodePool) {
 				np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("10"), corev1.ResourceMemory: q("64Gi")})
 				np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("9500m"), corev1.ResourceMemory: q("20Gi")}
 			})
@@ -100,7 +100,8 @@ func TestLimitsWithHeadroom(t *testing.T) {
 					status.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue},
 					status.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue})
 				nc.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: q(tc.claimCPU)}
-				objs = append(objs, nc)
+				// The pool's instance type, launched by another pool.
+				objs = append(objs, nc, typedClaim("od-a", "on-demand", spotType, corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi")}))
 			}
 			f := newFixture(t, Options{}, nil, nil, objs...)
 			if tc.apiReader {
@@ -364,11 +365,12 @@ func TestTimeoutFloorApplied(t *testing.T) {
 	}
 }
 
-// TestNoCompatibleInstanceTypes: Karpenter's Event on the NodePool marks it
-// for every workload while it is fresh.
+// TestNoCompatibleInstanceTypes: Karpenter's Event on the NodePool, which
+// its state backs (its requirements leave no instance type), marks it for
+// every workload while it is fresh.
 func TestNoCompatibleInstanceTypes(t *testing.T) {
 	spot := capacity.PoolKey("spot")
-	np := nodePool("spot", metav1.ConditionTrue)
+	np := noTypesPool()
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: "default", Name: "spot.nocompatible"},
 		InvolvedObject: corev1.ObjectReference{Kind: "NodePool", APIVersion: "karpenter.sh/v1", Name: "spot", UID: np.UID},
@@ -376,7 +378,7 @@ func TestNoCompatibleInstanceTypes(t *testing.T) {
 		Message: "NodePool requirements filtered out all compatible available instance types",
 		Source:  corev1.EventSource{Component: capacity.KarpenterComponent}, LastTimestamp: metav1.NewTime(now.Add(-4 * time.Minute)),
 	}
-	f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
+	f := newFixture(t, Options{}, nil, nil, np, noTypesClaim(), pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	if _, pool := f.ctrl.ObserveEvent(ev); pool != "spot" {
 		t.Fatalf("ObserveEvent returned pool %q, want spot", pool)
 	}

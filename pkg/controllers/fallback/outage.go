@@ -29,21 +29,17 @@ const (
 
 // outage is the evidence a NodePool was marked out for every workload on.
 type outage struct {
-	reason     string
-	marked     time.Time
-	limits     limitsOf // reason limits
-	generation int64    // reason no_instance_types: the spec Karpenter judged
+	reason string
+	marked time.Time
+	limits limitsOf // reason limits
 }
 
 // recordOutage keeps the evidence of a new cluster-wide outage and asks
 // the NodePool outage controller to watch it.
 func (c *Controller) recordOutage(pool string, sig signal) {
 	o := outage{reason: sig.reason, marked: c.clock.Now()}
-	if sig.np != nil {
-		o.generation = sig.np.Generation
-		if sig.reason == ReasonLimits {
-			o.limits = snapshotLimits(sig.np)
-		}
+	if sig.np != nil && sig.reason == ReasonLimits {
+		o.limits = snapshotLimits(sig.np)
 	}
 	c.mu.Lock()
 	if len(c.outages) >= maxPools {
@@ -59,13 +55,16 @@ func (c *Controller) recordOutage(pool string, sig signal) {
 }
 
 // ReconcilePool follows a NodePool's cluster-wide outage: it ends it at once
-// when its evidence is gone (limits raised or usage lower, the pool Ready
-// again, its requirements changed), and keeps it out for another outage when
-// the cluster's state still backs it at its end (the pool at its limits or
-// not Ready, a launch failure since), so that pods are not sent back to a
-// pool that still cannot launch. Any other outage (no instance types, which
-// only Karpenter's Event says) ends with its TTL, and new evidence marks it
-// again with a doubled TTL.
+// when its evidence is gone (limits raised or usage lower, room left for an
+// instance type the pool allows, the pool Ready again, its requirements
+// allowing an instance type), and keeps it out for another outage when the
+// cluster's state still backs it at its end (the pool at its limits, not
+// Ready or left no instance type by its requirements, a launch failure
+// since), so that pods are not sent back to a pool that still cannot
+// launch. Each is the question that marked the pool, asked again
+// (limitsHold, noTypesHold, poolState). Any other outage (launch failures
+// with none since) ends with its TTL, and new evidence marks it again with
+// a doubled TTL.
 func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := capacity.PoolKey(req.Name)
 	out, reason, until := c.tracker.Unavailable(key)
@@ -119,9 +118,8 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 
 // stillHolds checks an outage's evidence against the cluster's state now
 // (np nil: the NodePool is gone). checkable is false for evidence that
-// cannot be checked again without a pod trying (launch failures), and for
-// evidence that was only ever an Event (no instance types): an Event alone
-// never keeps a pool out longer.
+// cannot be checked again without a pod trying (launch failures): an Event
+// alone never keeps a pool out longer.
 func (c *Controller) stillHolds(ctx context.Context, pool string, o outage, np *karpv1.NodePool) (holds, checkable bool) {
 	switch o.reason {
 	case ReasonNotReady:
@@ -131,12 +129,17 @@ func (c *Controller) stillHolds(ctx context.Context, pool string, o outage, np *
 		if np == nil {
 			return true, true
 		}
-		return !o.limits.grown(np) && limitsBacked(np, c.usage(ctx, np)), true
-	case ReasonNoInstanceTypes:
-		// Its requirements changed: Karpenter looks at them afresh.
-		if np != nil && np.Generation != o.generation {
+		if o.limits.grown(np) {
 			return false, true
 		}
+		// The question that marked it, asked again.
+		_, holds := c.limitsHold(ctx, np)
+		return holds, true
+	case ReasonNoInstanceTypes:
+		if np == nil {
+			return true, true
+		}
+		return c.noTypesHold(ctx, np), true
 	case ReasonLaunchFailed:
 		if failed, ok := c.failure(pool); ok && failed.After(o.marked) {
 			return true, true

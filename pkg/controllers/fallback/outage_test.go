@@ -18,6 +18,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // reconcilePool reconciles the spot NodePool.
@@ -53,17 +54,17 @@ func rechecks(reason, result string) float64 {
 	return testutil.ToFloat64(metrics.CapacityRechecksTotal.WithLabelValues(reason, result))
 }
 
-// limitsFixture: spot's cpu limit leaves 500m, less than its 2 cpu nodes
-// have; Karpenter said the pool
+// limitsFixture: spot's cpu limit leaves 500m, less than the 2 cpu of the
+// one instance type it allows; Karpenter said the pool
 // exceeds its limits for p1; the pool is out for every workload.
 func limitsFixture(t *testing.T) *fixture {
 	t.Helper()
 	q := resource.MustParse
-	np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+	np := nodePool("spot", metav1.ConditionTrue, allowing(spotType), func(np *karpv1.NodePool) {
 		np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("10")})
 		np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("9500m"), corev1.ResourceMemory: q("20Gi")}
 	})
-	// Its nodes have 2 cpu: 500m left is less than one.
+	// Its only instance type has 2 cpu: 500m left is less than one.
 	f := newFixture(t, Options{}, nil, nil, np, launchedClaim("spot-a", corev1.ResourceList{corev1.ResourceCPU: q("2")}),
 		pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	f.failedScheduling("p1", exceedSpot, now)
@@ -219,53 +220,70 @@ func noTypesEvent(namespace string, np *karpv1.NodePool, at time.Time) *corev1.E
 	}
 }
 
-// TestNoInstanceTypesOutage: a no_instance_types outage is lifted when the
-// NodePool's requirements change, and otherwise ends with its TTL: only
-// Karpenter's Event says the pool has no instance type, and an Event alone
-// never keeps a pool out longer, even one repeated during the outage.
+// TestNoInstanceTypesOutage: at the end of a no_instance_types outage the
+// question that marked the pool is asked again: while its requirements
+// still leave no instance type it stays out, and once they allow one (they
+// changed, or the pool's type turns out to be amd64 after all) it is back
+// at once. Karpenter's Event repeated during the outage plays no part.
 //
-// (It used to be extended for as long as the NodePool's generation stayed
-// the same: one Event kept a pool out for good.)
+// (It used to end with its TTL whatever the state, unless the NodePool's
+// generation changed: a pool that still had no instance type was sent
+// pods again to find out.)
 func TestNoInstanceTypesOutage(t *testing.T) {
 	spot := capacity.PoolKey("spot")
-	for _, changed := range []bool{false, true} {
-		np := nodePool("spot", metav1.ConditionTrue)
-		np.Generation = 3
-		f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
-		f.ctrl.ObserveEvent(noTypesEvent(PoolEventNamespace, np, now))
-		f.reconcile("p1")
-		if out, reason := f.out(spot); !out || reason != ReasonNoInstanceTypes {
-			t.Fatalf("out %v reason %q; want no_instance_types", out, reason)
-		}
-		until := f.until(spot)
-		if changed {
-			f.clock.Step(time.Minute)
+	for _, tc := range []struct {
+		name   string
+		change func(f *fixture)
+		lifted bool
+	}{
+		{"unchanged", func(*fixture) {}, false},
+		{"requirements allow a type", func(f *fixture) {
 			f.updatePool("spot", func(np *karpv1.NodePool) {
-				np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}}}
-				np.Generation = 4
+				np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(corev1.LabelArchStable, "amd64")}
 			})
-			if got := &(karpv1.NodePool{}); f.client.Get(context.Background(), client.ObjectKey{Name: "spot"}, got) != nil || got.Generation != 4 {
-				t.Fatalf("the fake client kept generation %d", got.Generation)
+		}, true},
+		{"the named type launched as amd64", func(f *fixture) {
+			if err := f.client.Delete(context.Background(), noTypesClaim()); err != nil {
+				f.t.Fatal(err)
 			}
+			if err := f.client.Create(context.Background(), typedClaim("od-b", "on-demand", "a-1x", cpus(1))); err != nil {
+				f.t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := noTypesPool()
+			f := newFixture(t, Options{}, nil, nil, np, noTypesClaim(), pendingPod("p1", "spot", now.Add(-5*time.Second)))
+			f.ctrl.ObserveEvent(noTypesEvent(PoolEventNamespace, np, now))
+			f.reconcile("p1")
+			if out, reason := f.out(spot); !out || reason != ReasonNoInstanceTypes {
+				t.Fatalf("out %v reason %q; want no_instance_types", out, reason)
+			}
+			until := f.until(spot)
+			f.clock.Step(time.Minute)
+			tc.change(f)
+			before := rechecks(ReasonNoInstanceTypes, RecheckLifted)
 			f.reconcilePool()
-			if out, _ := f.out(spot); out {
-				t.Fatal("requirements changed, still out")
+			if out, _ := f.out(spot); out == tc.lifted {
+				t.Fatalf("out %v after the change, want lifted %v", out, tc.lifted)
 			}
-			continue
-		}
-		// Karpenter says it again during the outage.
-		f.clock.SetTime(until.Add(-time.Minute))
-		f.ctrl.ObserveEvent(noTypesEvent(PoolEventNamespace, np, f.clock.Now()))
-		before := rechecks(ReasonNoInstanceTypes, RecheckExpired)
-		f.clock.SetTime(until.Add(-recheckLead))
-		f.reconcilePool()
-		if got := rechecks(ReasonNoInstanceTypes, RecheckExpired) - before; got != 1 {
-			t.Errorf("rechecks_total{no_instance_types,expired} grew by %v, want 1", got)
-		}
-		f.clock.SetTime(until)
-		if out, _ := f.out(spot); out {
-			t.Fatalf("extended on Karpenter's Event alone, until %v", f.until(spot))
-		}
+			if tc.lifted {
+				if got := rechecks(ReasonNoInstanceTypes, RecheckLifted) - before; got != 1 {
+					t.Errorf("rechecks_total{no_instance_types,lifted} grew by %v, want 1", got)
+				}
+				return
+			}
+			before = rechecks(ReasonNoInstanceTypes, RecheckStill)
+			f.clock.SetTime(until.Add(-recheckLead))
+			f.reconcilePool()
+			if got := rechecks(ReasonNoInstanceTypes, RecheckStill) - before; got != 1 {
+				t.Errorf("rechecks_total{no_instance_types,still} grew by %v, want 1", got)
+			}
+			f.clock.SetTime(until.Add(time.Second))
+			if out, _ := f.out(spot); !out {
+				t.Fatal("a pool whose requirements still leave no instance type came back at the end of its outage")
+			}
+		})
 	}
 }
 

@@ -45,7 +45,7 @@ func (c *Controller) report(ctx context.Context, pod *corev1.Pod, key capacity.K
 	if sig.reason == ReasonLimits && sig.np != nil {
 		used := sig.used
 		if used == nil {
-			used = c.usage(ctx, sig.np).used
+			used = c.usage(ctx, sig.np)
 		}
 		detail = headroom(sig.np, used, c.requests(ctx, pod)) + "; " + detail
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // Karpenter's Events can be written by any identity that may create Events
@@ -61,16 +62,38 @@ func checkVictimUntouched(t *testing.T, f *fixture) {
 	}
 }
 
+// checkLimitsScopedToTenant: a limits FailedScheduling on the tenant's pod
+// name (of workload), which the pool's state does not back, marks nothing at
+// first (the state may trail the Event), then after Grace the tenant's
+// workload only; web/p1 is untouched.
+func checkLimitsScopedToTenant(t *testing.T, f *fixture, name, workload string) {
+	t.Helper()
+	f.observe("tenant", name, capacity.EventFailedScheduling, exceedSpot, now)
+	if res := f.reconcileIn("tenant", name); res.RequeueAfter != Grace {
+		t.Errorf("RequeueAfter %s, want Grace for the state to show the round's NodeClaims", res.RequeueAfter)
+	}
+	if snap := f.tracker.Snapshot(); len(snap) != 0 {
+		t.Fatalf("marked on the Event alone: %v", snap)
+	}
+	f.clock.Step(Grace)
+	f.reconcileIn("tenant", name)
+	if out, reason := f.out(capacity.Scoped(workload+"-deploy-uid", capacity.PoolKey("spot"))); !out || reason != ReasonLimits {
+		t.Fatalf("the tenant's workload: out %v reason %q; want limits", out, reason)
+	}
+	checkVictimUntouched(t, f)
+}
+
 // TestPoolEventOnlyFromKarpenterNamespace: Karpenter writes its Events about
 // a NodePool in PoolEventNamespace. One in a tenant's namespace, one that
 // claims a namespace for the NodePool, and one naming another NodePool's
-// UID mark nothing; Karpenter's own marks the pool.
+// UID mark nothing, though the pool's state would back them; Karpenter's own
+// marks the pool.
 //
 // (Any namespace's NoCompatibleInstanceTypes used to mark the pool out for
 // every workload.)
 func TestPoolEventOnlyFromKarpenterNamespace(t *testing.T) {
-	np := nodePool("spot", metav1.ConditionTrue)
-	f := newFixture(t, Options{}, nil, nil, np, pendingPod("p1", "spot", now.Add(-5*time.Second)))
+	np := noTypesPool()
+	f := newFixture(t, Options{}, nil, nil, np, noTypesClaim(), pendingPod("p1", "spot", now.Add(-5*time.Second)))
 	inTenant := noTypesEvent("tenant", np, now)
 	namespaced := noTypesEvent(PoolEventNamespace, np, now)
 	namespaced.InvolvedObject.Namespace = "tenant"
@@ -115,20 +138,7 @@ func TestLimitsNeedTheState(t *testing.T) {
 	f.ctrl.opts.APIReader = f.client
 	rec := &refRecorder{}
 	f.ctrl.recorder = apevents.NewRecorder(rec)
-	f.observe("tenant", "huge", capacity.EventFailedScheduling, exceedSpot, now)
-
-	if res := f.reconcileIn("tenant", "huge"); res.RequeueAfter != Grace {
-		t.Errorf("RequeueAfter %s, want Grace for the state to show the round's NodeClaims", res.RequeueAfter)
-	}
-	if snap := f.tracker.Snapshot(); len(snap) != 0 {
-		t.Fatalf("marked on the Event alone: %v", snap)
-	}
-	f.clock.Step(Grace)
-	f.reconcileIn("tenant", "huge")
-	if out, reason := f.out(capacity.Scoped("big-deploy-uid", capacity.PoolKey("spot"))); !out || reason != ReasonLimits {
-		t.Fatalf("the tenant's workload: out %v reason %q; want limits", out, reason)
-	}
-	checkVictimUntouched(t, f)
+	checkLimitsScopedToTenant(t, f, "huge", "big")
 	big := corev1.ObjectReference{Kind: "Deployment", Namespace: "tenant", Name: "big", UID: "big-deploy-uid"}
 	evs := rec.take()
 	if len(evs) != 1 || evs[0].regarding != big || !strings.Contains(evs[0].note, "NodePool spot gives this workload no capacity (limits: ") ||
@@ -186,56 +196,82 @@ func TestPodEvidencePartitioned(t *testing.T) {
 }
 
 // TestLimitsBacked: the pool's state backs a limits finding when a limit
-// leaves less than the smallest node it runs has, nothing of a resource
-// every node has, or less than nothing.
+// leaves less than every instance type the pool allows has (as far as its
+// requirements and the launched instance types show), nothing of a resource
+// every node has, or less than nothing. The nodes the pool has launched are
+// no bound on what else it allows.
 func TestLimitsBacked(t *testing.T) {
 	q := resource.MustParse
 	const gpu = corev1.ResourceName("nvidia.com/gpu")
 	small := corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")}
 	big := corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), gpu: q("1")}
+	launched := []*karpv1.NodeClaim{typedClaim("spot-s", "spot", "c-2x", small), typedClaim("spot-b", "spot", "g-8x", big)}
+	named := []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(corev1.LabelInstanceTypeStable, "c-2x", "g-8x")}
+	cpuLimit := corev1.ResourceList{corev1.ResourceCPU: q("20")}
 	for _, tc := range []struct {
 		name   string
+		reqs   []karpv1.NodeSelectorRequirementWithMinValues
 		limits corev1.ResourceList
 		used   corev1.ResourceList
-		nodes  []corev1.ResourceList // launched NodeClaims' capacity
+		claims []*karpv1.NodeClaim
 		want   bool
 	}{
-		{"cpu left below the smallest node", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("19")}, []corev1.ResourceList{small, big}, true},
-		{"cpu left for the smallest node", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("18")}, []corev1.ResourceList{small, big}, false},
-		{"cpu used up, no node known", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("20")}, nil, true},
-		{"cpu left, no node known", corev1.ResourceList{corev1.ResourceCPU: q("20")}, corev1.ResourceList{corev1.ResourceCPU: q("19")}, nil, false},
-		{"nodes used up", corev1.ResourceList{"nodes": q("2")}, nil, []corev1.ResourceList{small, big}, true},
-		{"a node left", corev1.ResourceList{"nodes": q("3")}, nil, []corev1.ResourceList{small, big}, false},
+		{"cpu left below every named type", named, cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("19")}, launched, true},
+		{"cpu left for the smallest named type", named, cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("18")}, launched, false},
+		// Only larger nodes launched, and the requirements name no type.
+		{"cpu left below every launched node, types not named", nil, cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("19")}, launched, false},
+		{"a named type never launched", []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(corev1.LabelInstanceTypeStable, "c-2x", "c-1x")},
+			cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("19")}, launched, false},
+		// An arm64 type of 1 cpu is named, but the pool is amd64.
+		{"a named type the requirements rule out", []karpv1.NodeSelectorRequirementWithMinValues{
+			test.Requirement(corev1.LabelInstanceTypeStable, "c-2x", "a-1x"), test.Requirement(corev1.LabelArchStable, "amd64")},
+			cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("19")}, append(launched, armClaim("od-a", "a-1x", corev1.ResourceList{corev1.ResourceCPU: q("1")})), true},
+		{"cpu used up, nothing known", nil, cpuLimit, cpuLimit, nil, true},
+		{"cpu left, nothing known", nil, cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("19")}, nil, false},
+		{"nodes used up", nil, corev1.ResourceList{"nodes": q("2")}, nil, launched, true},
+		{"a node left", nil, corev1.ResourceList{"nodes": q("3")}, nil, launched, false},
 		// Nodes without GPUs can still launch.
-		{"gpus used up", corev1.ResourceList{gpu: q("1")}, nil, []corev1.ResourceList{small, big}, false},
-		{"gpus above the limit", corev1.ResourceList{gpu: q("1")}, corev1.ResourceList{gpu: q("2")}, []corev1.ResourceList{small}, true},
+		{"gpus used up", named, corev1.ResourceList{gpu: q("1")}, nil, launched, false},
+		{"gpus above the limit", nil, corev1.ResourceList{gpu: q("1")}, corev1.ResourceList{gpu: q("2")}, launched[:1], true},
+		// The providers' size labels bound the types by themselves.
+		{"aws instance-cpu above what is left", []karpv1.NodeSelectorRequirementWithMinValues{{Key: "karpenter.k8s.aws/instance-cpu", Operator: corev1.NodeSelectorOpGt, Values: []string{"3"}}},
+			cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("17")}, nil, true},
+		{"aws instance-cpu within what is left", []karpv1.NodeSelectorRequirementWithMinValues{{Key: "karpenter.k8s.aws/instance-cpu", Operator: corev1.NodeSelectorOpGt, Values: []string{"3"}}},
+			cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("16")}, nil, false},
+		{"aws instance-memory (MiB) above what is left", []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement("karpenter.k8s.aws/instance-memory", "8192", "4096")},
+			corev1.ResourceList{corev1.ResourceMemory: q("64Gi")}, corev1.ResourceList{corev1.ResourceMemory: q("61Gi")}, nil, true},
+		{"kwok instance-cpu above what is left", []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement("karpenter.kwok.sh/instance-cpu", "4", "2")},
+			cpuLimit, corev1.ResourceList{corev1.ResourceCPU: q("18500m")}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+				np.Spec.Template.Spec.Requirements = tc.reqs
 				np.Spec.Limits = karpv1.Limits(tc.limits)
 				np.Status.Resources = tc.used
 			})
 			objs := []client.Object{np}
-			for i, c := range tc.nodes {
-				objs = append(objs, launchedClaim(fmt.Sprintf("spot-%d", i), c))
+			for _, nc := range tc.claims {
+				objs = append(objs, nc)
 			}
 			f := newFixture(t, Options{}, nil, nil, objs...)
-			if got := limitsBacked(np, f.ctrl.usage(t.Context(), np)); got != tc.want {
+			if _, got := f.ctrl.limitsHold(t.Context(), np); got != tc.want {
 				t.Errorf("backed %v, want %v", got, tc.want)
 			}
 		})
-	} // A node that reports its pods' requests as its capacity (kwok) is
+	}
+	// A node that reports its pods' requests as its capacity (kwok) is
 	// measured by what it can give pods.
 	t.Run("allocatable above capacity", func(t *testing.T) {
 		np := nodePool("spot", metav1.ConditionTrue, func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(corev1.LabelInstanceTypeStable, "c-2x")}
 			np.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: q("3")})
 			np.Status.Resources = corev1.ResourceList{corev1.ResourceCPU: q("1500m")}
 		})
-		nc := launchedClaim("spot-a", corev1.ResourceList{corev1.ResourceCPU: q("1500m")})
+		nc := typedClaim("spot-a", "spot", "c-2x", corev1.ResourceList{corev1.ResourceCPU: q("1500m")})
 		nc.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: q("1900m")}
 		f := newFixture(t, Options{}, nil, nil, np, nc)
-		if !limitsBacked(np, f.ctrl.usage(t.Context(), np)) {
-			t.Error("1500m left of a pool whose node gives pods 1900m: not backed")
+		if _, backed := f.ctrl.limitsHold(t.Context(), np); !backed {
+			t.Error("1500m left of a pool whose only type gives pods 1900m: not backed")
 		}
 	})
 }
