@@ -20,7 +20,7 @@ import (
 
 const planLong = `Previews where pods 1..N of a workload go under a strategy, with no cluster: the group
 of each pod, the count per group and each group's ideal share, as the webhook decides
-them for a workload scaled up one pod at a time.
+them for a workload scaled up one pod at a time. --replicas is at most 1000000.
 
 --strategy and --replicas preview one strategy. -f previews every workload of manifests
 (a file, "-" for stdin, or a directory: every *.yaml, *.yml and *.json file under it,
@@ -51,8 +51,10 @@ labels and the workload's own constraints (tainted pools only with apportion.dev
 "details" (per group: base, weight, ideal share with its floor and ceiling, count, and
 with --nodepools the nodepool or why none). With -f: {"workloads": [...]}, one entry per
 workload with kind, namespace, name, replicas, source, mode, notPlaced or error, and
-the keys above. -o wide adds the floor and ceiling, the tolerations of each NodePool,
-and the order of every pod.`
+the keys above, "sequence" holding the first 1000 pods only ("sequenceTruncated": true
+when there are more; --strategy previews one workload with all of them). -o wide adds
+the floor and ceiling, the tolerations of each NodePool, and the order of every pod
+(with -f, of the first 1000).`
 
 const planExample = `  # Two pods on-demand, then one on-demand for every three spot, 10 pods
   apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10
@@ -82,7 +84,7 @@ type planFlags struct {
 }
 
 // decimalValue is --replicas: decimal only (pflag's int reads "010" as
-// octal and "0x10" as hex).
+// octal and "0x10" as hex), at most plan.MaxReplicas.
 type decimalValue struct {
 	n   int
 	set bool
@@ -92,8 +94,11 @@ func (d *decimalValue) String() string { return strconv.Itoa(d.n) }
 func (d *decimalValue) Type() string   { return "int" }
 func (d *decimalValue) Set(v string) error {
 	n, err := strconv.ParseUint(v, 10, 31)
-	if err != nil {
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return fmt.Errorf("must be a non-negative integer")
+	}
+	if err != nil || n > plan.MaxReplicas {
+		return fmt.Errorf("must be at most %d", plan.MaxReplicas)
 	}
 	d.n, d.set = int(n), true
 	return nil
@@ -117,7 +122,7 @@ func newPlan(stdin io.Reader) *cobra.Command {
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&o.strategy, "strategy", "", "the strategy, e.g. 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'")
-	fs.Var(&o.replicas, "replicas", fmt.Sprintf("number of pods (0..%d); default: the -f workload's spec.replicas", plan.MaxReplicas))
+	fs.Var(&o.replicas, "replicas", fmt.Sprintf("number of pods, 0 to %d; default: the -f workload's spec.replicas", plan.MaxReplicas))
 	fs.StringVarP(&o.file, "filename", "f", "", `manifests: a file, a directory (every *.yaml, *.yml and *.json under it, subdirectories included) or "-" (stdin)`)
 	fs.StringVarP(&o.namespace, "namespace", "n", metav1.NamespaceDefault, "with -f: the namespace of the objects that name none")
 	fs.StringArrayVar(&o.namespaceLabels, "namespace-labels", nil, "with -f: a namespace's labels, NAMESPACE=KEY=VALUE[,KEY=VALUE...], in place of its Namespace document's (repeatable)")
@@ -153,7 +158,9 @@ func (o *planFlags) run(stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		opts.Catalog = catalog.New(nps)
 	}
-	res, err := plan.ComputeWith(s, in.replicas, opts)
+	// The sequence is written as the engine steps through it: held
+	// nowhere, whatever --replicas.
+	res, err := plan.Summarize(s, in.replicas, opts)
 	if o.strict && errors.Is(err, plan.ErrNoGroupServed) {
 		return failed(fmt.Errorf("--strict: %w", err))
 	} else if err != nil {
@@ -164,7 +171,7 @@ func (o *planFlags) run(stdin io.Reader, stdout, stderr io.Writer) error {
 	case outputJSON:
 		err = res.WriteJSON(stdout)
 	case outputYAML:
-		err = writeStructured(stdout, outputYAML, res)
+		err = res.WriteYAML(stdout)
 	case outputWide:
 		err = res.WriteWide(stdout)
 	default:
@@ -224,7 +231,7 @@ func (o *planFlags) runManifests(stdin io.Reader, stdout, stderr io.Writer) erro
 	case outputJSON:
 		err = plan.WritePreviewsJSON(stdout, previews)
 	case outputYAML:
-		err = writeStructured(stdout, outputYAML, plan.Previews{Workloads: previews})
+		err = plan.WritePreviewsYAML(stdout, previews)
 	default:
 		err = plan.WritePreviews(stdout, previews, o.output == outputWide)
 	}

@@ -228,8 +228,11 @@ func sweepNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 
 // coverNamespaces labels, on the leader, a namespace created or relabelled
 // into a cluster policy's selector (scope.Marker.Covering), from the
-// namespace metadata informer: its pods reach the scoped webhook from the
-// first, not from the next sweep.
+// namespace metadata informer, and the namespaces a cluster policy covers
+// once the policy is cached (created, or its spec changed:
+// scope.Marker.Covered), from the cluster policy informer: a namespace
+// whose event came before its policy's is looked at again. Its pods reach
+// the scoped webhook from the first, not from the next sweep.
 func coverNamespaces(kube client.Client, d Dependencies, o *options.Options) registerFunc {
 	marker := &scope.Marker{Reader: kube, Writer: kube, Excluded: sets.New(o.Excluded()...)}
 	return func(_ context.Context, m manager.Manager) error {
@@ -238,6 +241,7 @@ func coverNamespaces(kube client.Client, d Dependencies, o *options.Options) reg
 		return controllerruntime.NewControllerManagedBy(m).
 			Named("scope.namespaces").
 			For(ns, builder.WithPredicates(scope.CoveringPredicate())).
+			Watches(&v1alpha1.ClusterPlacementPolicy{}, marker.Covered(d.Policies)).
 			Complete(marker.Covering(d.Policies))
 	}
 }

@@ -4,7 +4,6 @@
 package plan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +20,14 @@ import (
 )
 
 // MaxReplicas bounds a preview; far above any real workload, low enough that
-// a typo cannot make the command run for minutes.
+// a typo cannot make the command run for minutes, nor print more than a few
+// megabytes of sequence.
 const MaxReplicas = 1_000_000
+
+// PreviewPods is the most pods of each workload whose group a preview of
+// manifests keeps (Result.KeepFirst): its memory does not grow with the
+// replicas, whatever their number.
+const PreviewPods = 1000
 
 // ErrNoGroupServed is returned, wrapped, when no NodePool of the catalog
 // serves any group of the strategy.
@@ -37,8 +42,14 @@ type Result struct {
 	// strategy order.
 	Groups []string `json:"groups"`
 	// Sequence holds, for pods 1..Replicas in order, the 0-based index into
-	// Groups of the group the pod goes to, -1 for a pod beyond caps.
+	// Groups of the group the pod goes to, -1 for a pod beyond caps:
+	// every pod from ComputeWith. From Summarize it is nil, and the writers
+	// step the engine again for every pod as they write (Pods); after
+	// KeepFirst it holds the first pods only (SequenceTruncated).
 	Sequence []int `json:"sequence"`
+	// SequenceTruncated says that Sequence holds fewer pods than Replicas:
+	// the first ones.
+	SequenceTruncated bool `json:"sequenceTruncated,omitempty"`
 	// Counts maps each group key to its number of pods.
 	Counts map[string]int64 `json:"counts"`
 	// BeyondCaps is the number of pods no group takes because every group
@@ -50,6 +61,12 @@ type Result struct {
 	Source string `json:"source,omitempty"`
 	// Mode is the workload's placement mode, in a preview of manifests.
 	Mode string `json:"mode,omitempty"`
+
+	// method and avail step the engine again (Pods); streamed is whether
+	// the writers do so for every pod, Sequence being nil.
+	method   *apportion.Method
+	avail    apportion.Set
+	streamed bool
 }
 
 // Options refine a preview.
@@ -105,8 +122,23 @@ func Compute(s *strategy.Strategy, replicas int) (*Result, error) {
 	return ComputeWith(s, replicas, Options{})
 }
 
-// ComputeWith previews s at the given number of replicas.
+// ComputeWith previews s at the given number of replicas, with the group
+// of every pod in Sequence: replicas ints. Summarize holds none.
 func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, error) {
+	r, err := Summarize(s, replicas, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.KeepFirst(replicas)
+	return r, nil
+}
+
+// Summarize is ComputeWith but for the sequence, which it does not hold:
+// the counts come from the engine at the replica count at once
+// (apportion's CountsAt), so its memory is the groups' whatever the
+// replicas. WriteJSON, WriteYAML and WriteWide write the group of every pod
+// all the same, stepping the engine again as they write it (Pods).
+func Summarize(s *strategy.Strategy, replicas int, opts Options) (*Result, error) {
 	if replicas < 0 || replicas > MaxReplicas {
 		return nil, fmt.Errorf("replicas must be between 0 and %d, got %d", MaxReplicas, replicas)
 	}
@@ -135,28 +167,23 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 			return nil, fmt.Errorf("%w: %s", ErrNoGroupServed, strings.Join(unavailable, "; "))
 		}
 	}
-	seq := make([]int, replicas)
-	counts := make([]int64, m.Len())
-	var beyond int64
-	for j := range seq {
-		gi := m.Next(counts, avail)
-		if gi < 0 {
-			seq[j] = -1
-			beyond++
-			continue
-		}
-		seq[j] = gi
-		counts[gi]++
+	// What replicas steps of Next give, without the steps.
+	counts := m.CountsAt(int64(replicas), avail)
+	beyond := int64(replicas)
+	for _, n := range counts {
+		beyond -= n
 	}
 	shares := m.Shares(int64(replicas), avail)
 	r := &Result{
 		Strategy:   s.String(),
 		Replicas:   replicas,
 		Groups:     s.Keys(),
-		Sequence:   seq,
 		Counts:     make(map[string]int64, len(s.Groups)),
 		BeyondCaps: beyond,
 		Details:    make([]Group, len(s.Groups)),
+		method:     m,
+		avail:      avail,
+		streamed:   true,
 	}
 	for i, g := range s.Groups {
 		r.Counts[r.Groups[i]] = counts[i]
@@ -178,13 +205,6 @@ func ComputeWith(s *strategy.Strategy, replicas int, opts Options) (*Result, err
 		r.Details[i].Unavailable = unavailable[i]
 	}
 	return r, nil
-}
-
-// WriteJSON writes the result as one indented JSON object.
-func (r *Result) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
 }
 
 // WriteTable writes the result for a person: one line per group.
@@ -223,16 +243,8 @@ func (r *Result) writeTable(w io.Writer, wide bool) error {
 	if r.BeyondCaps > 0 {
 		fmt.Fprintf(w, "beyond caps: %d (every group with a weight is at its cap: placed without a group)\n", r.BeyondCaps)
 	}
-	if len(r.Sequence) > 0 && (wide || len(r.Sequence) <= 100) {
-		parts := make([]string, len(r.Sequence))
-		for i, gi := range r.Sequence {
-			parts[i] = strconv.Itoa(gi)
-			if gi < 0 {
-				parts[i] = "-"
-			}
-		}
-		_, err := fmt.Fprintf(w, "\norder (group # of pod 1..%d): %s\n", len(r.Sequence), strings.Join(parts, " "))
-		return err
+	if r.Replicas > 0 && (wide || r.Replicas <= 100) {
+		return r.writeOrder(w)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -110,11 +109,12 @@ func (m *Manifests) Preview(replicas int, cat *catalog.Catalog) ([]WorkloadPrevi
 		if err != nil {
 			continue // reported as Invalid
 		}
-		res, err := ComputeWith(s, p.Replicas, Options{Catalog: cat, Pod: &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}})
+		res, err := Summarize(s, p.Replicas, Options{Catalog: cat, Pod: &corev1.Pod{ObjectMeta: w.Template.ObjectMeta, Spec: w.Template.Spec}})
 		if err != nil {
 			p.Error = err.Error()
 			continue
 		}
+		res.KeepFirst(PreviewPods)
 		res.Source, res.Mode = p.Source, p.Mode
 		p.Result = res
 	}
@@ -163,11 +163,9 @@ func controllerRef(o *metav1.PartialObjectMetadata) metav1.OwnerReference {
 }
 
 // WritePreviewsJSON writes previews as one indented JSON object,
-// {"workloads": [...]}.
+// {"workloads": [...]}, marshalled one workload at a time.
 func WritePreviewsJSON(w io.Writer, previews []WorkloadPreview) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(Previews{Workloads: previews})
+	return writePreviewsJSON(w, previews)
 }
 
 // Previews is the JSON and YAML form of a preview of manifests.

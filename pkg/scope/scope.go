@@ -3,9 +3,10 @@
 // workload or PlacementPolicy opts in, or a ClusterPlacementPolicy covers
 // the namespace, from the validating webhooks before
 // the object is admitted; Covering writes it on the leader as soon as a
-// namespace's labels bring it under a ClusterPlacementPolicy; and Sweep
-// writes it for what opted in before (an upgrade, a validator that failed
-// open).
+// namespace's labels bring it under a ClusterPlacementPolicy, or a
+// ClusterPlacementPolicy that covers it reaches the cache (Covered); and
+// Sweep writes it for what opted in before (an upgrade, a validator that
+// failed open).
 package scope
 
 import (
@@ -19,8 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -100,10 +104,11 @@ func (m *Marker) MarkCovered(ctx context.Context, src *policy.Source, p *v1alpha
 }
 
 // Covering is the reconciler, keyed by namespace name, of the leader's
-// watch of namespaces (CoveringPredicate): it labels a namespace created or
-// relabelled into the selector of a cluster policy at once, so that its
-// first pods reach the pod webhook, not only at the next sweep. Its reads
-// come from the caches.
+// watch of namespaces (CoveringPredicate) and of cluster policies
+// (Covered): it labels a namespace created or relabelled into the selector
+// of a cluster policy, or covered by a policy just cached, at once, so that
+// its first pods reach the pod webhook, not only at the next sweep. Its
+// reads come from the caches.
 func (m *Marker) Covering(src *policy.Source) reconcile.Reconciler {
 	return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return reconcile.Result{}, m.MarkIfCovered(ctx, src, req.Name)
@@ -150,7 +155,44 @@ func CoveringPredicate() predicate.Predicate {
 	}
 }
 
-// covered is the set of namespaces some of policies covers.
+// Covered is the event handler of the leader's watch of cluster policies,
+// for the same queue as Covering: a policy that enters the cache (created,
+// or its spec changed: a new generation) queues the namespaces it covers
+// that are not labelled yet, from the metadata cache of namespaces. A
+// namespace created in the same apply as the policy may have had its own
+// event handled before the policy was cached, when nothing covered it yet;
+// the policy's event, handled once it is cached, catches it. A policy being
+// deleted, or one whose status alone changed, queues nothing; a namespace
+// labelled already or excluded is not queued.
+func (m *Marker) Covered(src *policy.Source) handler.EventHandler {
+	queue := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		p, ok := o.(*v1alpha1.ClusterPlacementPolicy)
+		if m == nil || src == nil || !ok || p.DeletionTimestamp != nil {
+			return
+		}
+		namespaces, err := m.covered(ctx, src, []*v1alpha1.ClusterPlacementPolicy{p})
+		if err != nil {
+			log.FromContext(ctx).Error(err, "finding the namespaces a cluster placement policy covers; retried at the next sweep", "name", p.Name)
+			return
+		}
+		for ns := range namespaces {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: ns}})
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			queue(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+				queue(ctx, e.ObjectNew, q)
+			}
+		},
+	}
+}
+
+// covered is the set of namespaces some of policies covers, but for those
+// labelled already or excluded: the ones left to label.
 func (m *Marker) covered(ctx context.Context, src *policy.Source, policies []*v1alpha1.ClusterPlacementPolicy) (sets.Set[string], error) {
 	out := sets.New[string]()
 	if len(policies) == 0 {
@@ -163,6 +205,9 @@ func (m *Marker) covered(ctx context.Context, src *policy.Source, policies []*v1
 	}
 	for i := range list.Items {
 		ns := &list.Items[i]
+		if ns.Labels[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled || m.Excluded.Has(ns.Name) {
+			continue
+		}
 		if slices.ContainsFunc(policies, func(p *v1alpha1.ClusterPlacementPolicy) bool { return src.SelectsNamespace(p, ns) }) {
 			out.Insert(ns.Name)
 		}

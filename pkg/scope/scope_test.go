@@ -2,6 +2,7 @@ package scope
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -261,5 +263,103 @@ func TestCovering(t *testing.T) {
 	}
 	if !CoveringPredicate().Create(event.CreateEvent{Object: namespace("new", web)}) {
 		t.Error("a namespace created is not passed to the watch")
+	}
+}
+
+// A Namespace and a ClusterPlacementPolicy created in one apply: the
+// namespace's event is handled while the policy is not cached yet, when
+// nothing covers it; the policy's event, once it is cached, queues the
+// namespace again, and it is labelled without waiting for the sweep. Only
+// the namespaces left to label are queued; a change of status or a policy
+// being deleted queues none.
+func TestCoveredPolicyCachedAfterNamespace(t *testing.T) {
+	web := map[string]string{"team": "web"}
+	m, c, patches := newMarker(t,
+		namespace("shop", web), namespace("other", map[string]string{"team": "db"}),
+		namespace("done", map[string]string{"team": "web", annotations.NamespacePlacement: annotations.NamespacePlacementEnabled}),
+		namespace("ignored", map[string]string{"team": "web", annotations.Ignore: ""}), namespace("apportion-system", web))
+	src := policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"})
+	r := m.Covering(src)
+	ctx := context.Background()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	// drain reconciles what the handler queued, as the controller's
+	// workers would, and returns the names.
+	drain := func() []string {
+		t.Helper()
+		var names []string
+		for q.Len() > 0 {
+			req, _ := q.Get()
+			q.Done(req)
+			names = append(names, req.Name)
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatalf("Reconcile(%s): %v", req.Name, err)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+
+	// The namespace's event first: no policy is cached yet.
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "shop"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := labelled(t, c, "shop")[annotations.NamespacePlacement]; ok || *patches != 0 {
+		t.Fatalf("namespace shop labelled before any policy covers it (%d patches)", *patches)
+	}
+	// Then the policy reaches the cache, and its event is handled.
+	cp := &v1alpha1.ClusterPlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "platform", Generation: 1},
+		Spec: v1alpha1.ClusterPlacementPolicySpec{NamespaceSelector: metav1.LabelSelector{MatchLabels: web},
+			Strategy: v1alpha1.Strategy{Text: strategyText}}}
+	if err := c.Create(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Covered(src)
+	h.Create(ctx, event.CreateEvent{Object: cp}, q)
+	if got := drain(); !slices.Equal(got, []string{"shop"}) {
+		t.Errorf("the policy's event queued %v, want [shop]: the namespaces it covers that are left to label", got)
+	}
+	if labelled(t, c, "shop")[annotations.NamespacePlacement] != annotations.NamespacePlacementEnabled {
+		t.Fatal("namespace shop left unlabelled after its cluster policy reached the cache: its pods miss the scoped webhook until the sweep")
+	}
+	if *patches != 1 {
+		t.Errorf("%d patches, want 1 (shop)", *patches)
+	}
+
+	// The same policy again (a resync, its status written): nothing queued.
+	status := cp.DeepCopy()
+	status.Status.ObservedGeneration = 1
+	h.Update(ctx, event.UpdateEvent{ObjectOld: cp, ObjectNew: status}, q)
+	h.Create(ctx, event.CreateEvent{Object: cp}, q)
+	if got := drain(); len(got) != 0 {
+		t.Errorf("a status change or a labelled namespace queued %v, want nothing", got)
+	}
+	// Its selector widened: the namespace it now covers is labelled.
+	wider := cp.DeepCopy()
+	wider.Generation = 2
+	wider.Spec.NamespaceSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "db"}}}}
+	if err := c.Update(ctx, wider); err != nil {
+		t.Fatal(err)
+	}
+	h.Update(ctx, event.UpdateEvent{ObjectOld: cp, ObjectNew: wider}, q)
+	if got := drain(); !slices.Equal(got, []string{"other"}) {
+		t.Errorf("the widened selector queued %v, want [other]", got)
+	}
+	for ns, w := range map[string]bool{"shop": true, "other": true, "done": true, "ignored": false, "apportion-system": false} {
+		if got := labelled(t, c, ns)[annotations.NamespacePlacement] == annotations.NamespacePlacementEnabled; got != w {
+			t.Errorf("namespace %s labelled: %v, want %v", ns, got, w)
+		}
+	}
+	// A policy being deleted covers nothing any more.
+	gone := wider.DeepCopy()
+	gone.DeletionTimestamp = &metav1.Time{}
+	gone.Spec.NamespaceSelector = metav1.LabelSelector{}
+	if err := c.Create(ctx, namespace("new", nil)); err != nil {
+		t.Fatal(err)
+	}
+	h.Create(ctx, event.CreateEvent{Object: gone}, q)
+	if got := drain(); len(got) != 0 {
+		t.Errorf("a policy being deleted queued %v, want nothing", got)
 	}
 }

@@ -22,8 +22,10 @@ const ClusterPolicyValidatorPath = "/validate-apportion-clusterplacementpolicies
 //
 // With a Marker (the chart's scoped pod webhook), every namespace a valid
 // policy covers is labelled before the policy is admitted, so that the
-// pods created from then on reach the pod webhook; a namespace covered later
-// is labelled when a covered workload is admitted there, or by the sweep.
+// pods created from then on reach the pod webhook; a namespace covered later,
+// or one this replica's cache did not hold yet, is labelled by the leader's
+// watches of namespaces and cluster policies (scope.Marker.Covering), when
+// a covered workload is admitted there, or by the sweep.
 type ClusterPolicyValidator struct {
 	Marker   *scope.Marker
 	Clusters *policy.Source
