@@ -48,7 +48,7 @@ func Ranked(a, b *v1alpha1.ClusterPlacementPolicy) int {
 type compiledCluster struct {
 	generation int64
 	raw        string
-	invalid    string // the fault of an invalid strategy
+	invalid    string          // the fault of an invalid strategy
 	namespaces labels.Selector // nil: the selector does not parse, nothing matches
 	workloads  labels.Selector // nil: every workload
 	badTarget  bool
