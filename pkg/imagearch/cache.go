@@ -37,11 +37,12 @@ func (i *Inspector) cached(ref string, policy corev1.PullPolicy) *entry {
 
 // flightKey names a look-up of ref with creds. Answers that depend on the
 // credentials (401, 403, 404: a private image seen without the right pull
-// secret; the platforms read with the pod's own pull secrets) are cached
-// under it, so that one namespace's missing secret does not become another's
-// failure, and a private image's platforms reach only the pods whose
-// credentials read them; concurrent look-ups with the same credentials (the
-// pods of one workload) share one request.
+// secret; whatever was read with the pod's own pull secrets, on any
+// registry, ECR included) are cached under it, so that one namespace's
+// missing secret does not become another's failure, and a private image's
+// platforms reach only the pods whose credentials read them; concurrent
+// look-ups with the same credentials (the pods of one workload) share one
+// request, those with other credentials never do.
 func flightKey(ref string, creds Credentials) string {
 	return ref + "\x00" + creds.Namespace + "/" + creds.ServiceAccountName + "/" + strings.Join(creds.ImagePullSecrets, ",")
 }

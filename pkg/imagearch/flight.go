@@ -64,8 +64,8 @@ func (i *Inspector) wait(ctx context.Context, key, ref string, ch <-chan singlef
 
 // fetch asks the registry and caches the answer, unless the registry was
 // skipped by its breaker (that answer is the breaker's to give again): under
-// ref, or under key when the answer depends on the credentials (a refusal,
-// or platforms read with the pod's own credentials).
+// key when the answer depends on the credentials (anything the pod's own
+// credentials answered for, platforms or failure; a refusal), else under ref.
 func (i *Inspector) fetch(ctx context.Context, key, ref string, creds Credentials) *entry {
 	ctx, cancel := context.WithTimeout(ctx, i.opts.RegistryTimeout)
 	defer cancel()
@@ -80,13 +80,10 @@ func (i *Inspector) fetch(ctx context.Context, key, ref string, creds Credential
 		}
 		if d := (*registries.DeniedError)(nil); errors.As(e.err, &d) {
 			metrics.ImageRegistryDeniedTotal.WithLabelValues(string(d.Reason)).Inc()
-		} else if isImageError(e.err) {
-			i.put(key, e)
-			return e
 		}
 	}
-	if personal && e.err == nil {
-		// Read with the pod's own credentials: theirs only.
+	if personal || isImageError(e.err) {
+		// Theirs only: read with the pod's own credentials, or refused to them.
 		i.put(key, e)
 		return e
 	}

@@ -1,8 +1,10 @@
 package imagearch
 
 import (
+	"context"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -46,9 +48,22 @@ type testRegistry struct {
 
 func newTestRegistry(t *testing.T) *testRegistry {
 	t.Helper()
+	return startTestRegistry(t, false)
+}
+
+// newTLSTestRegistry is newTestRegistry over HTTPS, with httptest's
+// certificate: a reference naming a registry by a public host (an ECR one,
+// see reachedAs) is read over HTTPS only.
+func newTLSTestRegistry(t *testing.T) *testRegistry {
+	t.Helper()
+	return startTestRegistry(t, true)
+}
+
+func startTestRegistry(t *testing.T, tls bool) *testRegistry {
+	t.Helper()
 	r := &testRegistry{t: t}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.user != "" {
 			u, p, ok := req.BasicAuth()
 			if !ok || u != r.user || p != r.pass {
@@ -85,8 +100,13 @@ func newTestRegistry(t *testing.T) *testRegistry {
 		}
 		inner.ServeHTTP(w, req)
 	}))
+	if tls {
+		r.srv.StartTLS()
+	} else {
+		r.srv.Start()
+	}
 	t.Cleanup(r.srv.Close)
-	r.host = strings.TrimPrefix(r.srv.URL, "http://")
+	r.host = r.srv.Listener.Addr().String()
 	if !strings.HasPrefix(r.host, "127.0.0.1:") {
 		t.Fatalf("test registry listens on %s, want 127.0.0.1", r.host)
 	}
@@ -113,11 +133,34 @@ func (r *testRegistry) block() chan struct{} {
 func (r *testRegistry) ref(repoTag string) string { return r.host + "/" + repoTag }
 
 func (r *testRegistry) pushOpts() []remote.Option {
+	var opts []remote.Option
 	if r.user != "" {
-		return []remote.Option{remote.WithAuth(&authn.Basic{Username: r.user, Password: r.pass})}
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.user, Password: r.pass}))
 	}
-	return nil
+	if r.srv.TLS != nil {
+		opts = append(opts, remote.WithTransport(r.srv.Client().Transport))
+	}
+	return opts
 }
+
+// reachedAs is a transport that reaches the TLS registry r whatever host a
+// request names (the registry serves its images under any host), trusting
+// httptest's certificate. It is no *http.Transport, so the Registries policy
+// checks the hosts of its requests only, not the address it dials.
+func (r *testRegistry) reachedAs() http.RoundTripper {
+	t := r.srv.Client().Transport.(*http.Transport).Clone()
+	t.TLSClientConfig.ServerName = "example.com" // a name httptest's certificate holds
+	addr := r.srv.Listener.Addr().String()
+	t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	return roundTripFunc(t.RoundTrip)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // image is a random single-platform image whose config names p.
 func image(t *testing.T, p Platform) v1.Image {

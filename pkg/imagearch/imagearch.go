@@ -3,12 +3,14 @@
 // list gives its manifests' platforms, a single image its config's
 // os/architecture/variant. Answers are cached by the reference as written
 // (digest-pinned references for good, tags by their pull policy's TTL,
-// failures briefly), concurrent look-ups of one reference share one registry
-// request, and a per-registry circuit breaker stops a failing registry from
-// being hammered. Only hosts the Options.Registries policy allows are
-// connected to (pkg/registries), and an error tells the registry's host,
-// HTTP status and standard error codes, never what the server answered: a
-// reference is a tenant's text and its errors become Event notes.
+// failures briefly), those read with a pod's own pull credentials by the
+// reference and those credentials; concurrent look-ups of one reference with
+// the same credentials share one registry request, and a per-registry circuit
+// breaker stops a failing registry from being hammered. Only hosts the
+// Options.Registries policy allows are connected to (pkg/registries), and an
+// error tells the registry's host, HTTP status and standard error codes, never
+// what the server answered: a reference is a tenant's text and its errors
+// become Event notes.
 //
 // The caller's context bounds only how long the caller waits: the registry
 // request runs detached, bounded by Options.RegistryTimeout, so an answer that
@@ -106,7 +108,8 @@ type Options struct {
 	BreakerFailures int           // consecutive failures that open a registry's breaker (default 5)
 	BreakerOpen     time.Duration // how long an open breaker skips the registry (default 30s)
 	// Keychain builds the credentials of one look-up (called on cache misses
-	// only). Default: the Kubernetes keychain of creds (pull secrets of the
+	// only); an answer it gave credentials for is cached for the same creds
+	// only. Default: the Kubernetes keychain of creds (pull secrets of the
 	// pod and its ServiceAccount), then ECR from apportion's own identity,
 	// then anonymous; if the Kubernetes part fails, ECR then anonymous.
 	Keychain  func(ctx context.Context, creds Credentials) (authn.Keychain, error)
@@ -167,7 +170,7 @@ func (o Options) withDefaults() Options {
 type Inspector struct {
 	opts     Options
 	kube     kubernetes.Interface
-	keychain func(ctx context.Context, creds Credentials) (authn.Keychain, error)
+	keychain func(ctx context.Context, creds Credentials) (authn.Keychain, error) // the pod's own part (see keychainFor)
 	ecr      authn.Keychain
 
 	cache   *ttlcache.Cache[string, *entry]
@@ -221,7 +224,7 @@ func New(kube kubernetes.Interface, opts Options) *Inspector {
 	}
 	i.keychain = opts.Keychain
 	if i.keychain == nil {
-		i.keychain = i.defaultKeychain
+		i.keychain = i.podKeychain
 	}
 	return i
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	ecr "github.com/awslabs/amazon-ecr-credential-helper/ecr-login"
 	ecrapi "github.com/awslabs/amazon-ecr-credential-helper/ecr-login/api"
@@ -17,14 +18,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// defaultKeychain is the kubelet's view of creds: the pod's imagePullSecrets
-// and its ServiceAccount's (GETs by name), then ECR from apportion's own
-// identity, then anonymous. Without a Kubernetes client (the default of
-// `apportion webhook`: --read-pull-secrets off) it is apportion's own
-// identity only, and no Secret or ServiceAccount is ever read.
-func (i *Inspector) defaultKeychain(ctx context.Context, creds Credentials) (authn.Keychain, error) {
+// podKeychain is the kubelet's view of the pod's own credentials: its
+// imagePullSecrets and its ServiceAccount's (GETs by name); keychainFor puts
+// ECR from apportion's own identity, then anonymous, after them. Without a
+// Kubernetes client (the default of `apportion webhook`: --read-pull-secrets
+// off) the pod has none here (nil), and no Secret or ServiceAccount is ever
+// read.
+func (i *Inspector) podKeychain(ctx context.Context, creds Credentials) (authn.Keychain, error) {
 	if i.kube == nil {
-		return authn.NewMultiKeychain(i.ecr), nil
+		return nil, nil
 	}
 	k, err := kauth.New(ctx, i.kube, kauth.Options{
 		Namespace:          creds.Namespace,
@@ -34,8 +36,40 @@ func (i *Inspector) defaultKeychain(ctx context.Context, creds Credentials) (aut
 	if err != nil {
 		return nil, fmt.Errorf("reading pull secrets of %s/%s: %w", creds.Namespace, creds.ServiceAccountName, err)
 	}
-	return authn.NewMultiKeychain(k, i.ecr), nil
+	return k, nil
 }
+
+// ownKeychain is the part of a look-up's keychain that holds credentials of
+// the pod's own (its pull secrets and its ServiceAccount's, or the keychain a
+// caller gave), as opposed to apportion's identity, which is the same for
+// every pod (ECR through IRSA or EKS Pod Identity, or anonymous access). It
+// records whether it answered for the look-up's requests: with credentials
+// (then they signed the requests, whatever the registry's host: the pull
+// secrets come before ECR) or with an error. The answer of such a look-up is
+// kept for the same credentials only (see fetch): a pod whose credentials
+// could not have read a private image learns nothing about it from apportion,
+// not even its architectures. Recording costs no request: the keychain is
+// resolved once anyway, before the first one.
+type ownKeychain struct {
+	authn.Keychain
+	used atomic.Bool
+}
+
+func (o *ownKeychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
+	return o.ResolveContext(context.Background(), r)
+}
+
+func (o *ownKeychain) ResolveContext(ctx context.Context, r authn.Resource) (authn.Authenticator, error) {
+	a, err := authn.Resolve(ctx, o.Keychain, r)
+	if err != nil || a != authn.Anonymous {
+		o.used.Store(true)
+	}
+	return a, err
+}
+
+// answered says whether o answered for the look-up; a nil o (no credentials
+// of the pod's own) never does.
+func (o *ownKeychain) answered() bool { return o != nil && o.used.Load() }
 
 // ECRKeychain gives ECR credentials from the process's own AWS identity (IRSA,
 // Pod Identity, instance profile), through amazon-ecr-credential-helper's

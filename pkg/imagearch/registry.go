@@ -52,8 +52,8 @@ func isImageError(err error) bool {
 
 // lookup reads the platforms of ref from its registry, through the
 // registry's breaker. ctx is the detached, RegistryTimeout-bounded one.
-// personal reports that the request was signed with the pod's own
-// credentials (see personal), so that its answer is kept for them only.
+// personal reports that the pod's own credentials answered for the request
+// (see ownKeychain), so that its answer is kept for them only.
 func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (ps []Platform, personal bool, err error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -70,8 +70,7 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 	if open(br) {
 		return nil, false, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
 	}
-	kc := i.keychainFor(ctx, creds)
-	personal = i.personal(kc, r.Context())
+	kc, own := i.keychainFor(ctx, creds)
 	ps, err = br.Execute(func() ([]Platform, error) {
 		start := time.Now()
 		defer func() { metrics.ImageRegistrySeconds.Observe(time.Since(start).Seconds()) }()
@@ -80,28 +79,7 @@ func (i *Inspector) lookup(ctx context.Context, ref string, creds Credentials) (
 	if isBreakerRejection(err) {
 		return nil, false, fmt.Errorf("registry %s: %w", host, ErrCircuitOpen)
 	}
-	return ps, personal, i.credentialHint(host, creds, err)
-}
-
-// personal reports whether a request to repo is signed with credentials of
-// the pod's own (its image pull secrets or its ServiceAccount's, read with
-// --read-pull-secrets, or the keychain a caller gave) rather than with
-// apportion's identity, which is the same for every pod (ECR through IRSA or
-// EKS Pod Identity, or anonymous access). The platforms read with a pod's
-// own credentials are served only to look-ups with the same credentials: a
-// pod whose credentials could not have read a private image learns nothing
-// about it from apportion, not even its architectures. Resolving a keychain
-// of pull secrets matches them in memory; ECR hosts, read with apportion's
-// identity, are not resolved here (that would ask AWS for a token).
-func (i *Inspector) personal(kc authn.Keychain, repo name.Repository) bool {
-	if i.kube == nil && i.opts.Keychain == nil {
-		return false
-	}
-	if IsECR(repo.RegistryStr()) {
-		return false
-	}
-	auth, err := kc.Resolve(repo)
-	return err == nil && auth != authn.Anonymous
+	return ps, own.answered(), i.credentialHint(host, creds, err)
 }
 
 // allowed checks the registry's host against the Registries policy, on the
@@ -196,13 +174,23 @@ func indexPlatforms(idx *v1.IndexManifest) []Platform {
 	return slices.Clip(slices.Compact(ps))
 }
 
-// keychainFor builds the keychain of one look-up; a failing Kubernetes part
+// keychainFor builds the keychain of one look-up and its part holding the
+// pod's own credentials (nil when there is none): the pod's pull secrets,
+// then ECR, then anonymous; or, given Options.Keychain, the caller's keychain
+// alone, all of it the pod's own. A failing Kubernetes part
 // (ServiceAccount forbidden, API down) falls back to ECR then anonymous and is
 // logged once per namespace/ServiceAccount per hour.
-func (i *Inspector) keychainFor(ctx context.Context, creds Credentials) authn.Keychain {
+func (i *Inspector) keychainFor(ctx context.Context, creds Credentials) (authn.Keychain, *ownKeychain) {
 	kc, err := i.keychain(ctx, creds)
 	if err == nil {
-		return kc
+		if kc == nil {
+			return authn.NewMultiKeychain(i.ecr), nil
+		}
+		own := &ownKeychain{Keychain: kc}
+		if i.opts.Keychain != nil {
+			return own, own
+		}
+		return authn.NewMultiKeychain(own, i.ecr), own
 	}
 	sa := creds.ServiceAccountName
 	if sa == "" {
@@ -213,7 +201,7 @@ func (i *Inspector) keychainFor(ctx context.Context, creds Credentials) authn.Ke
 		log.FromContext(ctx).Info("cannot read pull credentials, using ECR and anonymous access",
 			"namespace", creds.Namespace, "serviceAccount", sa, "error", err.Error())
 	}
-	return authn.NewMultiKeychain(i.ecr)
+	return authn.NewMultiKeychain(i.ecr), nil
 }
 
 // platform shares the strings of the common platforms instead of keeping the
