@@ -15,7 +15,6 @@ package webhook
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -30,10 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
-	podutil "sigs.k8s.io/karpenter/pkg/utils/pod"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/options"
@@ -96,6 +93,7 @@ type PodMutator struct {
 
 	once   sync.Once
 	parsed *ttlcache.Cache[string, error] // raw strategy -> parse error (nil: valid)
+	check  func(raw string) error         // parse, made once: a method value per pod is an allocation
 	events *events.Recorder               // Recorder, with the InvalidAnnotation dedupe
 }
 
@@ -106,6 +104,7 @@ const parseCacheSize = 4096
 func (m *PodMutator) init() {
 	m.once.Do(func() {
 		m.parsed = ttlcache.New(ttlcache.WithCapacity[string, error](parseCacheSize), ttlcache.WithTTL[string, error](time.Hour))
+		m.check = m.parse
 		m.events = events.NewRecorder(m.Recorder)
 	})
 }
@@ -249,103 +248,43 @@ func (m *PodMutator) profileOps(namespace string, in *admissionPod, raw []byte) 
 
 // Mutate decides whether the pod is held for placement and, if so, adds the
 // gate to it. namespace is the request's (the pod's may still be empty). It
-// returns the admission result and any warnings for the user.
+// returns the admission result and any warnings for the user. What happens
+// to the pod is workload.Classify's answer; what is the webhook's is here:
+// excluded namespaces, the Events and warnings, the leader's liveness.
 func (m *PodMutator) Mutate(ctx context.Context, namespace string, pod *corev1.Pod) (string, []string) {
-	switch {
-	case m.Excluded.Has(namespace),
-		pod.Annotations[corev1.MirrorPodAnnotationKey] != "",
-		podutil.IsScheduled(pod),
-		workload.IsDaemonSetPod(pod),
-		decision.HasGate(pod):
+	if m.Excluded.Has(namespace) {
 		return ResultSkipped, nil
 	}
-	if workload.OwnerKey(pod) == "" {
-		// A bare pod, or one of an owner not followed: no strategy
-		// applies, but placement by architecture may. The skip of a pod
-		// with a workload is Resolve's: a cluster policy may not allow
-		// it.
-		if strings.EqualFold(pod.Annotations[annotations.Skip], "true") || !m.architecturesAuto(ctx, namespace, pod, nil) {
-			return ResultSkipped, nil
-		}
-		return m.hold(ctx, pod, m.podMode(pod))
+	m.init()
+	opts := [...]workload.Option{
+		workload.WithDefaultMode(m.DefaultMode),
+		workload.WithPolicies(m.Policies),
+		workload.WithArchitectures(architecturePlacement(m.Architectures)),
+		workload.WithStrategyCheck(m.check),
 	}
-	opts := []workload.Option{workload.WithDefaultMode(m.DefaultMode)}
-	if m.Policies != nil {
-		opts = append(opts, workload.WithPolicies(m.Policies))
+	c := workload.Classify(ctx, m.Reader, namespace, pod, opts[:]...)
+	if len(c.Problems) > 0 {
+		m.warnAnnotations(c.Info)
 	}
-	info, err := workload.Resolve(ctx, m.Reader, namespace, pod, opts...)
-	if err == nil && info != nil && len(info.Problems) > 0 {
-		m.warnAnnotations(info)
-	}
-	switch {
-	case errors.Is(err, workload.ErrNotCached):
-		return m.notCached(ctx, pod)
-	case err != nil:
-		log.FromContext(ctx).Error(err, "resolving the pod's workload, admitting it unchanged", "namespace", namespace)
+	switch c.Verdict {
+	case workload.Skip:
+		return ResultSkipped, nil
+	case workload.Failed:
+		log.FromContext(ctx).Error(c.Err, "resolving the pod's workload, admitting it unchanged", "namespace", namespace)
 		return ResultError, nil
-	case info == nil || info.Skip:
-		return ResultSkipped, nil
-	case !info.Found:
-		if !m.architecturesAuto(ctx, namespace, pod, info) {
-			return ResultSkipped, nil
+	case workload.Invalid:
+		if c.Info == nil {
+			// The pod template's strategy, its owner not cached yet.
+			return ResultInvalid, []string{"apportion: " + c.Invalid.Error() + "; the pod is placed without apportion"}
 		}
-	default:
-		if perr := m.parse(info.Strategy); perr != nil {
-			// Not deduplicated here: client-go folds the repeats on
-			// one workload into one Event series.
-			m.events.Eventf(info.Workload.ObjectReference(), nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", info.Source, perr)
-			return ResultInvalid, []string{"apportion: " + info.Source.String() + ": " + perr.Error() + "; the pod is placed without apportion"}
-		}
-	}
-	return m.hold(ctx, pod, info.Mode)
-}
-
-// notCached answers for a pod of a brand-new ReplicaSet the cache has not
-// seen yet: held, for the placement controller, which waits for its cache,
-// to decide or release it; unless it opts out (and no cluster policy may
-// refuse that), its template's strategy is invalid, or its mode is shadow. The workload's own mode is not known yet: the pod
-// template's, else the default, says (a pod held whose workload turns out
-// to be in shadow mode is released with its shadow decision).
-func (m *PodMutator) notCached(ctx context.Context, pod *corev1.Pod) (string, []string) {
-	if strings.EqualFold(strings.TrimSpace(pod.Annotations[annotations.Skip]), "true") && !m.skipMayBeRefused(ctx) {
-		return ResultSkipped, nil
-	}
-	if raw, _, ok := strategy.Find(nil, pod.Annotations); ok {
-		if perr := m.parse(raw); perr != nil {
-			return ResultInvalid, []string{"apportion: " + perr.Error() + "; the pod is placed without apportion"}
-		}
-	}
-	return m.hold(ctx, pod, m.podMode(pod))
-}
-
-// skipGuard is a PolicySource that knows whether some policy refuses
-// apportion.dev/skip.
-type skipGuard interface {
-	SkipMayBeRefused(ctx context.Context) bool
-}
-
-// skipMayBeRefused reports whether an opted-out pod whose workload is not
-// known yet must be held all the same: some cluster policy does not let its
-// workloads opt out, and the placement leader, which waits for its cache,
-// decides.
-func (m *PodMutator) skipMayBeRefused(ctx context.Context) bool {
-	g, ok := m.Policies.(skipGuard)
-	return ok && g.SkipMayBeRefused(ctx)
-}
-
-// hold gates an in-scope pod, but for one in shadow mode: the placement
-// leader decides it without holding it.
-func (m *PodMutator) hold(ctx context.Context, pod *corev1.Pod, mode string) (string, []string) {
-	if mode == annotations.ModeShadow {
+		// Not deduplicated here: client-go folds the repeats on one
+		// workload into one Event series.
+		m.events.Eventf(c.Info.Workload.ObjectReference(), nil, corev1.EventTypeWarning, "InvalidStrategy", "Admit", "%s: %v; pods are placed without apportion", c.Info.Source, c.Invalid)
+		return ResultInvalid, []string{"apportion: " + c.Info.Source.String() + ": " + c.Invalid.Error() + "; the pod is placed without apportion"}
+	case workload.Shadow:
 		return ResultShadow, nil
 	}
 	return m.gate(ctx, pod)
-}
-
-// podMode is the mode of a pod whose workload is not known: its own
-// apportion.dev/mode (its template's), else the default.
-func (m *PodMutator) podMode(pod *corev1.Pod) string {
-	return annotations.FirstMode(pod.Annotations[annotations.Mode], m.DefaultMode)
 }
 
 // gate holds the pod for the placement leader, if there is one alive.
@@ -357,18 +296,14 @@ func (m *PodMutator) gate(ctx context.Context, pod *corev1.Pod) (string, []strin
 	return ResultGated, nil
 }
 
-// architecturesAuto reports whether a pod without a strategy is placed by
-// architecture: always with --architectures=all; with opt-in, when its pod
-// template or workload is annotated, or its namespace labelled,
-// apportion.dev/architectures: auto. The namespace comes from the metadata
-// cache.
-func (m *PodMutator) architecturesAuto(ctx context.Context, namespace string, pod *corev1.Pod, info *workload.Info) bool {
-	switch m.Architectures {
+// architecturePlacement is --architectures as workload.Classify takes it:
+// which pods without a strategy are placed by architecture alone.
+func architecturePlacement(flag string) workload.ArchitecturePlacement {
+	switch flag {
 	case options.ArchitecturesAll:
-		return true
+		return workload.ArchitectureAlways
 	case options.ArchitecturesOptIn:
-	default:
-		return false
+		return workload.ArchitectureOptIn
 	}
-	return workload.ArchitecturesOptedIn(ctx, m.Reader, namespace, pod, info)
+	return workload.ArchitectureNever
 }

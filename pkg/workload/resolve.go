@@ -74,7 +74,11 @@ func Resolve(ctx context.Context, r client.Reader, namespace string, pod *corev1
 	for _, opt := range opts {
 		opt(&o)
 	}
-	owner := metav1.GetControllerOfNoCopy(pod)
+	return o.resolvePod(ctx, r, namespace, pod, metav1.GetControllerOfNoCopy(pod))
+}
+
+// resolvePod is Resolve for the pod's controller owner (nil: none).
+func (o *resolveOptions) resolvePod(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference) (*Info, error) {
 	if owner == nil {
 		return nil, nil
 	}

@@ -6,6 +6,9 @@
 // references, annotations, the revision labels) is metadata, so the caches
 // hold no specs. ReadSpec (spec.go), for the controllers that report on a
 // workload, reads its spec.replicas and pod template annotations too.
+// Classify (classify.go) is the pod webhook's one question about a pod being
+// created: skip it (and why), hold it, decide it in shadow mode, or warn of
+// an invalid strategy, from one walk of its owner chain.
 package workload
 
 import (
@@ -187,6 +190,9 @@ type resolveOptions struct {
 	defaultMode string
 	validate    bool
 	explain     bool
+	// Classify's alone.
+	architectures ArchitecturePlacement
+	check         func(raw string) error
 }
 
 // WithValidation makes Resolve parse an annotation's strategy too, and say
@@ -231,7 +237,11 @@ var ErrNotCached = errors.New("owner not in cache")
 // as one owner, by its UID: each Job of a CronJob is its own. Empty for pods
 // apportion does not follow.
 func OwnerKey(pod metav1.Object) string {
-	owner := metav1.GetControllerOfNoCopy(pod)
+	return ownerKey(pod, metav1.GetControllerOfNoCopy(pod))
+}
+
+// ownerKey is OwnerKey for the pod's controller owner.
+func ownerKey(pod metav1.Object, owner *metav1.OwnerReference) string {
 	switch {
 	case owner == nil:
 		return ""
