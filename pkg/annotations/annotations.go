@@ -82,6 +82,11 @@ const (
 	// not change: JSON of the group, NodePool, architectures and record it
 	// would have written, signed like a decision (decision.Shadow).
 	Shadow = Prefix + "shadow"
+	// BeyondCaps ("true") is written, with a Signature and the decision
+	// record, on a pod released without a group because every group with a
+	// weight was at its cap (max=N): it counts in no group, whatever node it
+	// runs on.
+	BeyondCaps = Prefix + "beyond-caps"
 )
 
 // StrategyNames lists the annotation names a strategy may be written under,
@@ -89,7 +94,7 @@ const (
 // DecisionKeys are the annotations only apportion writes, on the pods it
 // decides. No client may: pods created with them lose them at admission,
 // and a decision counts only with apportion's Signature.
-var DecisionKeys = []string{Group, NodePool, Decision, Fallback, Signature, Shadow}
+var DecisionKeys = []string{Group, NodePool, Decision, Fallback, Signature, Shadow, BeyondCaps}
 
 var StrategyNames = []string{Strategy, LegacyStrategy, LegacyCamelStrategy}
 

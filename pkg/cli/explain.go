@@ -341,8 +341,8 @@ func writeWorkload(w io.Writer, r *explain.WorkloadReport) error {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	p := r.Pods
-	fmt.Fprintf(tw, "Pods:\t%d live: %d decided, %d shadow, %d waiting, %d strays, %d fallback, %d of other revisions\n",
-		p.Live, p.Decided, p.Shadow, p.Waiting, p.Strays, p.Fallback, p.OtherRevisions)
+	fmt.Fprintf(tw, "Pods:\t%d live: %d decided, %d shadow, %d waiting, %d strays, %d beyond caps, %d fallback, %d of other revisions\n",
+		p.Live, p.Decided, p.Shadow, p.Waiting, p.Strays, p.BeyondCaps, p.Fallback, p.OtherRevisions)
 	if r.Unmatched > 0 {
 		fmt.Fprintf(tw, "Elsewhere:\t%d running on nodes of no group\n", r.Unmatched)
 	}

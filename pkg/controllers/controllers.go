@@ -155,7 +155,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		deletioncost.NewController(kube, d.Signer).WithRecorder(d.Recorder).WithPolicies(policySource).WithDefaultMode(o.DefaultMode).WithStrategies(strategies),
 		drift.NewController(d.Clock, kube, d.Recorder, groupCapacity, drift.Options{
 			After: o.DriftAfter, Resolve: []workload.Option{workload.WithPolicies(policySource), workload.WithDefaultMode(o.DefaultMode)}, Strategies: strategies,
-			Controllers: served(d.APIs, drift.Controllers),
+			Controllers: served(d.APIs, drift.Controllers), Signer: d.Signer,
 		}),
 	}
 	if d.LeaseWatch != nil {
@@ -166,9 +166,9 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		// metadata informers Resolve reads them through.
 		followed := served(d.APIs, ownerKinds())
 		cs = append(cs, policystatus.NewController(d.Clock, kube, groupCapacity, d.Policies,
-			policystatus.Options{Kinds: followed, NodePools: nodePools}).WithStrategies(strategies))
+			policystatus.Options{Kinds: followed, NodePools: nodePools, Signer: d.Signer}).WithStrategies(strategies))
 		if d.APIs.Served(v1alpha1.ClusterPlacementPolicyGVK) {
-			cs = append(cs, clusterpolicystatus.NewController(d.Clock, kube, d.Policies, d.Recorder, followed))
+			cs = append(cs, clusterpolicystatus.NewController(d.Clock, kube, d.Policies, d.Recorder, followed).WithSigner(d.Signer))
 		}
 	}
 	if o.WebhookScope == options.WebhookScopeNamespaces {

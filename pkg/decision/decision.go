@@ -12,7 +12,8 @@
 //
 // Also here: Release, the one write of the gate's removal alone (the
 // placement controller's and the gate janitor's), and APIError, how both
-// report a failed write (release.go); the Signer that tells apportion's
+// report a failed write (release.go); MarkBeyondCaps, what a pod released
+// beyond caps carries so that no count takes it for a stray (beyondcaps.go); the Signer that tells apportion's
 // decisions from annotations a client wrote (signature.go); the deletion
 // costs below the split's, shared by the placement and deletion-cost
 // controllers (cost.go).
@@ -35,9 +36,9 @@ import (
 )
 
 // PodAnnotations are the decision annotations read back from a pod (Read,
-// Decided, Signer.ReadShadow): an informer cache of pods keeps these (the
-// shadow one reduced by CompactShadow).
-var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature, annotations.Shadow}
+// Decided, Signer.ReadShadow, ReleasedBeyondCaps): an informer cache of pods
+// keeps these (the shadow one reduced by CompactShadow).
+var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.Fallback, annotations.Signature, annotations.Shadow, annotations.BeyondCaps}
 
 // FallbackSeparator separates the group keys of the apportion.dev/fallback
 // annotation.
@@ -217,7 +218,8 @@ func Apply(pod *corev1.Pod, d Decision) {
 }
 
 // Strip removes the annotations only apportion writes on a decided pod: the
-// group, the NodePool, the fallback, the signature and the decision record.
+// group, the NodePool, the fallback, the signature, the decision record and
+// the shadow and beyond-caps marks (annotations.DecisionKeys).
 // The architectures annotation stays: on a pod it may be the user's
 // apportion.dev/architectures: auto opt-in, which a decision overwrites.
 func Strip(pod *corev1.Pod) {

@@ -20,9 +20,13 @@ const (
 // Release removes the placement gate from pod with an optimistic lock, so it
 // never races a concurrent decision: the placement controller and the gate
 // janitor both release through it, and a conflict tells either one that the
-// other got there first.
-func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod) error {
+// other got there first. edits change the pod's copy in the same patch (the
+// placement controller's MarkBeyondCaps).
+func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod, edits ...func(*corev1.Pod)) error {
 	patched := pod.DeepCopy()
+	for _, edit := range edits {
+		edit(patched)
+	}
 	RemoveGate(patched)
 	patch, err := Patch(pod, patched, true)
 	if err == nil {

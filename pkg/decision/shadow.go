@@ -87,7 +87,7 @@ func HasShadow(pod *corev1.Pod) bool {
 // the pod with uid. It differs from Sign's for the same values: a shadow
 // signature copied into apportion.dev/signature does not make a decision.
 func (s *Signer) SignShadow(uid types.UID, group, nodePool string) string {
-	return s.sign(shadowDomain+uid, group, nodePool, "")
+	return s.sign(shadowDomain+uid, group, nodePool, "", false)
 }
 
 // shadowDomain starts the signed message of a shadow decision, which sets it

@@ -66,17 +66,28 @@ func LoadSigner(path string) (*Signer, error) {
 // signed message is the one earlier releases signed, so their decisions keep
 // verifying after an upgrade (those with a fallback count as undecided).
 func (s *Signer) Sign(uid types.UID, group, nodePool string, fallback ...string) string {
-	return s.sign(uid, group, nodePool, strings.Join(fallback, FallbackSeparator))
+	return s.sign(uid, group, nodePool, strings.Join(fallback, FallbackSeparator), false)
+}
+
+// SignBeyondCaps is the signature of the pod with uid released beyond caps
+// (MarkBeyondCaps): no group, no NodePool, no fallback.
+func (s *Signer) SignBeyondCaps(uid types.UID) string {
+	return s.sign(uid, "", "", "", true)
 }
 
 // sign takes the fallback as the annotation holds it.
-func (s *Signer) sign(uid types.UID, group, nodePool, fallback string) string {
+func (s *Signer) sign(uid types.UID, group, nodePool, fallback string, beyondCaps bool) string {
 	mac := hmac.New(sha256.New, s.key)
 	// NUL cannot occur in a UID, a group key, a NodePool name or a list of
-	// group keys.
+	// group keys: a decision's message holds 2 or 3 of them (a shadow
+	// decision's 3, shadowDomain's among them), one beyond caps 4, so no
+	// signature verifies as another kind.
 	msg := string(uid) + "\x00" + group + "\x00" + nodePool
 	if fallback != "" {
 		msg += "\x00" + fallback
+	}
+	if beyondCaps {
+		msg += "\x00\x00" + annotations.BeyondCaps
 	}
 	mac.Write([]byte(msg))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16])
@@ -86,8 +97,8 @@ func (s *Signer) sign(uid types.UID, group, nodePool, fallback string) string {
 // decision.
 var ErrUnsigned = errors.New("decision annotations without apportion's signature")
 
-// Verify reports whether the pod's decision (its group, NodePool and
-// fallback annotations) carries a valid signature: nil when apportion wrote
+// Verify reports whether the pod's decision (its group, NodePool, fallback
+// and beyond-caps annotations) carries a valid signature: nil when apportion wrote
 // it. A nil Signer verifies nothing.
 func (s *Signer) Verify(pod *corev1.Pod) error {
 	if s == nil || pod == nil {
@@ -97,7 +108,7 @@ func (s *Signer) Verify(pod *corev1.Pod) error {
 	if !ok || pod.UID == "" {
 		return ErrUnsigned
 	}
-	want := s.sign(pod.UID, pod.Annotations[annotations.Group], pod.Annotations[annotations.NodePool], pod.Annotations[annotations.Fallback])
+	want := s.sign(pod.UID, pod.Annotations[annotations.Group], pod.Annotations[annotations.NodePool], pod.Annotations[annotations.Fallback], ReleasedBeyondCaps(pod))
 	if !hmac.Equal([]byte(sig), []byte(want)) {
 		return ErrUnsigned
 	}
@@ -114,6 +125,10 @@ type Verified struct {
 	// Fallback lists the groups that were out of capacity when the pod
 	// was placed; nil when every group was available.
 	Fallback []string
+	// BeyondCaps: the pod was released without a group because every
+	// group with a weight was at its cap (Group is ""). It counts in no
+	// group, whatever node it runs on.
+	BeyondCaps bool
 }
 
 // Read returns the pod's decision when apportion signed it. ok is false for
@@ -129,5 +144,6 @@ func (s *Signer) Read(pod *corev1.Pod) (v Verified, ok bool) {
 	if fb := pod.Annotations[annotations.Fallback]; fb != "" {
 		v.Fallback = strings.Split(fb, FallbackSeparator)
 	}
+	v.BeyondCaps = ReleasedBeyondCaps(pod)
 	return v, true
 }

@@ -108,7 +108,7 @@ func TestSignatureWithoutFallbackIsUnchanged(t *testing.T) {
 	s := testSigner(t)
 	pod := signedPod(s, "p1", Decision{Group: spot, NodePool: "spot"})
 	// The message the earlier releases signed: uid, group and NodePool.
-	pod.Annotations[annotations.Signature] = s.sign("p1", spotKey, "spot", "")
+	pod.Annotations[annotations.Signature] = s.sign("p1", spotKey, "spot", "", false)
 	if _, ok := s.Read(pod); !ok {
 		t.Fatal("a decision without fallback signed as before does not verify")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -728,5 +729,75 @@ func TestWorkflowOwners(t *testing.T) {
 		if r.Source != tc.source || !strings.Contains(r.Why, tc.why) || !strings.HasPrefix(r.NotPlaced, tc.problem) {
 			t.Errorf("workflow/%s: source %q why %q problem %q; want %q, why with %q, problem %q", tc.name, r.Source, r.Why, r.NotPlaced, tc.source, tc.why, tc.problem)
 		}
+	}
+}
+
+// beyondCapsMark is what the placement controller writes on a pod it
+// releases beyond caps (unsigned here: explain reads without the key).
+func beyondCapsMark() map[string]string {
+	rec, _ := json.Marshal(decision.Record{Counts: []int64{2, 3}, Reason: "beyond_caps"})
+	return map[string]string{annotations.BeyondCaps: "true", annotations.Decision: string(rec)}
+}
+
+// TestWorkloadBeyondCapsAreNotStrays: at 7 replicas of 2 on-demand (max 2)
+// and 3 spot (max 3), the 2 pods released beyond caps run on a spot node.
+// They are beyond caps, not spot strays: spot runs its 3 and the next pods
+// are beyond caps; once a spot pod is gone (its replacement waiting), the
+// next pod goes to spot, as the placement controller places it, and the
+// split is off until it runs.
+func TestWorkloadBeyondCapsAreNotStrays(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odKey + ",weight=1,max=2:" + spotKey + ",weight=1,max=3"}, false)
+	f.deploy.Spec.Replicas = ptr.To(int32(7))
+	for range 2 {
+		f.pod(f.cur, "od-1", odKey, nil)
+	}
+	spot := make([]*corev1.Pod, 3)
+	for i := range spot {
+		spot[i] = f.pod(f.cur, "spot-1", spotKey, nil)
+	}
+	for range 2 {
+		f.pod(f.cur, "spot-1", "", beyondCapsMark())
+	}
+	web := Ref{Kind: "Deployment", Namespace: ns, Name: "web"}
+	r, err := f.cluster(t).Workload(context.Background(), web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Groups[1].Strays != 0 || r.Pods.Strays != 0 || r.Groups[1].Decided != 3 {
+		t.Errorf("spot: %d decided, %d strays (%d in all); want 3 and none: %+v", r.Groups[1].Decided, r.Groups[1].Strays, r.Pods.Strays, r.Groups[1])
+	}
+	if r.Running != 7 || r.Groups[0].Actual != 2 || r.Groups[1].Actual != 3 || !r.WithinQuota || len(r.Drift) != 0 {
+		t.Errorf("7 running, 2 on-demand and 3 spot, within quota: %+v", r)
+	}
+	if r.Next[0] != NextBeyondCaps {
+		t.Errorf("next: %v, want beyond caps", r.Next)
+	}
+
+	// A spot pod deleted: its replacement waits for its decision.
+	f.objs = slices.DeleteFunc(f.objs, func(o client.Object) bool { return o == spot[0] })
+	f.pod(f.cur, "", "", nil).Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	r, err = f.cluster(t).Workload(context.Background(), web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Next[0] != spotKey || r.Groups[1].Strays != 0 {
+		t.Errorf("a spot pod gone: next %v, spot strays %d; want spot next, no stray", r.Next, r.Groups[1].Strays)
+	}
+	if r.WithinQuota || r.Groups[1].Actual != 2 {
+		t.Errorf("a spot pod gone: spot runs %d, within quota %v; want 2, off quota until its replacement runs: %+v", r.Groups[1].Actual, r.WithinQuota, r)
+	}
+}
+
+// TestPodReportBeyondCaps: a pod released beyond caps says so, with its
+// record, and is not called a stray.
+func TestPodReportBeyondCaps(t *testing.T) {
+	f := newFixture(map[string]string{annotations.Strategy: odKey + ",weight=1,max=2:" + spotKey + ",weight=1,max=3"}, false)
+	p := f.pod(f.cur, "spot-1", "", beyondCapsMark())
+	r, err := f.cluster(t).Pod(context.Background(), ns, p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != StateBeyondCaps || strings.Contains(r.Why, "stray") || r.Decision == nil || r.Decision.Reason != "beyond_caps" || len(r.Decision.Seen) != 2 {
+		t.Fatalf("a pod beyond caps: %+v, decision %+v", r, r.Decision)
 	}
 }

@@ -24,6 +24,9 @@ const (
 	StateShadow    = "shadow"
 	StateWaiting   = "waiting"
 	StateNotPlaced = "not placed"
+	// StateBeyondCaps: released without a group, every group with a
+	// weight at its cap.
+	StateBeyondCaps = "beyond caps"
 )
 
 // PodReport is why a pod went where it is.
@@ -36,7 +39,8 @@ type PodReport struct {
 	// ("" when none does, or the pod is not bound).
 	NodeGroup string `json:"nodeGroup,omitempty"`
 	// State is placed, shadow (decided, not applied), waiting (held by
-	// the placement gate) or not placed; Why says why it is not placed.
+	// the placement gate), beyond caps or not placed; Why says why it is
+	// beyond caps or not placed.
 	State string `json:"state"`
 	Why   string `json:"why,omitempty"`
 	// Decision is the pod's decision (or shadow decision) record.
@@ -59,7 +63,8 @@ type DecisionReport struct {
 	NodePool string `json:"nodePool,omitempty"`
 	// Shadow: recorded in shadow mode, not applied.
 	Shadow bool `json:"shadow,omitempty"`
-	// Reason is how the group was chosen: quota, fallback or architecture.
+	// Reason is how the group was chosen: quota, fallback or
+	// architecture; beyond_caps for a pod released without one.
 	Reason string `json:"reason,omitempty"`
 	// Strategy is the hash of the strategy decided with; Current whether
 	// it is the workload's strategy now.
@@ -185,6 +190,11 @@ func (r *PodReport) decision(p *corev1.Pod, s *compiled.Strategy) {
 	case decision.HasGate(p):
 		r.State, r.Why = StateWaiting, "held by the placement gate until apportion decides its group"
 		return
+	case decision.ReleasedBeyondCaps(p):
+		r.State = StateBeyondCaps
+		r.Why = "every group with a weight was at its cap: released without a group, it runs wherever the scheduler put it and counts in no group"
+		r.Decision = &DecisionReport{}
+		recorded = json.Unmarshal([]byte(p.Annotations[annotations.Decision]), &rec) == nil
 	case p.Annotations[annotations.NodePool] != "" || p.Annotations[annotations.Architectures] != "":
 		r.State = StatePlaced // placed by architecture alone: no group
 		r.Decision = &DecisionReport{NodePool: p.Annotations[annotations.NodePool]}
@@ -244,6 +254,8 @@ func (r *PodReport) architectures(p *corev1.Pod) {
 		r.ArchitecturesFrom = "the platforms every image of the pod offers, read from their registries at decision time"
 	case r.State == StatePlaced || r.State == StateShadow:
 		r.ArchitecturesFrom = "not restricted: the images were not inspected (architecture look-ups off, or the look-up failed or timed out)"
+	case r.State == StateBeyondCaps:
+		r.ArchitecturesFrom = "not restricted: released beyond caps, without node affinity from apportion"
 	default:
 		r.ArchitecturesFrom = "not restricted: the pod carries no decision"
 	}

@@ -81,12 +81,14 @@ type PodCounts struct {
 	Live int64 `json:"live"`
 	// Decided carry apportion's decision, Shadow a shadow decision;
 	// Waiting still hold the placement gate; Strays are bound without a
-	// decision; Fallback were placed while a group was out of capacity;
+	// decision; BeyondCaps were released without a group, every group at
+	// its cap; Fallback were placed while a group was out of capacity;
 	// OtherRevisions belong to older (or newer) revisions.
 	Decided        int64 `json:"decided"`
 	Shadow         int64 `json:"shadow,omitempty"`
 	Waiting        int64 `json:"waiting,omitempty"`
 	Strays         int64 `json:"strays,omitempty"`
+	BeyondCaps     int64 `json:"beyondCaps,omitempty"`
 	Fallback       int64 `json:"fallback,omitempty"`
 	OtherRevisions int64 `json:"otherRevisions,omitempty"`
 }
@@ -441,13 +443,17 @@ func (c *Cluster) report(ctx context.Context, o *object, pods []*corev1.Pod) (*W
 	if err != nil {
 		return nil, err
 	}
-	var running []map[string]string
+	in := split.Input{Strategy: s, Replicas: o.replicas, LeftOut: leftOut}
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" {
-			running = append(running, nodes[p.Spec.NodeName])
+		switch {
+		case p.Status.Phase != corev1.PodRunning || p.Spec.NodeName == "":
+		case decision.ReleasedBeyondCaps(p):
+			in.BeyondCaps++
+		default:
+			in.NodeLabels = append(in.NodeLabels, nodes[p.Spec.NodeName])
 		}
 	}
-	sp := split.Compute(split.Input{Strategy: s, Replicas: o.replicas, LeftOut: leftOut, NodeLabels: running})
+	sp := split.Compute(in)
 	r.Running, r.Unmatched, r.BeyondCaps, r.WithinQuota = sp.Running, sp.Unmatched, sp.BeyondCaps, sp.WithinQuota
 	r.Groups = make([]GroupReport, len(sp.Groups))
 	for i, g := range sp.Groups {
@@ -584,11 +590,13 @@ const (
 	podShadow
 	podWaiting
 	podStray
+	podBeyondCaps
 )
 
 // classify tells what apportion did with p and the group (index in s, -1
 // when unknown) it counts in: its decision's or shadow decision's group, or
-// for a stray the group of its node.
+// for a stray the group of its node; none for a pod released beyond caps,
+// whatever its node.
 func classify(p *corev1.Pod, s *compiled.Strategy, onNode func(*corev1.Pod) int) (int, podKind) {
 	index := func(key string) int {
 		if i, ok := s.Index[key]; ok {
@@ -607,6 +615,9 @@ func classify(p *corev1.Pod, s *compiled.Strategy, onNode func(*corev1.Pod) int)
 	}
 	if decision.HasGate(p) {
 		return -1, podWaiting
+	}
+	if decision.ReleasedBeyondCaps(p) {
+		return -1, podBeyondCaps
 	}
 	if p.Spec.NodeName != "" {
 		if gi := onNode(p); gi >= 0 {
@@ -640,6 +651,8 @@ func countPods(pods []*corev1.Pod, s *compiled.Strategy, revision string, onNode
 			n.Waiting++
 		case podStray:
 			n.Strays++
+		case podBeyondCaps:
+			n.BeyondCaps++
 		}
 	}
 	return n

@@ -27,8 +27,10 @@ type Workload struct {
 	// Winner is the name of the oldest policy targeting the workload.
 	Winner string
 	// NodeLabels holds, for each Running pod of the workload, the labels of
-	// its node.
+	// its node; but for the pods released beyond caps, which BeyondCaps
+	// counts: they are in no group, whatever their node (split.Input).
 	NodeLabels []map[string]string
+	BeyondCaps int64
 }
 
 // PlacedBy says what places the workload's pods when policy is the one
@@ -179,8 +181,9 @@ func (b *statusBuilder) quota(s *compiled.Strategy, placed []*Workload, anyAvail
 		// the labels of their node: in the first group (in strategy
 		// order) whose labels the node carries. Pods left in a group no
 		// NodePool serves now are off the split Desired shows, as are
-		// pods outside every group (but for those beyond caps).
-		sp := split.Compute(split.Input{Strategy: s, Replicas: int64(w.Replicas), LeftOut: leftOut, NodeLabels: w.NodeLabels})
+		// pods outside every group (but for those beyond caps). The pods
+		// released beyond caps count in no group.
+		sp := split.Compute(split.Input{Strategy: s, Replicas: int64(w.Replicas), LeftOut: leftOut, NodeLabels: w.NodeLabels, BeyondCaps: w.BeyondCaps})
 		within := anyAvail && sp.WithinQuota
 		for i, g := range sp.Groups {
 			b.st.Groups[i].Desired = addCapped(b.st.Groups[i].Desired, g.Desired)

@@ -112,19 +112,23 @@ func TestStatusCaps(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		name    string
-		running []map[string]string
-		within  bool
+		name     string
+		running  []map[string]string
+		released int64 // Running pods released beyond caps
+		within   bool
+		spot     int32
 	}{
-		{"beyond caps on spot and elsewhere", append(append(on("on-demand", 2), on("spot", 4)...), on("reserved", 1)...), true},
-		{"on-demand short of its cap", append(on("on-demand", 1), on("spot", 6)...), false},
+		{"beyond caps on spot and elsewhere", append(append(on("on-demand", 2), on("spot", 4)...), on("reserved", 1)...), 0, true, 4},
+		{"on-demand short of its cap", append(on("on-demand", 1), on("spot", 6)...), 0, false, 6},
+		{"released beyond caps, in no group", append(on("on-demand", 2), on("spot", 3)...), 2, true, 3},
+		{"released beyond caps, spot short of its cap", append(on("on-demand", 2), on("spot", 2)...), 3, false, 2},
 	} {
-		st := Status(p, []Workload{{Kind: "Deployment", Name: "web", Replicas: 7, Winner: "a", NodeLabels: tc.running}}, pools, metav1.NewTime(epoch))
+		st := Status(p, []Workload{{Kind: "Deployment", Name: "web", Replicas: 7, Winner: "a", NodeLabels: tc.running, BeyondCaps: tc.released}}, pools, metav1.NewTime(epoch))
 		if st.Groups[0].Desired != 2 || st.Groups[1].Desired != 3 || st.BeyondCaps != 2 {
 			t.Errorf("%s: desired %+v, beyond caps %d; want 2, 3 and 2 beyond", tc.name, st.Groups, st.BeyondCaps)
 		}
-		if st.WithinQuota != tc.within {
-			t.Errorf("%s: within quota %v, want %v (unmatched %d)", tc.name, st.WithinQuota, tc.within, st.Unmatched)
+		if st.WithinQuota != tc.within || st.Groups[1].Actual != tc.spot {
+			t.Errorf("%s: within quota %v, spot %d; want %v, %d (unmatched %d)", tc.name, st.WithinQuota, st.Groups[1].Actual, tc.within, tc.spot, st.Unmatched)
 		}
 	}
 }

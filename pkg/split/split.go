@@ -11,7 +11,11 @@
 //
 // With caps, the pods beyond caps carry no group and may run anywhere: as
 // many pods as are beyond caps at the Running count may run past their
-// group's quota or on nodes of no group without the split drifting.
+// group's quota or on nodes of no group without the split drifting. A pod
+// the placement controller released beyond caps says so
+// (decision.ReleasedBeyondCaps): it counts in no group, whatever its node,
+// only against that allowance, so that a capped group whose nodes run it is
+// not taken for full.
 package split
 
 import (
@@ -33,8 +37,12 @@ type Input struct {
 	// LeftOut says, per group (indexed like the strategy's groups), why
 	// the group is left out of the split now ("" or a short index: served).
 	LeftOut []string
-	// NodeLabels holds, for each Running pod, the labels of its node.
+	// NodeLabels holds, for each Running pod, the labels of its node; but
+	// for the pods released beyond caps, which BeyondCaps counts.
 	NodeLabels []map[string]string
+	// BeyondCaps counts the Running pods released beyond caps
+	// (decision.ReleasedBeyondCaps), in no group whatever their node.
+	BeyondCaps int64
 }
 
 // Group is one group of the split.
@@ -46,7 +54,8 @@ type Group struct {
 	// Desired is the quota method's count at Replicas over the served
 	// groups.
 	Desired int64 `json:"desired"`
-	// Actual counts the Running pods on the group's nodes.
+	// Actual counts the Running pods on the group's nodes, but for those
+	// released beyond caps.
 	Actual int64 `json:"actual"`
 	// Min and Max bound Actual within quota at the Running count: the
 	// floor and ceiling of the group's ideal share over the served groups
@@ -70,7 +79,8 @@ type Split struct {
 	Unmatched int64 `json:"unmatched,omitempty"`
 	// BeyondCaps is the number of pods past every cap at Replicas, which
 	// no group takes (in no Desired); RunningBeyondCaps the same at the
-	// Running count, the pods that may run outside their group's quota.
+	// Running count, the pods that may run outside their group's quota
+	// (the Running pods released beyond caps among them).
 	BeyondCaps        int64 `json:"beyondCaps,omitempty"`
 	RunningBeyondCaps int64 `json:"runningBeyondCaps,omitempty"`
 	// WithinQuota holds when every served group's Running count is within
@@ -120,7 +130,8 @@ func Compute(in Input) Split {
 	for _, c := range actual {
 		running += c
 	}
-	out.Running = running + unmatched
+	released := max(in.BeyondCaps, 0)
+	out.Running = running + unmatched + released
 	if !anyServed {
 		return out
 	}
@@ -136,13 +147,13 @@ func Compute(in Input) Split {
 		}
 	}
 	at := served
-	if b := s.Method.Beyond(served+unmatched, avail); b > 0 {
-		at, out.RunningBeyondCaps = served+unmatched, b
+	if b := s.Method.Beyond(served+unmatched+released, avail); b > 0 {
+		at, out.RunningBeyondCaps = served+unmatched+released, b
 	}
 	shares := s.Method.Shares(at, avail)
 	// The pods past their group's quota or on nodes of no group, beyond
-	// caps or not.
-	excess := unmatched
+	// caps or not, and those released beyond caps.
+	excess := unmatched + released
 	out.WithinQuota = true
 	for i := range n {
 		g := &out.Groups[i]

@@ -147,5 +147,39 @@ func TestComputeCaps(t *testing.T) {
 	}
 }
 
+// TestComputeReleasedBeyondCaps: the Running pods released beyond caps count
+// in no group, whatever their node: at 7 replicas of 2 on-demand (max 2) and
+// 3 spot (max 3), 2 of them with 2 and 3 in the groups are within quota and
+// spot runs 3, not 5; 3 of them with spot short of its 3 are off quota,
+// which counted by their node (all on spot) would look within it.
+func TestComputeReleasedBeyondCaps(t *testing.T) {
+	all, err := compiled.Parse("karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1,max=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Compute(Input{Strategy: all, Replicas: 7, NodeLabels: append(nodes("on-demand", 2), nodes("spot", 3)...), BeyondCaps: 2})
+	if !got.WithinQuota || got.Running != 7 || got.Groups[1].Actual != 3 || got.RunningBeyondCaps != 2 || got.Unmatched != 0 {
+		t.Errorf("2/3 and 2 released beyond caps: %+v (%s)", got, got.Describe())
+	}
+	for _, tc := range []struct {
+		name string
+		in   Input
+	}{
+		{"spot short, 3 released beyond caps", Input{NodeLabels: append(nodes("on-demand", 2), nodes("spot", 2)...), BeyondCaps: 3}},
+		{"released beyond caps below every cap", Input{NodeLabels: append(nodes("on-demand", 1), nodes("spot", 2)...), BeyondCaps: 1}},
+	} {
+		tc.in.Strategy, tc.in.Replicas = all, 7
+		if got := Compute(tc.in); got.WithinQuota {
+			t.Errorf("%s: within quota (%s)", tc.name, got.Describe())
+		}
+	}
+	// The same pods without the mark (released before it existed), counted
+	// by their spot node: the split cannot tell them apart, and takes 2 of
+	// the 5 on spot for the 2 the caps allow beyond them.
+	if got := Compute(Input{Strategy: all, Replicas: 7, NodeLabels: append(nodes("on-demand", 2), nodes("spot", 5)...)}); !got.WithinQuota {
+		t.Errorf("unmarked, counted by node: off quota (%s)", got.Describe())
+	}
+}
+
 // allServed is every one of n groups served.
 func allServed(n int) apportion.Set { return Available(make([]string, n), n) }

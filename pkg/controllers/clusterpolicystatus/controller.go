@@ -5,7 +5,8 @@
 // the others carry their own strategy, are targeted by a PlacementPolicy of
 // their namespace, are covered by a higher-ranked cluster policy, or opted
 // out. Of the workloads it places, it counts those within quota (pkg/split,
-// over their Running pods by the labels of their nodes) and names the first
+// over their Running pods by the labels of their nodes, those released
+// beyond caps in no group) and names the first
 // few that are not. A Job, CronJob or Workflow is split over its live pods
 // (a CronJob over those of its Jobs that nothing of their own places), and
 // its own strategy is found where placement finds it: on its pods (their
@@ -59,6 +60,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
@@ -89,6 +91,7 @@ type Controller struct {
 	source     *policy.Source
 	recorder   *events.Recorder
 	kinds      []schema.GroupVersionKind
+	signer     *decision.Signer // nil: no pod is recognised as released beyond caps
 }
 
 // NewController builds the controller. kubeClient is the manager's cached
@@ -96,6 +99,13 @@ type Controller struct {
 // the workload kinds followed (their metadata informers run).
 func NewController(clk clock.Clock, kubeClient client.Client, source *policy.Source, recorder *events.Recorder, kinds []schema.GroupVersionKind) *Controller {
 	return &Controller{clock: clk, kubeClient: kubeClient, source: source, recorder: recorder, kinds: kinds}
+}
+
+// WithSigner recognises the pods released beyond caps by s, the placement
+// controller's Signer: they count in no group, whatever their node.
+func (c *Controller) WithSigner(s *decision.Signer) *Controller {
+	c.signer = s
+	return c
 }
 
 // Name is the controller's name in logs and metrics.
@@ -547,6 +557,10 @@ func (x *podReader) splitBatch(ctx context.Context, top *metav1.PartialObjectMet
 			if pod.Status.Phase != corev1.PodRunning || !podutil.IsScheduled(pod) {
 				continue
 			}
+			if x.c.signer.BeyondCaps(pod) {
+				in.BeyondCaps++
+				continue
+			}
 			l, err := x.nodeLabels(ctx, pod.Spec.NodeName)
 			if err != nil {
 				return split.Split{}, err
@@ -575,6 +589,10 @@ func (x *podReader) split(ctx context.Context, top *metav1.PartialObjectMetadata
 		for i := range pods.Items {
 			pod := &pods.Items[i]
 			if pod.Status.Phase != corev1.PodRunning || !podutil.IsScheduled(pod) || podutil.IsTerminating(pod) {
+				continue
+			}
+			if x.c.signer.BeyondCaps(pod) {
+				in.BeyondCaps++ // in no group, whatever its node
 				continue
 			}
 			l, err := x.nodeLabels(ctx, pod.Spec.NodeName)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
@@ -89,9 +90,14 @@ func build(t *testing.T, r reads, objs ...client.Object) client.Client {
 	return b.Build()
 }
 
+// testSigner is the placement controller's Signer the controller under test
+// shares.
+var testSigner = decision.RandomSigner()
+
 func reconcileStatus(t *testing.T, c client.Client, rec *k8sevents.FakeRecorder, name string) v1alpha1.ClusterPlacementPolicyStatus {
 	t.Helper()
-	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"}), events.NewRecorder(rec), kinds)
+	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, policy.NewSource(c).WithClusterPolicies([]string{"apportion-system"}), events.NewRecorder(rec), kinds).
+		WithSigner(testSigner)
 	ctx := context.Background()
 	var p v1alpha1.ClusterPlacementPolicy
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
@@ -322,6 +328,43 @@ func TestStatusQuotaCaps(t *testing.T) {
 		t.Errorf("placed %d within quota %d, want 3, 2", st.Placed, st.WithinQuota)
 	}
 	if want := []string{"web-a/Deployment/over: group 1 (karpenter.sh/capacity-type=on-demand) 3 running, quota 2"}; !slices.Equal(st.OffStrategy, want) {
+		t.Errorf("offStrategy %q, want %q", st.OffStrategy, want)
+	}
+}
+
+// TestStatusQuotaReleasedBeyondCaps: the pods the placement controller
+// released beyond caps count in no group, whatever node they run on. At 7
+// replicas of 2 on-demand (max 2) and 3 spot (max 3), 2 such pods on a spot
+// node next to 2 and 3 are within quota; 3 of them next to 2 and 2 are not
+// (spot runs 2 of its 3), though counted by their node spot would run 5. A
+// mark apportion did not sign counts for nothing.
+func TestStatusQuotaReleasedBeyondCaps(t *testing.T) {
+	web := map[string]string{"team": "web"}
+	p := cpol("platform", time.Hour, 0)
+	p.Spec.Strategy.Text = "karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1,max=3"
+	objs := []client.Object{ns("web-a", web), p, node("od", "on-demand"), node("spot", "spot")}
+	beyondCaps := func(objs []client.Object, n int) []client.Object {
+		for _, o := range objs {
+			if pod, ok := o.(*corev1.Pod); ok && pod.Spec.NodeName == "spot" && n > 0 {
+				decision.MarkBeyondCaps(pod, decision.Record{Reason: "beyond_caps"}, testSigner.SignBeyondCaps(pod.UID), nil)
+				n--
+			}
+		}
+		return objs
+	}
+	// A mark apportion did not sign is a client's: the pod counts by its
+	// node, and at 5 Running, none beyond caps, the workload is within
+	// quota.
+	forged := running("web-a", "forged", "od", "od", "spot", "spot", "spot")
+	forged[len(forged)-2].(*corev1.Pod).Annotations = map[string]string{annotations.BeyondCaps: "true"}
+	objs = append(objs, forged...)
+	objs = append(objs, beyondCaps(running("web-a", "steady", "od", "od", "spot", "spot", "spot", "spot", "spot"), 2)...)
+	objs = append(objs, beyondCaps(running("web-a", "churned", "od", "od", "spot", "spot", "spot", "spot", "spot"), 3)...)
+	st := reconcileStatus(t, build(t, nil, objs...), k8sevents.NewFakeRecorder(10), "platform")
+	if st.Placed != 3 || st.WithinQuota != 2 {
+		t.Errorf("placed %d within quota %d, want 3, 2", st.Placed, st.WithinQuota)
+	}
+	if want := []string{"web-a/Deployment/churned: group 2 (karpenter.sh/capacity-type=spot) 2 running, quota 3"}; !slices.Equal(st.OffStrategy, want) {
 		t.Errorf("offStrategy %q, want %q", st.OffStrategy, want)
 	}
 }

@@ -31,10 +31,12 @@
 // 9 pods down it is.
 //
 // Pods whose group is not in the strategy (placed under an older one) get the
-// lowest cost of all, and so do the revision's strays: pods admitted without
-// a decision (the webhook was down or its call failed open) or released by
-// the gate janitor, and the pods whose decision annotations apportion did not
-// sign (a client wrote them): they are undecided. Decided pods without a
+// lowest cost of all, and so do the pods released beyond caps (the placement
+// controller writes it with their release) and the revision's strays: pods
+// admitted without a decision (the webhook was down or its call failed open)
+// or released by the gate janitor, and the pods whose decision annotations
+// apportion did not sign (a client wrote them): they are undecided. None of
+// these is ranked in a group by its node. Decided pods without a
 // position (a group of weight 0 past its base, or a strategy whose period,
 // its weights' total over their greatest common divisor, passes
 // apportion.MaxPeriod) come next, numbered down from decision.OffPathCost,
@@ -273,7 +275,8 @@ func (c *Controller) revisionPods(rev string, items []corev1.Pod) (pods, shadows
 		case !decision.HasGate(p):
 			// A stray: admitted without a decision (the webhook was down, or
 			// its call failed open), released by the janitor, or carrying
-			// decision annotations a client wrote. It goes first.
+			// decision annotations a client wrote; or released beyond
+			// caps. It goes first.
 			pods = append(pods, unsigned(p))
 		}
 	}

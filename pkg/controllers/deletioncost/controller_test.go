@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/test"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -288,6 +289,79 @@ func TestJobPodsKeepNoCost(t *testing.T) {
 		}
 		if k := ownerKey(placed); k != "" {
 			t.Errorf("%s pod: indexed under %q, want not indexed", owner.Kind, k)
+		}
+	}
+}
+
+// bothCapped caps both groups: at 7 replicas, 2 on-demand, 3 spot and 2
+// beyond caps.
+const bothCapped = "karpenter.sh/capacity-type=on-demand,weight=1,max=2:karpenter.sh/capacity-type=spot,weight=1,max=3"
+
+// TestBeyondCapsPodsGoFirst: at 7 replicas of 2 on-demand (max 2) and 3
+// spot (max 3), the 2 pods released beyond caps run on a spot node. They
+// take the lowest cost, so a scale-down removes them first, and the spot
+// pods keep the costs of their ranks 1 to 3: the pods beyond caps are not
+// ranked in spot by their node.
+func TestBeyondCapsPodsGoFirst(t *testing.T) {
+	s, err := compiled.Parse(bothCapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	od, spot := s.Strategy.Groups[0].Key(), s.Strategy.Groups[1].Key()
+	deploy, rs := test.Workload(map[string]string{annotations.Strategy: bothCapped})
+	base := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	pod := func(i int, group string) *corev1.Pod {
+		p := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("p%d", i)),
+			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(i) * time.Second)),
+			Labels:            map[string]string{workload.PodTemplateHashLabel: "abc"}}, Owner: rs})
+		p.Spec.NodeName = "spot-node"
+		switch group {
+		case "":
+			decision.MarkBeyondCaps(p, decision.Record{Reason: "beyond_caps"}, testSigner.SignBeyondCaps(p.UID), nil)
+		case od:
+			p.Spec.NodeName = "od-node"
+			fallthrough
+		default:
+			p.Annotations = map[string]string{annotations.Group: group, annotations.Signature: testSigner.Sign(p.UID, group, "")}
+		}
+		return p
+	}
+	objs := []client.Object{deploy, rs,
+		test.Node("od-node", map[string]string{"karpenter.sh/capacity-type": "on-demand"}),
+		test.Node("spot-node", map[string]string{"karpenter.sh/capacity-type": "spot"})}
+	for i, g := range []string{od, spot, od, spot, spot, "", ""} {
+		objs = append(objs, pod(i, g))
+	}
+	c := ownedPodsClient(objs...)
+	ctx := context.Background()
+	if _, err := NewController(c, testSigner).Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "web", Name: string(rs.UID)}}); err != nil {
+		t.Fatal(err)
+	}
+	cost := func(name string) int {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.Atoi(p.Annotations[Annotation])
+		if err != nil {
+			t.Fatalf("%s: cost %q", name, p.Annotations[Annotation])
+		}
+		return n
+	}
+	rank := func(g int, c int64) int {
+		cost, ok := decision.GroupCost(s.Method, g, c)
+		if !ok {
+			t.Fatalf("group %d, rank %d: no position", g, c)
+		}
+		return cost
+	}
+	// Within a group, without costs yet, the newest pod takes the highest
+	// rank (removed first).
+	want := map[string]int{"p0": rank(0, 1), "p2": rank(0, 2), "p1": rank(1, 1), "p3": rank(1, 2), "p4": rank(1, 3),
+		"p5": decision.StrayCost, "p6": decision.StrayCost}
+	for name, w := range want {
+		if got := cost(name); got != w {
+			t.Errorf("%s: cost %d, want %d", name, got, w)
 		}
 	}
 }

@@ -16,7 +16,8 @@
 // apportion.dev/skip, or with an invalid strategy are not looked at
 // (placed says which are). For each it computes split.Compute over its
 // spec.replicas (workload.ReadSpec), the labels of the nodes of its Running
-// pods (node metadata from the cache), and the groups left out now (the
+// pods (node metadata from the cache; the pods released beyond caps, whose
+// signed decision says so, in no group), and the groups left out now (the
 // per-group errors of capacity.Capacity.Choose for one of its pods, without
 // the node affinity its decision added). It drifts when split.Drifting:
 // outside quota at the Running count, pods on nodes of no group, or a group
@@ -63,6 +64,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	apevents "github.com/apportion-dev/apportion/pkg/events"
 	"github.com/apportion-dev/apportion/pkg/metrics"
 	"github.com/apportion-dev/apportion/pkg/workload"
@@ -101,6 +103,10 @@ type Options struct {
 	// Controllers the API server serves (their metadata informers run);
 	// nil: ReplicaSets, StatefulSets and Jobs, which every cluster serves.
 	Controllers []schema.GroupVersionKind
+	// Signer recognises the pods released beyond caps (the placement
+	// controller's): they count in no group, whatever their node. nil:
+	// none is recognised, and every Running pod counts by its node.
+	Signer *decision.Signer
 }
 
 // Controllers are the kinds that control the pods of the workloads

@@ -219,6 +219,10 @@ func (c *Controller) observe(ctx context.Context, w *observed, nodes *nodeLabels
 		if !running(p) {
 			continue
 		}
+		if c.opts.Signer.BeyondCaps(p) {
+			in.BeyondCaps++ // in no group, whatever its node
+			continue
+		}
 		l, err := nodes.of(ctx, p.Spec.NodeName)
 		if err != nil {
 			return sp, false, false, err

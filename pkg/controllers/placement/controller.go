@@ -12,10 +12,12 @@
 // of capacity.Capacity); read.go, each request's pod read from the pod
 // informer's store as a shared, read-only view; images.go, the images'
 // architectures and the placement by architecture alone; tally.go, the counts, and strays.go, the
-// pods admitted without a decision counted by their node's labels; write.go,
-// the decision's patch (with the pod's deletion cost when it can be told)
-// and the release without one (decision.Release), and the release of a pod
-// whose decision an admission policy refused; expiry.go, the singleton controller that expires pending decisions;
+// pods admitted without a decision counted by their node's labels (not those
+// released beyond caps); write.go, the decision's patch (with the pod's
+// deletion cost when it can be told), the release without one
+// (decision.Release), the release beyond caps that says so on the pod
+// (decision.MarkBeyondCaps), and the release of a pod whose decision an
+// admission policy refused; expiry.go, the singleton controller that expires pending decisions;
 // locks.go, the per-revision lock; queue.go, the oldest-first queue order;
 // leader.go, the check before each write that this replica still holds a
 // fresh placement Lease;
@@ -99,6 +101,9 @@ const (
 	// RecordFallback: placed while some group of the strategy was out of
 	// capacity (the others shared its part).
 	RecordFallback = "fallback"
+	// RecordBeyondCaps: released without a group, every group with a
+	// weight at its cap (ReasonBeyondCaps).
+	RecordBeyondCaps = ReasonBeyondCaps
 )
 
 // Controller places gated pods.
@@ -307,8 +312,18 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 		rev = ShadowRevision(pod.Namespace, key)
 	}
 	g, counts, strays, cost := c.decide(ctx, pod, rev, key, p, avail, info.Shadow())
-	if g == apportion.BeyondCaps {
+	if g == apportion.BeyondCaps && info.Shadow() {
+		// Shadow mode changes nothing on the pod: released as it is, it
+		// counts where it runs, as the workload's other pods do once it
+		// leaves shadow mode.
 		return c.release(ctx, pod, ReasonBeyondCaps, nil)
+	}
+	if g == apportion.BeyondCaps {
+		rec := decision.Record{Strategy: p.Hash, Revision: info.Revision, Counts: counts, Strays: strays, Reason: RecordBeyondCaps}
+		if len(capacityOut) > 0 {
+			rec.Out = why // served, these groups might have taken it
+		}
+		return c.releaseBeyondCaps(ctx, pod, ref, rec, cost)
 	}
 	if g < 0 && archOut {
 		c.warnOnce(ref, "NoCompatibleArchitecture", "no group of the strategy can run the images' architectures (%s); pods are placed without apportion", describeImages(images))
@@ -350,7 +365,9 @@ func (c *Controller) placeByStrategy(ctx context.Context, pod *corev1.Pod, key s
 // decide chooses the pod's group (its index, -1 when none is available,
 // apportion.BeyondCaps when every group is at its cap)
 // under the revision's lock, with the counts it saw and the pod's deletion
-// cost (nil when it cannot be told), and counts the decision (a fallback one
+// cost (nil when it cannot be told; beyond caps, the lowest, which the
+// deletion-cost controller gives the pods beyond caps), and counts the
+// decision (a fallback one
 // too: it counts in the group it runs in) as pending before it is written:
 // the next pod of the revision is decided while this one's patch is in
 // flight, against counts that include it, so a burst is decided as fast as
@@ -362,12 +379,17 @@ func (c *Controller) decide(ctx context.Context, pod *corev1.Pod, rev, key strin
 	unlock := c.locks.lock(key)
 	defer unlock()
 	counts, strays, seen := c.counts(ctx, rev, p)
-	if g = p.Method.Next(seen, avail); g < 0 {
-		return g, counts, strays, nil
-	}
+	g = p.Method.Next(seen, avail)
 	// A Job's or Workflow's pod has no deletion cost: the Job controller
 	// does not read it, and Argo deletes no pod.
-	if !shadow && !workload.IsBatch(pod) {
+	costed := !shadow && !workload.IsBatch(pod)
+	switch {
+	case g == apportion.BeyondCaps && costed:
+		lowest := decision.StrayCost
+		return g, counts, strays, &lowest
+	case g < 0:
+		return g, counts, strays, nil
+	case costed:
 		cost = c.deletionCost(p, c.withShadowStrays(ctx, rev, p, counts), g)
 	}
 	c.tally.Record(pod.UID, rev, p.Strategy.Groups[g].Key(), c.clock.Now())

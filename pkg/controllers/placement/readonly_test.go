@@ -118,10 +118,11 @@ func room(p *corev1.Pod) []any {
 type outcome string
 
 const (
-	placed    outcome = "placed"    // a decision written, the gate removed
-	released  outcome = "released"  // the gate removed alone
-	shadowed  outcome = "shadowed"  // a shadow decision written
-	untouched outcome = "untouched" // nothing written
+	placed     outcome = "placed"      // a decision written, the gate removed
+	released   outcome = "released"    // the gate removed alone
+	beyondCaps outcome = "beyond caps" // the gate removed, the pod marked beyond caps
+	shadowed   outcome = "shadowed"    // a shadow decision written
+	untouched  outcome = "untouched"   // nothing written
 )
 
 // outcome reads the pod as the API server holds it after a reconcile of
@@ -139,6 +140,8 @@ func (f *fixture) outcome(t *testing.T, created *corev1.Pod) outcome {
 		return shadowed
 	case decision.HasGate(&stored):
 		return outcome(fmt.Sprintf("changed but still gated: %v", stored.Annotations))
+	case decision.ReleasedBeyondCaps(&stored):
+		return beyondCaps
 	case stored.Annotations[annotations.Decision] != "":
 		return placed
 	}
@@ -261,7 +264,7 @@ func TestReconcileLeavesItsPodUnchanged(t *testing.T) {
 			}
 			return f, f.gatedPod(t, 2, userFields)
 		},
-		want: released,
+		want: beyondCaps,
 	}, {
 		name:  "shadow, ungated",
 		setup: onPools(shadowSeed, ungated),

@@ -26,7 +26,9 @@ import (
 //
 // A pod counts as decided only when its decision carries apportion's
 // signature: decision annotations a client wrote leave it undecided (a stray
-// once bound, counted by its node's labels). A pod decided in shadow mode
+// once bound, counted by its node's labels). A pod apportion released beyond
+// caps (its signed decision says so, decision.MarkBeyondCaps) counts nowhere:
+// neither decided nor a stray. A pod decided in shadow mode
 // (a signed apportion.dev/shadow annotation) counts in its group under the
 // revision's ShadowRevision, never with the real decisions; once bound, it
 // is also a stray of the real revision, which only a workload no longer in
@@ -106,10 +108,10 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 	key := workload.OwnerKey(pod)
 	live := key != "" && !podutil.IsTerminating(pod) && !podutil.IsTerminal(pod)
 	var group string
-	shadow := false
+	shadow, beyondCaps := false, false
 	if live {
 		d, _ := t.signer.Read(pod) // outside the lock: an HMAC per event
-		group = d.Group
+		group, beyondCaps = d.Group, d.BeyondCaps
 		if group == "" && decision.HasShadow(pod) {
 			sh, _ := t.signer.ReadShadow(pod)
 			group, shadow = sh.Group, sh.Group != ""
@@ -141,11 +143,14 @@ func (t *Tally) Observe(pod *corev1.Pod) {
 		// their deletion costs (ShadowStrayCounts).
 		tl.node, tl.strayRev = pod.Spec.NodeName, realRev
 		t.addStray(boundShadows(realRev), tl.node)
-	case group == "" && !t.isPending(pod.UID):
+	case group == "" && !beyondCaps && !t.isPending(pod.UID):
 		// Admitted without a decision (webhook down or failed open,
 		// released by the janitor, or a decision a client wrote):
 		// counted in the group its node's labels match, so later
-		// decisions compensate.
+		// decisions compensate. Not a pod released beyond caps: it
+		// belongs to no group, whatever node it runs on, and counted
+		// in a capped group's it would take a place of the group's own
+		// pods.
 		tl.node, tl.strayRev = pod.Spec.NodeName, realRev
 	}
 	if tl.node != "" {

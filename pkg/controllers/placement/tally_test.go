@@ -186,6 +186,49 @@ func TestTallyIgnoresUnsignedDecisions(t *testing.T) {
 	}
 }
 
+// beyondCaps marks a pod released beyond caps, signed by signer.
+func beyondCaps(signer *decision.Signer) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		decision.MarkBeyondCaps(p, decision.Record{Reason: RecordBeyondCaps}, signer.SignBeyondCaps(p.UID), nil)
+	}
+}
+
+// TestTallyBeyondCapsPodsAreNotStrays: a bound pod apportion released beyond
+// caps counts nowhere, not in the group its node serves; one whose mark does
+// not verify (written by a client, another key's, or with a group added
+// after signing) is a stray like any pod without a decision.
+func TestTallyBeyondCapsPodsAreNotStrays(t *testing.T) {
+	const rev = "web/rs1"
+	bound := func(p *corev1.Pod) { p.Spec.NodeName = "spot-1" }
+	tl := newTally()
+	tl.Observe(tallyPod("d1", "b", bound))
+	tl.Observe(tallyPod("beyond-1", "", beyondCaps(tallySigner), bound))
+	tl.Observe(tallyPod("beyond-2", "", beyondCaps(tallySigner), bound))
+	tl.Observe(tallyPod("unbound", "", beyondCaps(tallySigner)))
+	forged := []*corev1.Pod{
+		tallyPod("unsigned", "", bound, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{annotations.BeyondCaps: "true"}
+		}),
+		tallyPod("other-key", "", beyondCaps(decision.RandomSigner()), bound),
+		tallyPod("grouped", "", beyondCaps(tallySigner), bound, func(p *corev1.Pod) { p.Annotations[annotations.Group] = "b" }),
+	}
+	for _, p := range forged {
+		tl.Observe(p)
+	}
+	strays := tl.StrayCounts(rev, 2, groupsFunc{key: "s", group: func(string) int { return 1 }})
+	if tl.Strays(rev) != len(forged) || len(strays) != 2 || strays[1] != int64(len(forged)) {
+		t.Errorf("strays %v of %d, want the %d forged marks only, in group b by their node", strays, tl.Strays(rev), len(forged))
+	}
+	c := make([]int64, 2)
+	tl.Counts(rev, map[string]int{"a": 0, "b": 1}, c)
+	if c[0] != 0 || c[1] != 1 {
+		t.Errorf("counts %v, want [0 1]: the decided pod alone", c)
+	}
+	if tl.Decided("beyond-1") {
+		t.Error("a pod beyond caps counts as decided into a group")
+	}
+}
+
 // TestTallyForgetsPodThatLostItsOwner: a pod whose controller reference is
 // removed (orphaned) leaves its revision's counts and strays.
 func TestTallyForgetsPodThatLostItsOwner(t *testing.T) {

@@ -146,13 +146,39 @@ func (c *Controller) release(ctx context.Context, pod *corev1.Pod, reason string
 	} else {
 		log.FromContext(ctx).V(1).Info("releasing pod without a decision", "reason", reason)
 	}
-	if err := decision.Release(ctx, c.kubeClient, pod); err != nil {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
-		}
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
-		}
+	return c.released(ctx, pod, reason, decision.Release(ctx, c.kubeClient, pod))
+}
+
+// releaseBeyondCaps releases a gated pod beyond caps (every group with a
+// weight is at its cap) without a group, as release does, and in the same
+// patch marks it so (decision.MarkBeyondCaps: signed, with the decision
+// record rec and its deletion cost, when it has one): running on a capped
+// group's node, it is not that group's stray, and the group keeps room for
+// its own pods. A patch an admission policy refuses releases the pod
+// unchanged (refused); ref is the pod's workload, for the refusal's Event.
+func (c *Controller) releaseBeyondCaps(ctx context.Context, pod *corev1.Pod, ref *corev1.ObjectReference, rec decision.Record, cost *int) (reconcile.Result, error) {
+	if res, no := c.notLeading(ctx, "", ""); no {
+		return res, nil
+	}
+	log.FromContext(ctx).V(1).Info("releasing pod without a group", "reason", ReasonBeyondCaps, "counts", rec.Counts)
+	signature := c.signer.SignBeyondCaps(pod.UID)
+	err := decision.Release(ctx, c.kubeClient, pod, func(p *corev1.Pod) { decision.MarkBeyondCaps(p, rec, signature, cost) })
+	if r, ok := decision.Refused(err); ok {
+		return c.refused(ctx, pod, ref, r)
+	}
+	return c.released(ctx, pod, ReasonBeyondCaps, err)
+}
+
+// released ends a release whose write returned err: counted by reason when
+// it landed, retried soon after a conflict (the pod is decided again),
+// nothing more for a pod gone, and any other failure back to the workqueue.
+func (c *Controller) released(ctx context.Context, pod *corev1.Pod, reason string, err error) (reconcile.Result, error) {
+	switch {
+	case apierrors.IsConflict(err):
+		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, nil
+	case err != nil:
 		return reconcile.Result{}, decision.APIError(ctx, decision.OperationRelease, err)
 	}
 	metrics.ReleasedTotal.WithLabelValues(reason).Inc()

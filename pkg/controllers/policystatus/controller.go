@@ -2,7 +2,8 @@
 // only). For each policy it finds the targeted workloads, reads what places
 // each one (its own strategy annotation, the oldest policy targeting it), the
 // NodePool serving each group (capacity.Capacity, as placement chooses), and
-// the Running pods by the labels of their node, and writes the status
+// the Running pods by the labels of their node (those released beyond caps
+// apart), and writes the status
 // pkg/policy computes through the status subresource when it changed. Placement itself reads policies through policy.Source at
 // admission; this controller only reports.
 //
@@ -53,6 +54,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -76,6 +78,10 @@ type Options struct {
 	// NodePools is true when karpenter.sh/v1 NodePools are served: their
 	// events requeue every policy.
 	NodePools bool
+	// Signer recognises the pods released beyond caps (the placement
+	// controller's): they count in no group, whatever their node. nil:
+	// none is recognised, and every Running pod counts by its node.
+	Signer *decision.Signer
 }
 
 // Controller writes PlacementPolicy status.
@@ -342,6 +348,7 @@ func (c *Controller) observe(ctx context.Context, p *v1alpha1.PlacementPolicy, t
 	if w.NodeLabels, err = pods.nodeLabels(ctx, top); err != nil {
 		return w, false, err
 	}
+	w.BeyondCaps = pods.beyondCaps[top.UID]
 	return w, true, nil
 }
 
@@ -404,6 +411,7 @@ func (c *Controller) observeBatch(ctx context.Context, p *v1alpha1.PlacementPoli
 			return w, false, err
 		}
 		w.NodeLabels = append(w.NodeLabels, nodes...)
+		w.BeyondCaps += pods.beyondCaps[o.UID]
 	}
 	return w, true, nil
 }
@@ -416,7 +424,10 @@ type podIndex struct {
 	namespace string
 	built     bool
 	byTop     map[types.UID][]string // workload UID -> nodes of its Running pods
-	nodes     map[string]map[string]string
+	// beyondCaps counts, by workload UID, its Running pods released beyond
+	// caps, which are in no group whatever their node (not in byTop).
+	beyondCaps map[types.UID]int64
+	nodes      map[string]map[string]string
 	// Of a Job or Workflow (by UID): its live pods, and where the first
 	// of them with a strategy of its own has it.
 	live        map[types.UID]int32
@@ -479,7 +490,7 @@ func (x *podIndex) nodeLabels(ctx context.Context, top *metav1.PartialObjectMeta
 }
 
 func (x *podIndex) build(ctx context.Context) error {
-	x.built, x.byTop, x.nodes = true, map[types.UID][]string{}, map[string]map[string]string{}
+	x.built, x.byTop, x.beyondCaps, x.nodes = true, map[types.UID][]string{}, map[types.UID]int64{}, map[string]map[string]string{}
 	x.live, x.podStrategy = map[types.UID]int32{}, map[types.UID]string{}
 	var pods corev1.PodList
 	if err := x.c.kubeClient.List(ctx, &pods, client.InNamespace(x.namespace)); err != nil {
@@ -519,6 +530,10 @@ func (x *podIndex) build(ctx context.Context) error {
 			if up, ok := rsOwner[uid]; ok {
 				uid = up
 			}
+		}
+		if x.c.opts.Signer.BeyondCaps(pod) {
+			x.beyondCaps[uid]++
+			continue
 		}
 		x.byTop[uid] = append(x.byTop[uid], pod.Spec.NodeName)
 	}

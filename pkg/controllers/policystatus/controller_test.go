@@ -25,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
+	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/test"
@@ -97,10 +98,14 @@ func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[s
 	return b.Build()
 }
 
+// testSigner is the placement controller's Signer the controller under test
+// shares.
+var testSigner = decision.RandomSigner()
+
 func reconcileStatus(t *testing.T, c client.Client, groupCapacity capacity.Capacity, name string) v1alpha1.PlacementPolicyStatus {
 	t.Helper()
 	ctrl := NewController(clocktesting.NewFakeClock(epoch), c, groupCapacity, policy.NewSource(c),
-		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}})
+		Options{Kinds: []schema.GroupVersionKind{workload.DeploymentGVK, workload.StatefulSetGVK, workload.ReplicaSetGVK}, Signer: testSigner})
 	ctx := context.Background()
 	var p v1alpha1.PlacementPolicy
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &p); err != nil {
@@ -223,8 +228,9 @@ func TestReadsWorkloadsFromTheCache(t *testing.T) {
 }
 
 // TestForgedDecisionsDoNotCount: the status counts Running pods by their
-// node's labels, never by decision annotations: a pod on a spot node whose
-// client wrote it an on-demand decision counts as spot.
+// node's labels, never by decision annotations (but for the signed mark of
+// a pod released beyond caps, TestBeyondCapsCountInNoGroup): a pod on a spot
+// node whose client wrote it an on-demand decision counts as spot.
 func TestForgedDecisionsDoNotCount(t *testing.T) {
 	c := fixture(t, nil, newPolicy("split", time.Hour, v1alpha1.Target{Kind: "Deployment", Name: "nginx"}))
 	var p corev1.Pod
@@ -238,6 +244,43 @@ func TestForgedDecisionsDoNotCount(t *testing.T) {
 	st := reconcileStatus(t, c, pools{}, "split")
 	if st.Groups[0].Actual != 4 || st.Groups[1].Actual != 6 || !st.WithinQuota {
 		t.Errorf("groups %+v within %v: want the forged pod counted on its spot node", st.Groups, st.WithinQuota)
+	}
+}
+
+// TestBeyondCapsCountInNoGroup: the pods the placement controller released
+// beyond caps count in no group, whatever their node. At 10 replicas of 4
+// on-demand (max 4) and 4 spot (max 4), 3 of the 6 pods on spot nodes
+// released beyond caps leave spot 3 of its 4: off quota, which counted by
+// their node (spot 6, 2 of them beyond caps) would look within it. A mark
+// apportion did not sign counts for nothing.
+func TestBeyondCapsCountInNoGroup(t *testing.T) {
+	p := newPolicy("split", time.Hour, v1alpha1.Target{Kind: "Deployment", Name: "nginx"})
+	p.Spec.Strategy = &v1alpha1.Strategy{Groups: []v1alpha1.Group{
+		{Labels: map[string]string{ct: "on-demand"}, Weight: 1, Max: ptr.To[int32](4)},
+		{Labels: map[string]string{ct: "spot"}, Weight: 1, Max: ptr.To[int32](4)},
+	}}
+	c := fixture(t, nil, p)
+	ctx := context.Background()
+	mark := func(name string, signer *decision.Signer) {
+		t.Helper()
+		var pod corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "web", Name: name}, &pod); err != nil {
+			t.Fatal(err)
+		}
+		decision.MarkBeyondCaps(&pod, decision.Record{Reason: "beyond_caps"}, signer.SignBeyondCaps(pod.UID), nil)
+		if err := c.Update(ctx, &pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark("nginx-abc-9", decision.RandomSigner())
+	if st := reconcileStatus(t, c, pools{}, "split"); st.Groups[1].Actual != 6 || !st.WithinQuota || st.BeyondCaps != 2 {
+		t.Errorf("a mark of another key: spot %d, within quota %v, beyond caps %d; want 6, true, 2", st.Groups[1].Actual, st.WithinQuota, st.BeyondCaps)
+	}
+	for _, name := range []string{"nginx-abc-7", "nginx-abc-8", "nginx-abc-9"} {
+		mark(name, testSigner)
+	}
+	if st := reconcileStatus(t, c, pools{}, "split"); st.Groups[0].Actual != 4 || st.Groups[1].Actual != 3 || st.WithinQuota {
+		t.Errorf("3 released beyond caps: groups %+v, within quota %v; want 4 and 3, off quota", st.Groups, st.WithinQuota)
 	}
 }
 
