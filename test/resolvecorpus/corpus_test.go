@@ -27,14 +27,7 @@ func TestCorpus(t *testing.T) {
 			t.Errorf("%d cases of %s", kinds[k], k)
 		}
 	}
-	var buf bytes.Buffer
-	if err := WriteYAML(&buf, cases); err != nil {
-		t.Fatal(err)
-	}
-	m := plan.NewManifests("default")
-	if err := m.Read(&buf, "corpus"); err != nil {
-		t.Fatal(err)
-	}
+	m := readBack(t, cases)
 	if len(m.Workloads) != Cases {
 		t.Fatalf("%d workloads read back, want %d", len(m.Workloads), Cases)
 	}
@@ -46,14 +39,7 @@ func TestCorpus(t *testing.T) {
 // e2e suite test/e2e/resolve does it for every kind on a live cluster).
 func TestPlanAgreesWithExplain(t *testing.T) {
 	cases := Generate(2, Cases)
-	var buf bytes.Buffer
-	if err := WriteYAML(&buf, cases); err != nil {
-		t.Fatal(err)
-	}
-	m := plan.NewManifests("default")
-	if err := m.Read(&buf, "corpus"); err != nil {
-		t.Fatal(err)
-	}
+	m := readBack(t, cases)
 	previews, err := m.Preview(-1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -96,4 +82,18 @@ func TestPlanAgreesWithExplain(t *testing.T) {
 		t.Errorf("%d cases compared, %d disagreements", compared, disagreements)
 	}
 	CheckCoverage(t, covered)
+}
+
+// readBack is the cases' YAML as plan reads it.
+func readBack(t *testing.T, cases []Case) *plan.Manifests {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WriteYAML(&buf, cases); err != nil {
+		t.Fatal(err)
+	}
+	m := plan.NewManifests("default")
+	if err := m.Read(&buf, "corpus"); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
