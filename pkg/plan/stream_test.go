@@ -242,7 +242,7 @@ func TestWritePreviewsStreamed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if previews[3].Error == "" {
+		if previews[3].Invalid == "" {
 			t.Fatalf("no error for an invalid strategy: %+v", previews[3])
 		}
 		for _, ps := range [][]WorkloadPreview{previews, previews[:0], nil} {

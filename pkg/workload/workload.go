@@ -72,8 +72,10 @@ const PodTemplateHashLabel = appsv1.DefaultDeploymentUniqueLabelKey
 // PodAnnotations are the pod annotations Resolve and ArchitecturesOptedIn
 // read (a pod's own annotations override its workload's): an informer cache
 // of pods keeps these.
+// Classify reads the mirror annotation too (a static pod's mirror is never
+// placed).
 var PodAnnotations = append([]string{annotations.Skip, annotations.Mode, annotations.CapacityTimeout,
-	annotations.Architectures, annotations.Rebalance}, strategy.PodAnnotations...)
+	annotations.Architectures, annotations.Rebalance, corev1.MirrorPodAnnotationKey}, strategy.PodAnnotations...)
 
 // Ref names a workload object.
 type Ref struct {
