@@ -13,6 +13,8 @@
 // apportion.dev/fallback annotation).
 //
 // What is where: explain.go, the Cluster and the workload reference;
+// objects.go, reading a workload and its pods; resolve.go, its strategy,
+// source and mode, through the resolver the webhook and plan use;
 // workload.go, a workload's report; pod.go, a pod's report; status.go, the
 // list of every placed workload.
 package explain
