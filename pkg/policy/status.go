@@ -1,13 +1,16 @@
 package policy
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/pkg/compiled"
 	"github.com/apportion-dev/apportion/pkg/split"
@@ -18,13 +21,18 @@ import (
 type Workload struct {
 	Kind string
 	Name string
-	// Replicas is the workload's spec.replicas.
+	// Replicas is the workload's spec.replicas, a batch workload's live
+	// pods.
 	Replicas int32
 	// Annotation is where the workload's own strategy is written
 	// (strategy.Source.String()), "" when it has none; it wins over every
 	// policy.
 	Annotation string
-	// Winner is the name of the oldest policy targeting the workload.
+	// OptedOut is true when the workload opts out (apportion.dev/skip):
+	// nothing places it.
+	OptedOut bool
+	// Winner is the name of the PlacementPolicy that places the workload:
+	// the oldest targeting it.
 	Winner string
 	// NodeLabels holds, for each Running pod of the workload, the labels of
 	// its node; but for the pods released beyond caps, which BeyondCaps
@@ -37,13 +45,59 @@ type Workload struct {
 // asking.
 func (w Workload) PlacedBy(policy string) string {
 	switch {
-	case w.Annotation != "":
+	case w.Annotation != "" || w.OptedOut:
 		return "Annotation"
 	case w.Winner == policy:
 		return "PlacementPolicy"
 	default:
 		return "PlacementPolicy " + w.Winner
 	}
+}
+
+// Workloads are the workloads of kinds that the PlacementPolicy p targets,
+// each with what places it (Observe), and the Running pods of those p
+// places (Running): what Status takes. A workload gone from the
+// cache meanwhile is left out.
+func (x *Observer) Workloads(ctx context.Context, p *v1alpha1.PlacementPolicy, kinds []schema.GroupVersionKind) ([]Workload, error) {
+	tops, err := x.Targets(ctx, p, kinds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Workload, 0, len(tops))
+	for _, top := range tops {
+		o, err := x.Observe(ctx, top)
+		if err != nil {
+			return nil, err
+		}
+		if o.Gone {
+			continue
+		}
+		w := o.ForPolicy(p)
+		if o.PlacedBy(p.Namespace+"/"+p.Name, false) {
+			if w.NodeLabels, w.BeyondCaps, err = x.Running(ctx, o); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// ForPolicy is what the status of the PlacementPolicy p, which targets the
+// workload, says of it.
+func (o *Observed) ForPolicy(p *v1alpha1.PlacementPolicy) Workload {
+	w := Workload{Kind: o.Top.GroupVersionKind().Kind, Name: o.Top.Name, Replicas: int32(min(o.Replicas, 1<<31-1)), Winner: p.Name}
+	i := o.Info
+	switch {
+	case i.Found && i.Source.Policy == "":
+		w.Annotation = i.Source.String()
+	case i.Skip:
+		w.OptedOut = true
+	case i.Found && !i.Source.Cluster:
+		// A policy of the namespace: "namespace/name".
+		_, w.Winner, _ = strings.Cut(i.Source.Policy, "/")
+	}
+	return w
 }
 
 // GroupPool is the NodePool serving one group of the strategy (empty without
@@ -58,11 +112,11 @@ type GroupPool struct {
 // (indexed like the strategy's groups). The conditions of p.Status keep their
 // transition times when their status does not change; now stamps the others.
 //
-// For the workloads the policy places (no annotation of their own, no older
-// policy): Desired is the quota method's count per group at spec.replicas,
-// over the groups a NodePool serves; Actual counts the Running pods by the
-// labels of their node, in the first group (in strategy order) whose labels
-// the node carries. Both are summed over those workloads. WithinQuota holds
+// For the workloads the policy places (no annotation of their own, no
+// opt-out, no older policy): Desired is the quota method's count per group
+// at spec.replicas, over the groups a NodePool serves; Actual counts the
+// Running pods by the labels of their node, in the first group (in
+// strategy order) whose labels the node carries. Both are summed over those workloads. WithinQuota holds
 // when every such workload's Running pods are within floor/ceil of each
 // group's ideal share at their number, over the groups a NodePool serves,
 // and none runs outside them.
@@ -119,6 +173,8 @@ func (b *statusBuilder) workloads(workloads []Workload) (placed []*Workload) {
 		switch {
 		case w.Annotation != "":
 			byAnnotation = append(byAnnotation, fmt.Sprintf("%s/%s carries its own strategy (%s)", w.Kind, w.Name, w.Annotation))
+		case w.OptedOut:
+			byAnnotation = append(byAnnotation, fmt.Sprintf("%s/%s opts out (%s: \"true\")", w.Kind, w.Name, annotations.Skip))
 		case w.Winner != p.Name:
 			byPolicy = append(byPolicy, fmt.Sprintf("%s/%s is placed by the older PlacementPolicy %s", w.Kind, w.Name, w.Winner))
 		default:

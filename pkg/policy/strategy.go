@@ -1,7 +1,11 @@
-// Package policy reads PlacementPolicies: the strategy a policy states in
-// any of its three forms as one canonical string, which policy places a
-// workload (Source, over the manager's cache), and the status a policy
-// reports (Status, a pure function of what the controller observed).
+// Package policy reads PlacementPolicies and ClusterPlacementPolicies: the
+// strategy a policy states in any of its three forms as one canonical
+// string, which policy places a workload (Source, over the manager's
+// cache), the status engine both status controllers share (Observer: the
+// workloads a policy targets or covers, what places each as
+// workload.ResolveChain answers, their replicas and Running pods), and the
+// status a policy reports (Status, a pure function of what was observed;
+// ClusterStatus).
 package policy
 
 import (
