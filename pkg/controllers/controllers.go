@@ -138,8 +138,8 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 		placer.WithLease(placement.Lease{Holder: d.LeaseWatch, Identity: d.Lease.Identity(), Renewed: d.Lease.Renewed, Duration: o.LeaseDuration})
 	}
 	cs := []controller.Controller{
-		// Drift and the cluster policy status read a workload's pods
-		// through it: added once, before the cache starts.
+		// Drift and the policy statuses read a workload's pods through
+		// it: added once, before the cache starts.
 		registerFunc(func(ctx context.Context, m manager.Manager) error {
 			return podcache.IndexByController(ctx, m.GetFieldIndexer())
 		}),

@@ -16,7 +16,7 @@ import (
 
 // readers are the packages handed pods from the informer cache, relative to
 // this package's directory.
-var readers = []string{".", "../decision", "../workload", "../strategy"}
+var readers = []string{".", "../decision", "../workload", "../strategy", "../policy"}
 
 // external are the annotation keys of other modules that the readers may
 // read, by the expression that names them.

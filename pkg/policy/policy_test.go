@@ -186,7 +186,7 @@ func TestSourcePrecedence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSource(t, tc.policies...)
-			got, ok, err := s.Winner(context.Background(), "web", tc.top)
+			got, ok, err := winner(s, tc.top)
 			raw, mode, name := got.Strategy, got.Mode, got.Name
 			if err != nil || ok != (tc.want != "") || name != tc.want {
 				t.Fatalf("Policy = %q ok=%v, want %q", name, ok, tc.want)
@@ -250,20 +250,30 @@ func TestNilSourceFindsNothing(t *testing.T) {
 	}
 }
 
+// winner is the first of Candidates in namespace web: the policy that
+// places top when it has no strategy of its own; ok is false when none
+// does.
+func winner(s *Source, top *metav1.PartialObjectMetadata) (p workload.Policy, ok bool, err error) {
+	ps, err := s.Candidates(context.Background(), "web", top)
+	if err != nil || len(ps) == 0 {
+		return workload.Policy{}, false, err
+	}
+	return ps[0], true, nil
+}
+
 func TestSourceCachesByGeneration(t *testing.T) {
 	p := pol("a", 1, ref(), seed004Groups())
 	s := newSource(t, p)
-	ctx := context.Background()
-	if got, _, _ := s.Winner(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
+	if got, _, _ := winner(s, top(deployment, nil)); got.Strategy != seed004 {
 		t.Fatalf("raw %q", got.Strategy)
 	}
 	// Same UID and generation: the parsed text is reused.
 	s.parsed[p.UID] = parsedStrategy{generation: 1, raw: "cached"}
-	if got, _, _ := s.Winner(ctx, "web", top(deployment, nil)); got.Strategy != "cached" {
+	if got, _, _ := winner(s, top(deployment, nil)); got.Strategy != "cached" {
 		t.Errorf("same generation parsed again: %q", got.Strategy)
 	}
 	s.parsed[p.UID] = parsedStrategy{generation: 0, raw: "stale"}
-	if got, _, _ := s.Winner(ctx, "web", top(deployment, nil)); got.Strategy != seed004 {
+	if got, _, _ := winner(s, top(deployment, nil)); got.Strategy != seed004 {
 		t.Errorf("a new generation must be parsed again: %q", got.Strategy)
 	}
 }

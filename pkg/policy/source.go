@@ -205,13 +205,3 @@ func (s *Source) strategy(p *v1alpha1.PlacementPolicy) parsedStrategy {
 	s.parsed[p.UID] = e
 	return e
 }
-
-// Winner is the first of Candidates: the policy that places top when it has
-// no strategy of its own; ok is false when none does.
-func (s *Source) Winner(ctx context.Context, namespace string, top *metav1.PartialObjectMetadata) (p workload.Policy, ok bool, err error) {
-	ps, err := s.Candidates(ctx, namespace, top)
-	if err != nil || len(ps) == 0 {
-		return workload.Policy{}, false, err
-	}
-	return ps[0], true, nil
-}

@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -113,10 +112,7 @@ func reconcileStatus(t *testing.T, c client.Client, rec *k8sevents.FakeRecorder,
 }
 
 func condition(st v1alpha1.ClusterPlacementPolicyStatus, typ string) metav1.Condition {
-	if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
-		return *c
-	}
-	return metav1.Condition{}
+	return test.Condition(st.Conditions, typ)
 }
 
 // TestStatusCounts: the workloads a policy covers, and of those the ones it
@@ -287,7 +283,7 @@ func running(namespace, name string, nodes ...string) []client.Object {
 
 // TestStatusQuota: of the workloads a policy places, those within quota by
 // their Running pods' nodes are counted, and the others named, sorted, at
-// most maxOffStrategy, with the group off its quota.
+// most policy.MaxOffStrategy, with the group off its quota.
 func TestStatusQuota(t *testing.T) {
 	web := map[string]string{"team": "web"}
 	objs := []client.Object{ns("web-a", web), ns("web-b", web), cpol("platform", time.Hour, 0), node("od", "on-demand"), node("spot", "spot")}
@@ -301,8 +297,8 @@ func TestStatusQuota(t *testing.T) {
 	if st.Placed != 14 || st.WithinQuota != 2 {
 		t.Errorf("placed %d within quota %d, want 14, 2", st.Placed, st.WithinQuota)
 	}
-	if len(st.OffStrategy) != maxOffStrategy {
-		t.Fatalf("offStrategy %v, want %d entries", st.OffStrategy, maxOffStrategy)
+	if len(st.OffStrategy) != policy.MaxOffStrategy {
+		t.Fatalf("offStrategy %v, want %d entries", st.OffStrategy, policy.MaxOffStrategy)
 	}
 	want := "web-b/Deployment/all-spot-00: group 1 (karpenter.sh/capacity-type=on-demand) 0 running, quota 2-3"
 	if st.OffStrategy[0] != want || st.OffStrategy[9] != "web-b/Deployment/all-spot-09: group 1 (karpenter.sh/capacity-type=on-demand) 0 running, quota 2-3" {
@@ -425,9 +421,14 @@ func TestStatusBatch(t *testing.T) {
 	if st.Matched != 4 || st.Placed != 2 || st.WithinQuota != 1 || len(st.OffStrategy) != 1 || !strings.HasPrefix(st.OffStrategy[0], "web-a/Job/nightly-1: ") {
 		t.Errorf("jobs: matched %d placed %d within %d off %v, want 4 Jobs, plain and nightly-1 placed, plain within", st.Matched, st.Placed, st.WithinQuota, st.OffStrategy)
 	}
-	// With the Jobs covered by "jobs", the CronJob's policy has no pods
-	// left to count; without it, nightly-1's 2 spot pods are off quota and
-	// nightly-2's on-demand pods are not the CronJob's.
+	// With the Jobs covered by "jobs", so is the CronJob: a Job of it
+	// with nothing of its own is "jobs"' (a cluster policy covering the
+	// Job comes before one covering its CronJob). Without it, nightly-1's
+	// 2 spot pods are off quota and nightly-2's on-demand pods are not
+	// the CronJob's.
+	if st := reconcile("crons"); st.Matched != 1 || st.Placed != 0 {
+		t.Errorf("crons beside jobs: matched %d placed %d, want the CronJob covered, not placed", st.Matched, st.Placed)
+	}
 	if err := c.Delete(context.Background(), jobs); err != nil {
 		t.Fatal(err)
 	}

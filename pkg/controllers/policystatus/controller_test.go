@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +25,7 @@ import (
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/catalog"
 	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/pkg/podcache"
 	"github.com/apportion-dev/apportion/pkg/policy"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/test"
@@ -91,7 +91,8 @@ func fixtureWith(t *testing.T, funcs *interceptor.Funcs, deployAnnotations map[s
 	objs = append(objs, pod(10, "", corev1.PodPending), pod(11, "spot-1", corev1.PodSucceeded))
 	b := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.PlacementPolicy{}).
-		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex)
+		WithIndex(&v1alpha1.PlacementPolicy{}, policy.IndexTarget, policy.TargetIndex).
+		WithIndex(&corev1.Pod{}, podcache.IndexController, podcache.ControllerIndex)
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
 	}
@@ -126,10 +127,7 @@ func reconcileStatus(t *testing.T, c client.Client, groupCapacity capacity.Capac
 
 // condition is st's condition of type typ, the zero one when there is none.
 func condition(st v1alpha1.PlacementPolicyStatus, typ string) metav1.Condition {
-	if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
-		return *c
-	}
-	return metav1.Condition{}
+	return test.Condition(st.Conditions, typ)
 }
 
 func TestReconcileWritesStatus(t *testing.T) {
@@ -168,6 +166,18 @@ func TestReconcileConflicts(t *testing.T) {
 		st := reconcileStatus(t, c, pools{}, "p")
 		if cf := condition(st, v1alpha1.ConditionConflict); cf.Status != metav1.ConditionTrue || cf.Reason != v1alpha1.ReasonAnnotationWins {
 			t.Errorf("Conflict %+v", cf)
+		}
+	})
+	t.Run("the workload's opt-out wins", func(t *testing.T) {
+		// Placement leaves an opted-out workload alone: the policy
+		// places nothing.
+		c := fixture(t, map[string]string{"apportion.dev/skip": "true"}, newPolicy("p", time.Hour, target))
+		st := reconcileStatus(t, c, pools{}, "p")
+		if cf := condition(st, v1alpha1.ConditionConflict); cf.Reason != v1alpha1.ReasonAnnotationWins || !strings.Contains(cf.Message, "opts out") {
+			t.Errorf("Conflict %+v", cf)
+		}
+		if len(st.Workloads) != 1 || st.Workloads[0].PlacedBy != "Annotation" || st.Replicas != 0 || condition(st, v1alpha1.ConditionReady).Reason != v1alpha1.ReasonConflict {
+			t.Errorf("status %+v", st)
 		}
 	})
 	t.Run("group without a NodePool", func(t *testing.T) {
