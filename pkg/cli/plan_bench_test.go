@@ -12,12 +12,15 @@ import (
 // benchStrategy is the AWS sample webhook's strategy.
 const benchStrategy = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 
-// benchManifests writes n Deployments carrying benchStrategy to a file, and
-// returns its path.
-func benchManifests(b *testing.B, n int) string {
+// benchWorkloads is how many Deployments a benchmark previews.
+const benchWorkloads = 1000
+
+// benchManifests writes benchWorkloads Deployments carrying benchStrategy to
+// a file, and returns its path.
+func benchManifests(b *testing.B) string {
 	b.Helper()
 	var sb strings.Builder
-	for i := range n {
+	for i := range benchWorkloads {
 		fmt.Fprintf(&sb, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web-%d\n  namespace: shop\n  annotations: {apportion.dev/strategy: %q}\nspec:\n  replicas: 3\n", i, benchStrategy)
 	}
 	path := filepath.Join(b.TempDir(), "deployments.yaml")
@@ -41,20 +44,20 @@ func benchPlan(b *testing.B, args ...string) {
 
 // plan -f of 1,000 Deployments at --replicas 1000000 (the flag's limit).
 func BenchmarkPlanManifests1000x1e6JSON(b *testing.B) {
-	benchPlan(b, "-f", benchManifests(b, 1000), "--replicas", "1000000", "-o", "json")
+	benchPlan(b, "-f", benchManifests(b), "--replicas", "1000000", "-o", "json")
 }
 
 func BenchmarkPlanManifests1000x1e6YAML(b *testing.B) {
-	benchPlan(b, "-f", benchManifests(b, 1000), "--replicas", "1000000", "-o", "yaml")
+	benchPlan(b, "-f", benchManifests(b), "--replicas", "1000000", "-o", "yaml")
 }
 
 func BenchmarkPlanManifests1000x1e6Wide(b *testing.B) {
-	benchPlan(b, "-f", benchManifests(b, 1000), "--replicas", "1000000", "-o", "wide")
+	benchPlan(b, "-f", benchManifests(b), "--replicas", "1000000", "-o", "wide")
 }
 
 // The same at 10,000 replicas.
 func BenchmarkPlanManifests1000x1e4JSON(b *testing.B) {
-	benchPlan(b, "-f", benchManifests(b, 1000), "--replicas", "10000", "-o", "json")
+	benchPlan(b, "-f", benchManifests(b), "--replicas", "10000", "-o", "json")
 }
 
 // One strategy at --replicas 1000000: the sequence of 1,000,000 groups is

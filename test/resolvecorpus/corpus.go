@@ -143,9 +143,9 @@ func typeMeta(apiVersion, kind string) metav1.TypeMeta {
 
 func (g gen) strategy() *v1alpha1.Strategy {
 	if g.chance(0.25) {
-		max := ptr.To(int32(g.r.IntN(3) + 1))
+		capped := ptr.To(int32(g.r.IntN(3) + 1))
 		return &v1alpha1.Strategy{Groups: []v1alpha1.Group{
-			{Labels: map[string]string{"zone": "a"}, Base: int32(g.r.IntN(2)), Weight: 1, Max: max},
+			{Labels: map[string]string{"zone": "a"}, Base: int32(g.r.IntN(2)), Weight: 1, Max: capped},
 			{Labels: map[string]string{"zone": "b"}, Weight: int32(g.r.IntN(3))}}}
 	}
 	return &v1alpha1.Strategy{Text: g.pick(strategies...)}

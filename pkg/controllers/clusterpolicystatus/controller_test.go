@@ -426,8 +426,8 @@ func TestStatusBatch(t *testing.T) {
 	// Job comes before one covering its CronJob). Without it, nightly-1's
 	// 2 spot pods are off quota and nightly-2's on-demand pods are not
 	// the CronJob's.
-	if st := reconcile("crons"); st.Matched != 1 || st.Placed != 0 {
-		t.Errorf("crons beside jobs: matched %d placed %d, want the CronJob covered, not placed", st.Matched, st.Placed)
+	if crons := reconcile("crons"); crons.Matched != 1 || crons.Placed != 0 {
+		t.Errorf("crons beside jobs: matched %d placed %d, want the CronJob covered, not placed", crons.Matched, crons.Placed)
 	}
 	if err := c.Delete(context.Background(), jobs); err != nil {
 		t.Fatal(err)
