@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/test/cluster"
@@ -34,9 +38,10 @@ import (
 )
 
 var env struct {
-	c   *cluster.Cluster
-	bin string
-	dir string
+	c    *cluster.Cluster
+	kube client.Client // knows apportion's kinds
+	bin  string
+	dir  string
 }
 
 func TestMain(m *testing.M) {
@@ -68,7 +73,17 @@ func setUp(m *testing.M) (int, error) {
 	if env.c, err = cluster.Start(ctx, cluster.Options{Progress: os.Stderr, LogDir: framework.LogDir("resolve")}); err != nil {
 		return 1, err
 	}
-	kube := env.c.Client()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return 1, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return 1, err
+	}
+	if env.kube, err = client.New(env.c.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+		return 1, err
+	}
+	kube := env.kube
 	for _, path := range []string{
 		filepath.Join(framework.RepoRoot(), "chart", "crds"),
 		filepath.Join(framework.RepoRoot(), "test", "testdata", "argo"),
@@ -94,7 +109,7 @@ func waitServed(ctx context.Context) error {
 			err = nil // not found: the command ran
 		}
 		if err == nil {
-			mapper := env.c.Client().RESTMapper()
+			mapper := env.kube.RESTMapper()
 			for _, gk := range []struct{ group, kind string }{{"argoproj.io", "Rollout"}, {"argoproj.io", "Workflow"},
 				{v1alpha1.GroupVersion.Group, "PlacementPolicy"}, {v1alpha1.GroupVersion.Group, "ClusterPlacementPolicy"}} {
 				if _, e := mapper.RESTMapping(schema.GroupKind{Group: gk.group, Kind: gk.kind}); e != nil {
@@ -117,7 +132,10 @@ func waitServed(ctx context.Context) error {
 func run(ctx context.Context, out *bytes.Buffer, args ...string) error {
 	cmd := exec.CommandContext(ctx, env.bin, append(args, "--kubeconfig", env.c.Kubeconfig())...)
 	var errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = out, &errOut
+	cmd.Stdout, cmd.Stderr = io.Discard, &errOut
+	if out != nil {
+		cmd.Stdout = out
+	}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("apportion %v: %w: %s", args, err, errOut.String())
 	}
@@ -214,7 +232,7 @@ func TestPlanAgreesWithExplain(t *testing.T) {
 // by it.
 func create(ctx context.Context, t *testing.T, cases []resolvecorpus.Case) {
 	t.Helper()
-	kube := env.c.Client()
+	kube := env.kube
 	for _, c := range cases {
 		for _, o := range c.Objects {
 			if err := kube.Create(ctx, o); err != nil {
