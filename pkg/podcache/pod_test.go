@@ -200,6 +200,10 @@ func TestSharedPartsGoWithTheirPods(t *testing.T) {
 		if len(ours) != 100 || interned() != 100 {
 			t.Fatalf("%d shapes, %d interned, for 100 ReplicaSets", len(ours), interned())
 		}
+		// The pods live until here: without this, a collection during
+		// the count may take them (their last use is in the loop) and
+		// their shapes' cleanups drop entries before they are counted.
+		runtime.KeepAlive(pods)
 	}()
 	// Cleanups run after a collection, on their own goroutine.
 	for i := 0; i < 100 && interned() > 0; i++ {
