@@ -36,7 +36,7 @@ func (c *Cluster) strategyOf(ctx context.Context, o *object, r *WorkloadReport) 
 	}
 	r.Answer = info.Answer(&chain)
 	if note != "" {
-		r.Why = joinWhy(r.Why, note)
+		r.Why = workload.JoinWhy(r.Why, note)
 	}
 	o.cronWhy(r, info.Strategy, info.Source, info.Found)
 	return nil
@@ -123,18 +123,11 @@ func (o *object) cronWhy(r *WorkloadReport, raw string, src strategy.Source, fou
 	}
 	if found && !src.Template && src.Owner == "" && src.Policy == "" {
 		if v, ok := o.cronWorkflowMeta[src.Annotation]; ok && v == raw {
-			r.Why = joinWhy(r.Why, "Argo copies it onto each Workflow from "+o.cron+" spec.workflowMetadata.annotations")
+			r.Why = workload.JoinWhy(r.Why, "Argo copies it onto each Workflow from "+o.cron+" spec.workflowMetadata.annotations")
 		}
 		return
 	}
 	if _, _, own := strategy.Find(o.cronAnnotations, nil); own && !found {
-		r.Why = joinWhy(r.Why, o.cron+" has the strategy in its own metadata.annotations, which Argo does not copy onto its Workflows: write it under spec.workflowMetadata.annotations")
+		r.Why = workload.JoinWhy(r.Why, o.cron+" has the strategy in its own metadata.annotations, which Argo does not copy onto its Workflows: write it under spec.workflowMetadata.annotations")
 	}
-}
-
-func joinWhy(why, more string) string {
-	if why == "" {
-		return more
-	}
-	return why + "; " + more
 }

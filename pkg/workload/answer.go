@@ -65,7 +65,7 @@ func (i *Info) Answer(chain *Chain) Answer {
 		a.NotPlaced = NotPlacedInvalid
 	}
 	if i.SkipRefused {
-		a.Why = joinWhy(a.Why, "its "+annotations.Skip+" is ignored: the policy sets allowSkip: false")
+		a.Why = JoinWhy(a.Why, "its "+annotations.Skip+" is ignored: the policy sets allowSkip: false")
 	}
 	return a
 }
@@ -91,7 +91,8 @@ func DescribeSource(chain *Chain, src strategy.Source) string {
 	return kind + " " + chain.Top.Name + " " + src.String()
 }
 
-func joinWhy(why, more string) string {
+// JoinWhy adds more to a why, after "; ".
+func JoinWhy(why, more string) string {
 	if why == "" {
 		return more
 	}
