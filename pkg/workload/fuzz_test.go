@@ -67,6 +67,7 @@ func FuzzResolve(f *testing.F) {
 		if flags&4 != 0 {
 			policies["w"] = append(policies["w"], Policy{Strategy: "cl=1,weight=1", Mode: policyMode, Name: "cl-w", Cluster: true, NoSkip: flags&8 != 0, Priority: 1})
 		}
+		// The CronJob's policies are asked only when the Job has a CronJob.
 		if batch && flags&16 != 0 {
 			policies["c"] = append(policies["c"], Policy{Strategy: "ns-cron=1,weight=1", Name: "ns/c"})
 		}
@@ -101,7 +102,7 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("a policy won over an annotation: %+v", info.Source)
 		case !own && flags&2 != 0 && info.Source.Policy != "ns/w":
 			t.Fatalf("the workload's PlacementPolicy lost to %+v", info.Source)
-		case !own && flags&2 == 0 && batch && flags&16 != 0 && info.Source.Policy != "ns/c":
+		case !own && flags&2 == 0 && cron != nil && flags&16 != 0 && info.Source.Policy != "ns/c":
 			t.Fatalf("the CronJob's PlacementPolicy lost to %+v", info.Source)
 		}
 		if info.ModeSource == "" && info.Mode != annotations.ModePreferred {
