@@ -1,0 +1,400 @@
+//go:build e2e
+
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/test/framework"
+)
+
+// upgradeAnnotation is the pod annotation (the chart's podAnnotations) the
+// upgrade changes: a change of the pod template that rolls both replicas.
+const upgradeAnnotation = "e2e.apportion.dev/upgrade"
+
+// TestUpgradeUnderLoad upgrades the release while a burst of 600 pods (6
+// Deployments of 100, scaled from 0 at once) is being admitted and placed:
+// `helm upgrade --wait` with a changed podAnnotations value rolls both
+// replicas one after the other (the chart's maxUnavailable 1), so the
+// placement leader stops and its Lease moves at least once, to a replica
+// that may itself be replaced moments later. Every pod of the burst must end
+// with a decision apportion signed (none admitted without one, none released
+// by the gate janitor), no pod may wait at the gate as long as the gate
+// timeout, every workload must run within its quota by node labels, and both
+// replicas must really be replaced. It installs the release when TestChart
+// has not left one (run alone) and uninstalls what it installed.
+func TestUpgradeUnderLoad(t *testing.T) {
+	const (
+		workloads = 6
+		replicas  = 100
+		pods      = workloads * replicas
+	)
+	if _, err := helm(t.Context(), "status", release, "-n", namespace); err != nil {
+		if !t.Run("Install", testInstall) {
+			t.Fatal("installing the release failed")
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if out, err := helm(ctx, "uninstall", release, "-n", namespace, "--wait", "--timeout", "4m"); err != nil {
+				t.Errorf("helm uninstall: %v\n%s", err, out)
+			}
+		})
+	}
+	gateTimeout := deploymentGateTimeout(t)
+	waitFor(t, 2*time.Minute, "the chart's 2 replicas running", func() error {
+		if n := len(releaseProcesses()); n != 2 {
+			return fmt.Errorf("%d running", n)
+		}
+		return nil
+	})
+	before := releaseProcesses()
+	stops := watchExits(before)
+	holders := watchLeaseHolders(t)
+
+	ns := newNamespace(t, "upgrade")
+	apps := make([]string, workloads)
+	for i := range apps {
+		apps[i] = fmt.Sprintf("burst-%d", i)
+		// An image the chart's registry policy denies, as in
+		// testForceDeletedLeader: the test times the roll, not a registry.
+		d := deployment(ns, apps[i], 0, map[string]string{annotations.Strategy: seed004})
+		d.Spec.Template.Spec.Containers[0].Image = "localhost:5000/apportion-e2e/app:1"
+		create(t, d)
+	}
+	gates, err := framework.TrackGates(t.Context(), env.c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	for _, app := range apps {
+		scale(t, ns, app, replicas)
+	}
+	// The upgrade starts as the burst does: helm renders and applies the
+	// new Deployment while the ReplicaSet controller creates the pods.
+	token := strconv.FormatInt(start.UnixNano(), 10)
+	type result struct {
+		out      string
+		err      error
+		started  time.Time
+		finished time.Time
+	}
+	upgraded := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		r := result{started: time.Now()}
+		r.out, r.err = helm(ctx, "upgrade", release, chartDir(), "-n", namespace, "-f", testdata("values.yaml"),
+			"--set-string", "podAnnotations."+escapeSetKey(upgradeAnnotation)+"="+token, "--wait", "--timeout", "12m")
+		r.finished = time.Now()
+		upgraded <- r
+	}()
+
+	var up result
+	select {
+	case up = <-upgraded:
+	case <-time.After(16 * time.Minute):
+		t.Fatal("helm upgrade did not return within 16 minutes")
+	}
+	if up.err != nil {
+		t.Fatalf("helm upgrade --wait during the burst: %v\n%s\nkubelet:\n%s", up.err, up.out, logTail("kubelet", 30))
+	}
+	t.Logf("helm upgrade --wait started %s after the scale-up and took %s",
+		up.started.Sub(start).Round(time.Millisecond), up.finished.Sub(up.started).Round(time.Millisecond))
+
+	// helm's --wait needs one new replica ready (maxUnavailable 1); the
+	// roll goes on until both are new and the old ones have exited.
+	after := waitReplaced(t, before, token)
+	rolled := time.Now()
+
+	waitFor(t, 10*time.Minute, "every pod of the burst created and out of the gate", func() error {
+		if seen, gated, _ := gates.Counts(); seen < pods || gated > 0 {
+			return fmt.Errorf("%d pods seen, %d gated", seen, gated)
+		}
+		return nil
+	})
+	last := time.Now()
+
+	signer := releaseSigner(t)
+	seen := gates.Pods()
+	var all []corev1.Pod
+	for _, app := range apps {
+		all = append(all, listPods(t, ns, app)...)
+	}
+	burst := classifyBurst(all, seen, signer)
+	p50, p99, maxWait := gates.WaitQuantiles()
+	t.Logf("upgrade under load: %d pods, %d decided (signed), %d released without a decision, %d admitted without a decision, %d with an unsigned decision; gate wait p50 %.1fs, p99 %.1fs, max %.1fs (gate timeout %s); every pod out of the gate %s after the scale-up",
+		len(all), len(burst.decided), len(burst.released), len(burst.failedOpen), len(burst.unsigned),
+		p50.Seconds(), p99.Seconds(), maxWait.Seconds(), gateTimeout, last.Sub(start).Round(100*time.Millisecond))
+	for name, at := range stops.times() {
+		t.Logf("old replica %s began stopping %s after the scale-up", name, at.Sub(start).Round(time.Millisecond))
+	}
+	t.Logf("replicas %v replaced by %v; roll complete %s after the scale-up; placement leaders in turn: %v",
+		names(before), names(after), rolled.Sub(start).Round(time.Millisecond), holders.list())
+	if failed := failingOpen(start); len(burst.failedOpen) > 0 {
+		t.Logf("the API server failing open since the scale-up:\n%s", failed)
+	}
+
+	if len(all) != pods {
+		t.Errorf("%d pods in the burst, want %d", len(all), pods)
+	}
+	if undecided := len(burst.released) + len(burst.failedOpen) + len(burst.unsigned); undecided > 0 {
+		t.Errorf("%d pods undecided after the upgrade: released by the gate janitor %v, admitted without the gate %v, unsigned %v",
+			undecided, burst.released, burst.failedOpen, burst.unsigned)
+	}
+	if maxWait >= gateTimeout {
+		t.Errorf("the longest gate wait was %.1fs, not under the gate timeout %s", maxWait.Seconds(), gateTimeout)
+	}
+	// The roll happened during the burst: at least one old replica began
+	// stopping before every pod was out of the gate.
+	if first := stops.first(); first.IsZero() || !first.Before(last) {
+		t.Errorf("no old replica stopped while the burst's pods were being placed (first stop %v, last pod out of the gate %v)", first, last)
+	}
+	for _, app := range apps {
+		checkSplit(t, ns, app, replicas)
+	}
+}
+
+// burstPods sorts the pods of a burst by what apportion did with them.
+type burstPods struct {
+	decided    []string // a decision apportion signed
+	released   []string // gated, then released without a decision
+	failedOpen []string // admitted without the gate (the webhook call failed open)
+	unsigned   []string // decision annotations without a valid signature
+}
+
+// classifyBurst sorts pods by their decision and by what the gate tracker
+// saw of them; signer checks the decisions' signatures (nil: any decision
+// annotation counts).
+func classifyBurst(pods []corev1.Pod, seen map[string]framework.GatedPod, signer *decision.Signer) burstPods {
+	var b burstPods
+	for i := range pods {
+		p := &pods[i]
+		switch g := seen[p.Name]; {
+		case decision.Decided(p) && signer != nil && signer.Verify(p) != nil:
+			b.unsigned = append(b.unsigned, p.Name)
+		case decision.Decided(p):
+			b.decided = append(b.decided, p.Name)
+		case !g.Gated:
+			b.failedOpen = append(b.failedOpen, p.Name)
+		default:
+			b.released = append(b.released, p.Name)
+		}
+	}
+	return b
+}
+
+// releaseSigner is a Signer with the key the release's replicas sign with
+// (the chart's decision-key Secret).
+func releaseSigner(t *testing.T) *decision.Signer {
+	t.Helper()
+	var s corev1.Secret
+	if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: release + "-decision-key"}, &s); err != nil {
+		t.Fatalf("reading the decision key Secret: %v", err)
+	}
+	signer, err := decision.NewSigner(s.Data["key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer
+}
+
+// deploymentGateTimeout is the gate timeout the release's Deployment sets.
+func deploymentGateTimeout(t *testing.T) time.Duration {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: release}, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "GATE_TIMEOUT" {
+			timeout, err := time.ParseDuration(e.Value)
+			if err != nil {
+				t.Fatalf("GATE_TIMEOUT %q: %v", e.Value, err)
+			}
+			return timeout
+		}
+	}
+	t.Fatal("the Deployment sets no GATE_TIMEOUT")
+	return 0
+}
+
+// releaseProcesses are the running processes of the release's pods.
+func releaseProcesses() map[string]*framework.PodProcess {
+	out := map[string]*framework.PodProcess{}
+	for name, p := range env.kubelet.Processes() {
+		if p.Namespace == namespace {
+			out[name] = p
+		}
+	}
+	return out
+}
+
+// waitReplaced waits until the Deployment has rolled to its new template
+// (the pod annotation upgradeAnnotation set to token): two new pods of the
+// new ReplicaSet running and ready, none of before's pods left and their
+// processes exited. It returns the new processes.
+func waitReplaced(t *testing.T, before map[string]*framework.PodProcess, token string) map[string]*framework.PodProcess {
+	t.Helper()
+	oldUIDs := map[string]bool{}
+	for _, p := range before {
+		oldUIDs[string(p.UID)] = true
+	}
+	var now map[string]*framework.PodProcess
+	waitFor(t, 5*time.Minute, "both replicas replaced by the new ReplicaSet's", func() error {
+		var d appsv1.Deployment
+		if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: release}, &d); err != nil {
+			return err
+		}
+		if d.Spec.Template.Annotations[upgradeAnnotation] != token {
+			return fmt.Errorf("the Deployment's pod template has %s=%q", upgradeAnnotation, d.Spec.Template.Annotations[upgradeAnnotation])
+		}
+		if st := d.Status; st.ObservedGeneration < d.Generation || st.UpdatedReplicas != 2 || st.ReadyReplicas != 2 || st.Replicas != 2 {
+			return fmt.Errorf("Deployment status: generation %d observed %d, %d updated, %d ready, %d in all",
+				d.Generation, st.ObservedGeneration, st.UpdatedReplicas, st.ReadyReplicas, st.Replicas)
+		}
+		for _, p := range before {
+			select {
+			case <-p.Exited:
+			default:
+				return fmt.Errorf("old replica %s still runs", p.Name)
+			}
+		}
+		now = releaseProcesses()
+		if len(now) != 2 {
+			return fmt.Errorf("%d replicas running", len(now))
+		}
+		for name, p := range now {
+			if _, ok := before[name]; ok || oldUIDs[string(p.UID)] {
+				return fmt.Errorf("replica %s (%s) is an old one", name, p.UID)
+			}
+			var pod corev1.Pod
+			if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &pod); err != nil {
+				return err
+			}
+			if pod.Annotations[upgradeAnnotation] != token || !podIsReady(&pod) {
+				return fmt.Errorf("replica %s: %s=%q, Ready %v", name, upgradeAnnotation, pod.Annotations[upgradeAnnotation], podIsReady(&pod))
+			}
+		}
+		return nil
+	})
+	return now
+}
+
+func names(procs map[string]*framework.PodProcess) []string {
+	out := make([]string, 0, len(procs))
+	for name := range procs {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// escapeSetKey escapes the dots of a key for helm's --set.
+func escapeSetKey(key string) string {
+	var out []rune
+	for _, r := range key {
+		if r == '.' {
+			out = append(out, '\\')
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}
+
+// exitWatch notes when each of a set of processes began stopping (its pod
+// deleted) or, killed without a stop, exited.
+type exitWatch struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func watchExits(procs map[string]*framework.PodProcess) *exitWatch {
+	w := &exitWatch{at: map[string]time.Time{}}
+	for name, p := range procs {
+		go func() {
+			for {
+				select {
+				case <-p.Exited:
+				case <-time.After(100 * time.Millisecond):
+					if !p.Stopping() {
+						continue
+					}
+				}
+				w.mu.Lock()
+				w.at[name] = time.Now()
+				w.mu.Unlock()
+				return
+			}
+		}()
+	}
+	return w
+}
+
+func (w *exitWatch) times() map[string]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]time.Time, len(w.at))
+	for k, v := range w.at {
+		out[k] = v
+	}
+	return out
+}
+
+// first is when the first process began stopping; zero when none has.
+func (w *exitWatch) first() time.Time {
+	var first time.Time
+	for _, at := range w.times() {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
+}
+
+// leaseHolders records each holder of the placement Lease in turn, polled
+// every 250ms until the test ends.
+type leaseHolders struct {
+	mu      sync.Mutex
+	holders []string
+}
+
+func watchLeaseHolders(t *testing.T) *leaseHolders {
+	h := &leaseHolders{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			var lease coordinationv1.Lease
+			if err := env.kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release}, &lease); err == nil && lease.Spec.HolderIdentity != nil {
+				h.mu.Lock()
+				if n := len(h.holders); n == 0 || h.holders[n-1] != *lease.Spec.HolderIdentity {
+					h.holders = append(h.holders, *lease.Spec.HolderIdentity)
+				}
+				h.mu.Unlock()
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+	return h
+}
+
+func (h *leaseHolders) list() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.holders)
+}
