@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
-	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -72,17 +71,10 @@ func testForceDeletedLeader(t *testing.T) {
 	}
 	duration := time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
 	seen := gates.Pods()
-	decided, released, failedOpen := 0, 0, 0
-	for _, p := range listPods(t, ns, "burst") {
-		switch g := seen[p.Name]; {
-		case decision.Decided(&p):
-			decided++
-		case !g.Gated:
-			failedOpen++
-		default:
-			released++
-			t.Errorf("pod %s was released without a decision", p.Name)
-		}
+	burst := classifyBurst(listPods(t, ns, "burst"), seen, nil)
+	decided, released, failedOpen := len(burst.decided), len(burst.released), len(burst.failedOpen)
+	for _, name := range burst.released {
+		t.Errorf("pod %s was released without a decision", name)
 	}
 	p50, p99, maxWait := gates.WaitQuantiles()
 	t.Logf("lease %s: taken over %.1fs after the loss; %d pods decided, %d released without a decision, %d admitted without the gate (calls to the lost replica failed open); gate wait p50 %.1fs, p99 %.1fs, max %.1fs",

@@ -19,7 +19,6 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
-	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/test/framework"
@@ -112,17 +111,10 @@ func testFrozenLeader(t *testing.T) {
 			exposed++
 		}
 	}
-	decided, released, failedOpen := 0, 0, 0
-	for _, p := range listPods(t, ns, "burst") {
-		switch g := seen[p.Name]; {
-		case decision.Decided(&p):
-			decided++
-		case !g.Gated:
-			failedOpen++
-		default:
-			released++
-			t.Errorf("pod %s was released without a decision", p.Name)
-		}
+	burst := classifyBurst(listPods(t, ns, "burst"), seen, nil)
+	decided, released, failedOpen := len(burst.decided), len(burst.released), len(burst.failedOpen)
+	for _, name := range burst.released {
+		t.Errorf("pod %s was released without a decision", name)
 	}
 	share := 100 * float64(failedOpen) / pods
 	p50, p99, maxWait := gates.WaitQuantiles()
