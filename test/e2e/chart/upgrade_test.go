@@ -127,24 +127,30 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	last := time.Now()
-
 	signer := releaseSigner(t)
 	seen := gates.Pods()
+	// When the last pod of the burst was created (first seen) and left
+	// the gate, as the tracker saw it.
+	var lastCreated, last time.Time
+	for _, g := range seen {
+		lastCreated = latest(lastCreated, g.FirstSeen)
+		last = latest(last, g.Ungated)
+	}
 	var all []corev1.Pod
 	for _, app := range apps {
 		all = append(all, listPods(t, ns, app)...)
 	}
 	burst := classifyBurst(all, seen, signer)
 	p50, p99, maxWait := gates.WaitQuantiles()
-	t.Logf("upgrade under load: %d pods, %d decided (signed), %d released without a decision, %d admitted without a decision, %d with an unsigned decision; gate wait p50 %.1fs, p99 %.1fs, max %.1fs (gate timeout %s); every pod out of the gate %s after the scale-up",
+	t.Logf("upgrade under load: %d pods, %d decided (signed), %d released without a decision, %d admitted without a decision, %d with an unsigned decision; gate wait p50 %.1fs, p99 %.1fs, max %.1fs (gate timeout %s); the last pod created %s and out of the gate %s after the scale-up",
 		len(all), len(burst.decided), len(burst.released), len(burst.failedOpen), len(burst.unsigned),
-		p50.Seconds(), p99.Seconds(), maxWait.Seconds(), gateTimeout, last.Sub(start).Round(100*time.Millisecond))
+		p50.Seconds(), p99.Seconds(), maxWait.Seconds(), gateTimeout,
+		lastCreated.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
 	for name, at := range stops.times() {
 		t.Logf("old replica %s began stopping %s after the scale-up", name, at.Sub(start).Round(time.Millisecond))
 	}
-	t.Logf("replicas %v replaced by %v; roll complete %s after the scale-up; placement leaders in turn: %v",
-		names(before), names(after), rolled.Sub(start).Round(time.Millisecond), holders.list())
+	t.Logf("replicas %v replaced by %v; the new ReplicaSet created %s and the roll complete %s after the scale-up; placement leaders in turn: %v",
+		names(before), names(after), newReplicaSet(t, token).Sub(start).Round(time.Second), rolled.Sub(start).Round(time.Millisecond), holders.list())
 	if failed := failingOpen(start); len(burst.failedOpen) > 0 {
 		t.Logf("the API server failing open since the scale-up:\n%s", failed)
 	}
@@ -298,6 +304,31 @@ func waitReplaced(t *testing.T, before map[string]*framework.PodProcess, token s
 		return nil
 	})
 	return now
+}
+
+// newReplicaSet is when the release's ReplicaSet of the pod template with
+// upgradeAnnotation token was created (to the second): when helm's upgrade
+// reached the cluster.
+func newReplicaSet(t *testing.T, token string) time.Time {
+	t.Helper()
+	var list appsv1.ReplicaSetList
+	if err := env.kube.List(t.Context(), &list, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range list.Items {
+		if rs.Spec.Template.Annotations[upgradeAnnotation] == token {
+			return rs.CreationTimestamp.Time
+		}
+	}
+	t.Fatal("no ReplicaSet of the upgraded pod template")
+	return time.Time{}
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func names(procs map[string]*framework.PodProcess) []string {
