@@ -4,6 +4,7 @@ package chart_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -29,13 +30,16 @@ const upgradeAnnotation = "e2e.apportion.dev/upgrade"
 // Deployments of 100, scaled from 0 at once) is being admitted and placed:
 // `helm upgrade --wait` with a changed podAnnotations value rolls both
 // replicas one after the other (the chart's maxUnavailable 1), so the
-// placement leader stops and its Lease moves at least once, to a replica
-// that may itself be replaced moments later. Every pod of the burst must end
-// with a decision apportion signed (none admitted without one, none released
-// by the gate janitor), no pod may wait at the gate as long as the gate
-// timeout, every workload must run within its quota by node labels, and both
-// replicas must really be replaced. It installs the release when TestChart
-// has not left one (run alone) and uninstalls what it installed.
+// placement leader stops and its Lease moves at least once, possibly to a
+// replica that is replaced moments later. The burst is scaled up the moment
+// helm's new Deployment reaches the cluster, so that the roll happens while
+// its pods are created and placed. Every pod of the burst must end with a
+// decision apportion signed (none admitted without one, none released by
+// the gate janitor), no pod may wait at the gate as long as the gate
+// timeout, every workload must run within its quota by node labels, and
+// both replicas must really be replaced during the burst. It installs the
+// release when TestChart has not left one (run alone) and uninstalls what
+// it installed.
 func TestUpgradeUnderLoad(t *testing.T) {
 	const (
 		workloads = 6
@@ -62,7 +66,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		return nil
 	})
 	before := releaseProcesses()
-	stops := watchExits(before)
+	stops := watchStops(before)
 	holders := watchLeaseHolders(t)
 
 	ns := newNamespace(t, "upgrade")
@@ -80,31 +84,50 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	start := time.Now()
-	for _, app := range apps {
-		scale(t, ns, app, replicas)
-	}
-	// The upgrade starts as the burst does: helm renders and applies the
-	// new Deployment while the ReplicaSet controller creates the pods.
-	token := strconv.FormatInt(start.UnixNano(), 10)
+	// helm takes tens of seconds to render and apply a release on this
+	// kind of machine, longer with a burst in flight, and the roll itself
+	// about as long as the burst: the upgrade is started first, and the
+	// burst scaled from 0 the moment helm's new Deployment reaches the
+	// cluster, so that both replicas are replaced while its pods are
+	// admitted and placed.
+	token := strconv.FormatInt(time.Now().UnixNano(), 10)
 	type result struct {
 		out      string
 		err      error
-		started  time.Time
 		finished time.Time
 	}
 	upgraded := make(chan result, 1)
+	helmStart := time.Now()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
-		r := result{started: time.Now()}
+		var r result
 		r.out, r.err = helm(ctx, "upgrade", release, chartDir(), "-n", namespace, "-f", testdata("values.yaml"),
 			"--set-string", "podAnnotations."+escapeSetKey(upgradeAnnotation)+"="+token, "--wait", "--timeout", "12m")
 		r.finished = time.Now()
 		upgraded <- r
 	}()
-
 	var up result
+	waitFor(t, 5*time.Minute, "helm's upgraded Deployment", func() error {
+		select {
+		case up = <-upgraded:
+			upgraded <- up
+			return fmt.Errorf("helm upgrade returned before its Deployment was seen: %v\n%s", up.err, up.out)
+		default:
+		}
+		var d appsv1.Deployment
+		if err := env.kube.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: release}, &d); err != nil {
+			return err
+		}
+		if d.Spec.Template.Annotations[upgradeAnnotation] != token {
+			return errors.New("not applied yet")
+		}
+		return nil
+	})
+	start := time.Now()
+	for _, app := range apps {
+		scale(t, ns, app, replicas)
+	}
 	select {
 	case up = <-upgraded:
 	case <-time.After(16 * time.Minute):
@@ -113,8 +136,8 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	if up.err != nil {
 		t.Fatalf("helm upgrade --wait during the burst: %v\n%s\nkubelet:\n%s", up.err, up.out, logTail("kubelet", 30))
 	}
-	t.Logf("helm upgrade --wait started %s after the scale-up and took %s",
-		up.started.Sub(start).Round(time.Millisecond), up.finished.Sub(up.started).Round(time.Millisecond))
+	t.Logf("helm upgrade --wait took %s; its Deployment reached the cluster %s after it started, and the burst was scaled up then",
+		up.finished.Sub(helmStart).Round(time.Millisecond), start.Sub(helmStart).Round(time.Millisecond))
 
 	// helm's --wait needs one new replica ready (maxUnavailable 1); the
 	// roll goes on until both are new and the old ones have exited.
@@ -146,11 +169,13 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		len(all), len(burst.decided), len(burst.released), len(burst.failedOpen), len(burst.unsigned),
 		p50.Seconds(), p99.Seconds(), maxWait.Seconds(), gateTimeout,
 		lastCreated.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
-	for name, at := range stops.times() {
-		t.Logf("old replica %s began stopping %s after the scale-up", name, at.Sub(start).Round(time.Millisecond))
+	for _, name := range names(before) {
+		stopped, exited := stops.times(name)
+		t.Logf("old replica %s began stopping %s and exited %s after the scale-up", name,
+			stopped.Sub(start).Round(time.Millisecond), exited.Sub(start).Round(time.Millisecond))
 	}
-	t.Logf("replicas %v replaced by %v; the new ReplicaSet created %s and the roll complete %s after the scale-up; placement leaders in turn: %v",
-		names(before), names(after), newReplicaSet(t, token).Sub(start).Round(time.Second), rolled.Sub(start).Round(time.Millisecond), holders.list())
+	t.Logf("replicas %v replaced by %v; the roll complete %s after the scale-up; placement leaders in turn: %v",
+		names(before), names(after), rolled.Sub(start).Round(time.Millisecond), holders.list())
 	if failed := failingOpen(start); len(burst.failedOpen) > 0 {
 		t.Logf("the API server failing open since the scale-up:\n%s", failed)
 	}
@@ -165,15 +190,30 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	if maxWait >= gateTimeout {
 		t.Errorf("the longest gate wait was %.1fs, not under the gate timeout %s", maxWait.Seconds(), gateTimeout)
 	}
-	// The roll happened during the burst: both old replicas began stopping
-	// before the last pod was out of the gate (on this kind of machine helm
-	// applies the upgrade some 30 s into the burst, which lasts about 45 s).
-	// If not, the run did not test an upgrade under load.
-	for _, p := range before {
-		if at, ok := stops.times()[p.Name]; !ok || !at.Before(last) {
-			t.Errorf("old replica %s did not stop while the burst's pods were being placed (began stopping %s after the scale-up, the last pod out of the gate %s after)",
-				p.Name, at.Sub(start).Round(time.Millisecond), last.Sub(start).Round(time.Millisecond))
+	// The roll happened during the burst: each old replica was deleted
+	// before the burst's last pod was out of the gate, and exited (its
+	// drain, and the Lease's hand-over if it led) after the first pod was
+	// created. If not, the run did not test an upgrade under load. (The
+	// second replica is replaced once the first new one is available, which
+	// the Deployment controller sees late in a burst: the controller
+	// manager's API client is busy creating the burst's pods.)
+	var firstCreated time.Time
+	for _, g := range seen {
+		if firstCreated.IsZero() || g.FirstSeen.Before(firstCreated) {
+			firstCreated = g.FirstSeen
 		}
+	}
+	for _, name := range names(before) {
+		if stopped, exited := stops.times(name); !stopped.Before(last) || !exited.After(firstCreated) {
+			t.Errorf("old replica %s was not replaced while the burst's pods were being placed: deleted %s and exited %s after the scale-up, the first pod created %s and the last out of the gate %s after",
+				name, stopped.Sub(start).Round(time.Millisecond), exited.Sub(start).Round(time.Millisecond),
+				firstCreated.Sub(start).Round(time.Millisecond), last.Sub(start).Round(time.Millisecond))
+		}
+	}
+	// The Lease moved at least once (old leader, new leader), empty
+	// holders (a release) aside.
+	if moved := slices.DeleteFunc(holders.list(), func(h string) bool { return h == "" }); len(moved) < 2 {
+		t.Errorf("the placement Lease did not change holder during the upgrade: holders %v", moved)
 	}
 	for _, app := range apps {
 		checkSplit(t, ns, app, replicas)
@@ -306,24 +346,6 @@ func waitReplaced(t *testing.T, before map[string]*framework.PodProcess, token s
 	return now
 }
 
-// newReplicaSet is when the release's ReplicaSet of the pod template with
-// upgradeAnnotation token was created (to the second): when helm's upgrade
-// reached the cluster.
-func newReplicaSet(t *testing.T, token string) time.Time {
-	t.Helper()
-	var list appsv1.ReplicaSetList
-	if err := env.kube.List(t.Context(), &list, client.InNamespace(namespace)); err != nil {
-		t.Fatal(err)
-	}
-	for _, rs := range list.Items {
-		if rs.Spec.Template.Annotations[upgradeAnnotation] == token {
-			return rs.CreationTimestamp.Time
-		}
-	}
-	t.Fatal("no ReplicaSet of the upgraded pod template")
-	return time.Time{}
-}
-
 func latest(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
@@ -352,43 +374,50 @@ func escapeSetKey(key string) string {
 	return string(out)
 }
 
-// exitWatch notes when each of a set of processes began stopping (its pod
-// deleted) or, killed without a stop, exited.
-type exitWatch struct {
-	mu sync.Mutex
-	at map[string]time.Time
+// stopWatch notes when each of a set of processes began stopping (its pod
+// deleted: the preStop sleep, then SIGTERM) and when it exited.
+type stopWatch struct {
+	mu      sync.Mutex
+	stopped map[string]time.Time
+	exited  map[string]time.Time
 }
 
-func watchExits(procs map[string]*framework.PodProcess) *exitWatch {
-	w := &exitWatch{at: map[string]time.Time{}}
+func watchStops(procs map[string]*framework.PodProcess) *stopWatch {
+	w := &stopWatch{stopped: map[string]time.Time{}, exited: map[string]time.Time{}}
 	for name, p := range procs {
 		go func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
 			for {
 				select {
 				case <-p.Exited:
-				case <-time.After(100 * time.Millisecond):
-					if !p.Stopping() {
-						continue
+					w.mu.Lock()
+					defer w.mu.Unlock()
+					if _, ok := w.stopped[name]; !ok {
+						w.stopped[name] = time.Now()
+					}
+					w.exited[name] = time.Now()
+					return
+				case <-tick.C:
+					if p.Stopping() {
+						w.mu.Lock()
+						if _, ok := w.stopped[name]; !ok {
+							w.stopped[name] = time.Now()
+						}
+						w.mu.Unlock()
 					}
 				}
-				w.mu.Lock()
-				w.at[name] = time.Now()
-				w.mu.Unlock()
-				return
 			}
 		}()
 	}
 	return w
 }
 
-func (w *exitWatch) times() map[string]time.Time {
+// times returns when name began stopping and when it exited (zero: not yet).
+func (w *stopWatch) times(name string) (stopped, exited time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]time.Time, len(w.at))
-	for k, v := range w.at {
-		out[k] = v
-	}
-	return out
+	return w.stopped[name], w.exited[name]
 }
 
 // leaseHolders records each holder of the placement Lease in turn, polled
