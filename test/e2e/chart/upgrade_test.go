@@ -112,7 +112,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		select {
 		case up = <-upgraded:
 			upgraded <- up
-			return fmt.Errorf("helm upgrade returned before its Deployment was seen: %v\n%s", up.err, up.out)
+			return fmt.Errorf("helm upgrade returned before its Deployment was seen: %w\n%s", up.err, up.out)
 		default:
 		}
 		var d appsv1.Deployment
