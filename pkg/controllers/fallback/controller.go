@@ -214,8 +214,9 @@ type Controller struct {
 	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
 	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
 
-	jobs *ttlcache.Cache[types.UID, jobPolicy] // Job UID -> what its pods' deletion needs
-	kept *ttlcache.Cache[types.UID, struct{}]  // batch pods left pending, counted once
+	jobs    *ttlcache.Cache[types.UID, jobPolicy]    // Job UID -> what its pods' deletion needs
+	kept    *ttlcache.Cache[types.UID, struct{}]     // batch pods left pending, counted once
+	retried *ttlcache.Cache[types.UID, []retriedPod] // Job UID -> its pods deleted at the cost of a retry, not counted yet
 }
 
 // NewController builds the detector. A zero Timeout or NominationWait takes
@@ -243,6 +244,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
 		jobs:         newJobCache(),
 		kept:         newKeptCache(),
+		retried:      newRetriedCache(),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // deletionBuffer bounds the pods handed to the deletion controller and not
@@ -87,9 +89,12 @@ func (c *Controller) deletionSource() source.Source {
 
 // reconcileDeletion deletes the pod if it is still a stuck pod of a key out
 // of capacity that its controller will recreate: it is checked before
-// waiting for the limiter and again after. A Job's pod is evicted, and only
-// when its Job ignores the eviction's DisruptionTarget condition; a batch pod
-// that cannot go is kept, with an Event on its owner. An API error other than
+// waiting for the limiter and again after. A batch pod goes as batch.go
+// says: a Job's pod is evicted at once when its Job ignores the eviction's
+// DisruptionTarget condition; a pod whose deletion costs its owner a retry
+// waits out its capacity timeout (it comes back then), and goes only if its
+// owner, read afresh after the limiter, has a retry left; a batch pod that
+// cannot go is kept, with an Event on its owner. An API error other than
 // not-found or conflict is returned, for the workqueue to retry.
 func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if c.opts.DeleteQPS <= 0 {
@@ -100,15 +105,25 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	owner := batchOwner(pod)
+	retry := false
 	if owner != nil {
-		evict, result, why, err := c.batchVerdict(ctx, pod, owner)
+		if c.kept.Get(pod.UID) != nil {
+			return reconcile.Result{}, nil // decided
+		}
+		action, result, why, err := c.batchVerdict(ctx, pod, owner)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if !evict {
+		switch action {
+		case batchKeep:
 			key, _ := c.keyOf(pod)
 			c.keep(ctx, pod, owner, key, result, why)
 			return reconcile.Result{}, nil
+		case batchRetry:
+			if wait := c.retryWait(ctx, pod); wait > 0 {
+				return reconcile.Result{RequeueAfter: wait}, nil
+			}
+			retry = true
 		}
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
@@ -118,15 +133,31 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	key, _ := c.keyOf(pod)
+	var spend *retrySpend
+	if retry {
+		var why string
+		var err error
+		if spend, why, err = c.retryBudget(ctx, pod, owner); err != nil {
+			return reconcile.Result{}, err
+		}
+		if spend == nil {
+			if why != "" {
+				c.keep(ctx, pod, owner, key, keptResult(owner), why)
+			}
+			return reconcile.Result{}, nil
+		}
+	}
 	// The preconditions make the API refuse the deletion if the pod
 	// changed since the cache saw it (bound meanwhile, or replaced).
 	var err error
-	if owner != nil {
+	if workload.Is(owner, jobGVK) {
 		err = c.evict(ctx, pod)
 	} else {
 		err = c.kubeClient.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
 	}
 	switch {
+	case err == nil && spend != nil:
+		c.spent(ctx, pod, owner, key, spend)
 	case err == nil:
 		metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted).Inc()
 		log.FromContext(ctx).Info("deleted pod stuck on a key out of capacity, for its controller to recreate elsewhere",
@@ -141,6 +172,14 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, fmt.Errorf("deleting a pod stuck on key %s: %w", key, err)
 	}
 	return reconcile.Result{}, nil
+}
+
+// keptResult is the metric's result for a kept pod of owner.
+func keptResult(owner *metav1.OwnerReference) string {
+	if workload.Is(owner, workflowGVK) {
+		return resultKeptWorkflow
+	}
+	return resultKeptJob
 }
 
 // stuck returns the cached pod if it may be deleted now: placed by
