@@ -329,9 +329,10 @@ func TestJobRetryWaitsForTimeout(t *testing.T) {
 // TestJobRetriesCountInFlight: two stuck pods of a Job with backoffLimit 1:
 // the first is evicted; the Job has not counted it yet (it is still there,
 // terminating, with the Job's tracking finalizer), so the second is kept,
-// and its Event says why. Once the Job has counted the first (status.failed
-// 1, finalizer removed), it is not counted twice: with backoffLimit 2 a
-// third pod may go.
+// and its Event says why. Once the Job has seen the first (in
+// status.uncountedTerminatedPods), and once it has counted it (in
+// status.failed, the finalizer removed), it is not counted twice: with the
+// backoffLimit raised, the next pods may go.
 func TestJobRetriesCountInFlight(t *testing.T) {
 	d := &deletions{}
 	j := withBackoff(job("etl"), 1, 0)
@@ -358,35 +359,57 @@ func TestJobRetriesCountInFlight(t *testing.T) {
 		t.Errorf("pods_deleted_total grew by %v, want one retry and one kept", got)
 	}
 
-	// The Job controller records etl-1 and lets it go; the Job's
-	// backoffLimit is raised to 2.
-	p, _ := f.get("etl-1")
-	p.Finalizers = nil
-	if err := f.client.Update(context.Background(), p); err != nil {
-		t.Fatal(err)
+	// The Job controller has seen etl-1 fail (in
+	// status.uncountedTerminatedPods, the finalizer not removed yet); the
+	// Job's backoffLimit is raised to 2: etl-1 counts once.
+	f.jobAccounts(j, 2, 0, "etl-1-uid")
+	f.retryOne("etl-3", d, "used retry 2 of backoffLimit 2")
+
+	// It has counted both and let them go: they count once, in
+	// status.failed; backoffLimit 3.
+	for _, name := range []string{"etl-1", "etl-3"} {
+		p, _ := f.get(name)
+		p.Finalizers = nil
+		if err := f.client.Update(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(j), j); err != nil {
-		t.Fatal(err)
+	f.jobAccounts(j, 3, 2)
+	f.retryOne("etl-4", d, "used retry 3 of backoffLimit 3")
+}
+
+// jobAccounts sets the Job's backoffLimit, status.failed and the failed
+// pods it has yet to count, as the Job controller would.
+func (f *fixture) jobAccounts(j *batchv1.Job, limit, failed int32, uncounted ...types.UID) {
+	f.t.Helper()
+	ctx := context.Background()
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(j), j); err != nil {
+		f.t.Fatal(err)
 	}
-	j.Spec.BackoffLimit = ptr.To[int32](2)
-	if err := f.client.Update(context.Background(), j); err != nil {
-		t.Fatal(err)
+	j.Spec.BackoffLimit = ptr.To(limit)
+	if err := f.client.Update(ctx, j); err != nil {
+		f.t.Fatal(err)
 	}
-	j.Status.Failed = 1
-	if err := f.client.Status().Update(context.Background(), j); err != nil {
-		t.Fatal(err)
+	j.Status.Failed, j.Status.UncountedTerminatedPods = failed, &batchv1.UncountedTerminatedPods{Failed: uncounted}
+	if err := f.client.Status().Update(ctx, j); err != nil {
+		f.t.Fatal(err)
 	}
-	if err := f.client.Create(context.Background(), pendingPod("etl-3", "spot", now.Add(-4*time.Minute), ownedByJob("etl"), tracked)); err != nil {
-		t.Fatal(err)
+}
+
+// retryOne creates a stuck pod of the Job etl, runs the controllers over
+// it, and checks it was evicted with a PendingPodDeleted Event saying cost.
+func (f *fixture) retryOne(name string, d *deletions, cost string) {
+	f.t.Helper()
+	if err := f.client.Create(context.Background(), pendingPod(name, "spot", now.Add(-4*time.Minute), ownedByJob("etl"), tracked)); err != nil {
+		f.t.Fatal(err)
 	}
-	f.reconcile("etl-3")
+	f.reconcile(name)
 	f.drain()
-	if len(d.evictions) != 2 || d.evictions[1].Name != "etl-3" {
-		t.Fatalf("evictions %v; want etl-3 evicted once etl-1 is counted", d.evictions)
+	if n := len(d.evictions); n == 0 || d.evictions[n-1].Name != name {
+		f.t.Fatalf("evictions %v; want %s evicted", d.evictions, name)
 	}
-	if evs := f.batchEvents(); len(evs) != 1 || !strings.Contains(evs[0], "deleted pod etl-3 stuck on NodePool spot") ||
-		!strings.Contains(evs[0], "used retry 2 of backoffLimit 2") {
-		t.Errorf("events %q; want etl-3 deleted using retry 2 of 2", evs)
+	if evs := f.batchEvents(); len(evs) != 1 || !strings.Contains(evs[0], "deleted pod "+name+" stuck on NodePool spot") || !strings.Contains(evs[0], cost) {
+		f.t.Errorf("events %q; want %s deleted, %s", evs, name, cost)
 	}
 }
 
