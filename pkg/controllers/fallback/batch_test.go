@@ -427,18 +427,18 @@ func TestIndexedJobRetryPerIndex(t *testing.T) {
 		{"index used up", "1", false, "the Job's backoffLimitPerIndex 1 leaves index 2 no retry (1 failed)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := job("etl")
+			j := job("idx")
 			j.Spec.BackoffLimit, j.Spec.BackoffLimitPerIndex, j.Status.Failed = ptr.To[int32](math.MaxInt32), ptr.To[int32](1), 5
-			pod := pendingPod("etl-2-x", "spot", now.Add(-4*time.Minute), ownedByJob("etl"),
+			pod := pendingPod("idx-2-x", "spot", now.Add(-4*time.Minute), ownedByJob("idx"),
 				withAnnotation(batchv1.JobCompletionIndexAnnotation, "2"))
 			if tc.failures != "" {
 				pod.Annotations[batchv1.JobIndexFailureCountAnnotation] = tc.failures
 			}
 			d := &deletions{}
 			f := retryFixture(t, d, j, sign(pod))
-			f.reconcile("etl-2-x")
+			f.reconcile("idx-2-x")
 			f.drain()
-			if _, ok := f.get("etl-2-x"); ok == tc.delete {
+			if _, ok := f.get("idx-2-x"); ok == tc.delete {
 				t.Fatalf("exists %v, want deleted %v", ok, tc.delete)
 			}
 			if evs := f.batchEvents(); len(evs) != 1 || !strings.Contains(evs[0], tc.want) {

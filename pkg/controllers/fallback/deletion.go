@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -107,23 +108,10 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 	owner := batchOwner(pod)
 	retry := false
 	if owner != nil {
-		if c.kept.Get(pod.UID) != nil {
-			return reconcile.Result{}, nil // decided
-		}
-		action, result, why, err := c.batchVerdict(ctx, pod, owner)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		switch action {
-		case batchKeep:
-			key, _ := c.keyOf(pod)
-			c.keep(ctx, pod, owner, key, result, why)
-			return reconcile.Result{}, nil
-		case batchRetry:
-			if wait := c.retryWait(ctx, pod); wait > 0 {
-				return reconcile.Result{RequeueAfter: wait}, nil
-			}
-			retry = true
+		var res *reconcile.Result
+		var err error
+		if retry, res, err = c.batchFirst(ctx, pod, owner); res != nil || err != nil {
+			return ptr.Deref(res, reconcile.Result{}), err
 		}
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
@@ -137,14 +125,11 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 	if retry {
 		var why string
 		var err error
-		if spend, why, err = c.retryBudget(ctx, pod, owner); err != nil {
-			return reconcile.Result{}, err
-		}
-		if spend == nil {
+		if spend, why, err = c.retryBudget(ctx, pod, owner); err != nil || spend == nil {
 			if why != "" {
 				c.keep(ctx, pod, owner, key, keptResult(owner), why)
 			}
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, err
 		}
 	}
 	// The preconditions make the API refuse the deletion if the pod
@@ -172,6 +157,31 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, fmt.Errorf("deleting a pod stuck on key %s: %w", key, err)
 	}
 	return reconcile.Result{}, nil
+}
+
+// batchFirst is what a batch pod's deletion decides before the limiter,
+// from what does not change: res non-nil (or an error) ends the reconcile
+// (the pod kept or decided already, or to come back at the end of its
+// timeout); retry says its owner's retry budget decides after the limiter.
+func (c *Controller) batchFirst(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference) (retry bool, res *reconcile.Result, err error) {
+	if c.kept.Get(pod.UID) != nil {
+		return false, &reconcile.Result{}, nil // decided
+	}
+	action, result, why, err := c.batchVerdict(ctx, pod, owner)
+	switch {
+	case err != nil:
+		return false, nil, err
+	case action == batchKeep:
+		key, _ := c.keyOf(pod)
+		c.keep(ctx, pod, owner, key, result, why)
+		return false, &reconcile.Result{}, nil
+	case action == batchRetry:
+		if wait := c.retryWait(ctx, pod); wait > 0 {
+			return false, &reconcile.Result{RequeueAfter: wait}, nil
+		}
+		return true, nil, nil
+	}
+	return false, nil, nil
 }
 
 // keptResult is the metric's result for a kept pod of owner.
