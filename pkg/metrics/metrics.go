@@ -181,14 +181,18 @@ var (
 		Help: "NodePool outages checked again against their evidence. Labels: reason, result (still, lifted, expired).",
 	}, []string{LabelReason, LabelResult})
 	// CapacityPodsDeletedTotal counts stuck pods deleted so that their
-	// controller recreates them in a group that has capacity (result
-	// deleted), and the batch pods left pending because deleting them would
-	// cost their owner a retry: kept_job (a Job whose podFailurePolicy does
-	// not ignore DisruptionTarget), kept_workflow (Argo does not recreate
-	// them).
+	// controller recreates them in a group that has capacity at no cost
+	// (result deleted: a ReplicaSet's or StatefulSet's pod, or a Job's whose
+	// podFailurePolicy ignores DisruptionTarget), the batch pods deleted at
+	// the cost of a retry their owner had left (deleted_job_retry: of the
+	// Job's backoffLimit or backoffLimitPerIndex; deleted_workflow_retry: of
+	// the Argo step's retryStrategy), and the batch pods left pending:
+	// kept_job, kept_workflow (no retry left, or none that would replace
+	// the pod).
 	CapacityPodsDeletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "capacity", Name: "pods_deleted_total",
-		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere, or kept. Labels: result (deleted, kept_job, kept_workflow).",
+		Help: "Pending pods of an out-of-capacity NodePool or label set deleted for recreation elsewhere, or kept. " +
+			"Labels: result (deleted, deleted_job_retry, deleted_workflow_retry, kept_job, kept_workflow).",
 	}, []string{LabelResult})
 	// WorkloadDrift is 1 while a workload placed by a strategy has been off
 	// it (outside quota, pods outside every group, or a group left out)

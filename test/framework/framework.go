@@ -15,11 +15,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // modulePath is the product's module, named in the go.mod RepoRoot looks for.
@@ -111,6 +114,29 @@ func applyFile(ctx context.Context, kube client.Client, f string) error {
 		}
 		if err := kube.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: creating %s %s: %w", f, u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// InstallWorkflows applies the test's minimal Argo Workflow
+// CustomResourceDefinition (test/testdata/argo) and waits until Workflows
+// can be listed: a suite calls it before its replicas start, so that they
+// watch Workflows from the first admission.
+func InstallWorkflows(ctx context.Context, kube client.Client) error {
+	if err := Apply(ctx, kube, filepath.Join(RepoRoot(), "test", "testdata", "argo")); err != nil {
+		return err
+	}
+	for {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(workload.WorkflowGVK.GroupVersion().WithKind("WorkflowList"))
+		err := kube.List(ctx, list)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the Workflow CRD: %w", err)
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }

@@ -23,8 +23,28 @@ import (
 
 // Batch owners. A Job counts a deleted pod as failed unless its
 // podFailurePolicy ignores the pod's DisruptionTarget condition; Argo never
-// recreates a Workflow's pod (the step fails or retries on its own terms).
-// Both are told apart by their controller's API group and kind.
+// recreates a Workflow's pod (the step fails, or retries with a new pod when
+// its retryStrategy says so). Both are told apart by their controller's API
+// group and kind.
+//
+// What the deletion controller does with a batch pod stuck in a key out of
+// capacity (batchVerdict, then retryBudget):
+//   - a Job whose podFailurePolicy ignores DisruptionTarget: evicted at
+//     once, at no cost;
+//   - a Job that would count the pod as failed (no podFailurePolicy, or no
+//     rule but Count matches it): once the pod has been unschedulable for
+//     its capacity timeout, evicted while the Job's backoffLimit (and, for
+//     an Indexed Job, backoffLimitPerIndex) leaves a retry, counting the
+//     pods apportion deleted that the Job has not counted yet; else kept;
+//   - a Workflow's pod: once past its timeout, deleted while the retry
+//     node of its step has a retryStrategy that retries a deleted pod
+//     (retryPolicy Always or OnError, no expression) with attempts left;
+//     else kept;
+//   - anything else (a rule that fails the Job or the index, a Job managed
+//     by another controller, a Job or Workflow gone): kept.
+//
+// Every choice gets an Event on the owner, a count in
+// apportion_capacity_pods_deleted_total and a log line.
 var (
 	jobGVK      = schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
 	workflowGVK = schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Workflow"}
@@ -36,14 +56,21 @@ const jobControllerName = "kubernetes.io/job-controller"
 
 // Results of apportion_capacity_pods_deleted_total.
 const (
-	resultDeleted      = "deleted"
-	resultKeptJob      = "kept_job"
-	resultKeptWorkflow = "kept_workflow"
+	resultDeleted       = "deleted"
+	resultRetryJob      = "deleted_job_retry"
+	resultRetryWorkflow = "deleted_workflow_retry"
+	resultKeptJob       = "kept_job"
+	resultKeptWorkflow  = "kept_workflow"
 )
+
+// defaultBackoffLimit is the API's default of a Job's spec.backoffLimit.
+const defaultBackoffLimit = 6
 
 // Bounds of what the deletion controller remembers about batch owners and
 // their kept pods: a Job's podFailurePolicy is immutable, so it is read once
-// per jobTTL; a kept pod is counted once per keptTTL.
+// per jobTTL; a kept pod is counted once per keptTTL; a pod apportion
+// deleted at the cost of a retry is remembered for jobTTL, or until the Job
+// has counted it.
 const (
 	jobTTL      = 10 * time.Minute
 	keptTTL     = time.Hour
@@ -72,26 +99,47 @@ type jobPolicy struct {
 	why    string // why its pods are kept whatever the policy; "" if none
 }
 
-// batchVerdict says whether a batch pod may go: evict is true for a Job
-// pod whose Job ignores DisruptionTarget; otherwise result and why say
-// what keeps it. An error reading the Job is returned, and nothing is
-// deleted.
-func (c *Controller) batchVerdict(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference) (evict bool, result, why string, err error) {
+// batchAction is what the deletion controller does with a batch pod.
+type batchAction int
+
+const (
+	// batchKeep: the pod stays pending.
+	batchKeep batchAction = iota
+	// batchEvict: evicted now; it costs its Job no retry.
+	batchEvict
+	// batchRetry: deleted, at the cost of a retry, once past its timeout
+	// and only if retryBudget finds one left.
+	batchRetry
+)
+
+// ruleHint is what a Job can add so that its pods are evicted at no cost.
+const ruleHint = "a podFailurePolicy rule {action: Ignore, onPodConditions: [{type: DisruptionTarget}]} lets apportion evict its pending pods at no cost"
+
+// batchVerdict says what may become of a batch pod, from what does not
+// change (the Job's podFailurePolicy, read once per jobTTL): for
+// batchKeep, result and why say what keeps it. An error reading the Job is
+// returned, and nothing is deleted.
+func (c *Controller) batchVerdict(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference) (action batchAction, result, why string, err error) {
 	if workload.Is(owner, workflowGVK) {
-		return false, resultKeptWorkflow, "Argo does not recreate a Workflow's deleted pod: its step would fail", nil
+		return batchRetry, "", "", nil
 	}
 	jp, err := c.jobPolicy(ctx, pod.Namespace, owner)
 	if err != nil {
-		return false, "", "", err
+		return batchKeep, "", "", err
 	}
-	switch {
-	case jp.why != "":
-		return false, resultKeptJob, jp.why, nil
-	case !ignoresDisruption(jp.policy, pod):
-		return false, resultKeptJob, "the Job would count a deleted pod as failed, against its backoffLimit; " +
-			"a podFailurePolicy rule {action: Ignore, onPodConditions: [{type: DisruptionTarget}]} lets apportion evict its pending pods for the Job to recreate", nil
+	if jp.why != "" {
+		return batchKeep, resultKeptJob, jp.why, nil
 	}
-	return true, "", "", nil
+	switch act, judged := disruptionAction(jp.policy, pod); {
+	case !judged:
+		return batchKeep, resultKeptJob, "a container of the pod ran, and the Job's podFailurePolicy could match its exit code", nil
+	case act == batchv1.PodFailurePolicyActionIgnore:
+		return batchEvict, "", "", nil
+	case act == "" || act == batchv1.PodFailurePolicyActionCount:
+		return batchRetry, "", "", nil
+	default:
+		return batchKeep, resultKeptJob, fmt.Sprintf("the Job's podFailurePolicy would %s on a deleted pod; %s", act, ruleHint), nil
+	}
 }
 
 // jobPolicy reads the Job that owner names (with the API reader: there is
@@ -122,19 +170,28 @@ func (c *Controller) jobPolicy(ctx context.Context, namespace string, owner *met
 
 // ignoresDisruption reports whether the Job controller, given the pod once
 // evicted (Failed, with DisruptionTarget=True), would match an Ignore rule
-// of policy first: its rules are tried in order and the first match
-// decides. A pod with a terminated container is not judged: rules on exit
-// codes could match it.
+// of policy first.
 func ignoresDisruption(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) bool {
-	if policy == nil {
-		return false
-	}
+	act, judged := disruptionAction(policy, pod)
+	return judged && act == batchv1.PodFailurePolicyActionIgnore
+}
+
+// disruptionAction is the action of the first rule of policy the Job
+// controller would match, given the pod once evicted (Failed, with
+// DisruptionTarget=True): its rules are tried in order and the first match
+// decides; "" when none matches (the failure is counted). A pod with a
+// terminated container is not judged (judged false): rules on exit codes
+// could match it.
+func disruptionAction(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) (action batchv1.PodFailurePolicyAction, judged bool) {
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
 		for _, s := range statuses {
 			if s.State.Terminated != nil {
-				return false
+				return "", false
 			}
 		}
+	}
+	if policy == nil {
+		return "", true
 	}
 	conds := map[corev1.PodConditionType]corev1.ConditionStatus{}
 	for _, c := range pod.Status.Conditions {
@@ -151,11 +208,11 @@ func ignoresDisruption(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) bool {
 				status = corev1.ConditionTrue // the API's default
 			}
 			if conds[p.Type] == status {
-				return rule.Action == batchv1.PodFailurePolicyActionIgnore
+				return rule.Action, true
 			}
 		}
 	}
-	return false
+	return "", true
 }
 
 // evict deletes a Job's pod through the Eviction API: the API server adds
@@ -169,23 +226,26 @@ func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
 	})
 }
 
-// keep leaves a batch pod that cannot go: counted once per pod, a Warning
-// Event on its owner once an hour per owner and reason, one log line with
-// it.
+// keep leaves a batch pod that cannot go: counted once per pod (decided
+// again after keptTTL), a Warning Event on its owner once an hour per owner
+// and reason, one log line.
 func (c *Controller) keep(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference, key capacity.Key, result, why string) {
 	if it := c.kept.Get(pod.UID); it != nil {
 		return
 	}
 	c.kept.Set(pod.UID, struct{}{}, ttlcache.DefaultTTL)
 	metrics.CapacityPodsDeletedTotal.WithLabelValues(result).Inc()
-	ref := &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}
-	if c.recorder.Publish(apevents.Event{Regarding: ref, Type: corev1.EventTypeWarning, Reason: "PendingPodKept", Action: "Fallback",
+	c.recorder.Publish(apevents.Event{Regarding: ownerRef(pod, owner), Type: corev1.EventTypeWarning, Reason: "PendingPodKept", Action: "Fallback",
 		Message: fmt.Sprintf("%s cannot get capacity; apportion leaves pod %s pending there and places the next pods in other groups: %s",
 			keyName(key), pod.Name, why),
-		DedupeValues: []string{string(owner.UID), result, why}, DedupeTimeout: time.Hour}) {
-		log.FromContext(ctx).Info("batch pod stuck on a key out of capacity left pending", "namespace", pod.Namespace, "name", pod.Name,
-			"key", string(key), "owner", owner.Kind+" "+owner.Name, "reason", result)
-	}
+		DedupeValues: []string{string(owner.UID), result, why}, DedupeTimeout: time.Hour})
+	log.FromContext(ctx).Info("batch pod stuck on a key out of capacity left pending", "namespace", pod.Namespace, "name", pod.Name,
+		"key", string(key), "owner", owner.Kind+" "+owner.Name, "reason", result, "why", why)
+}
+
+// ownerRef is the pod's owner as an Event's object.
+func ownerRef(pod *corev1.Pod, owner *metav1.OwnerReference) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}
 }
 
 // keyName names a key for people: NodePool P, or node labels L.

@@ -5,10 +5,12 @@
 // group's label set (node-label mode) out of capacity in a capacity.Tracker.
 // It then deletes the stuck pods of what it marked that a ReplicaSet or
 // StatefulSet will recreate, so that placement puts the new pods in groups
-// that have capacity. A Job's pods are evicted instead, and only when the
+// that have capacity. A Job's pods are evicted instead: at once when the
 // Job's podFailurePolicy ignores the DisruptionTarget condition the eviction
-// adds: otherwise the Job would count each one as failed. A Workflow's pods
-// are never deleted: Argo does not recreate them.
+// adds; otherwise the Job counts each one as failed, so a pod goes only past
+// its timeout and while the Job's backoffLimit leaves a retry. Argo does not
+// recreate a Workflow's pod: it goes only when its step's retryStrategy
+// would run it again.
 //
 // The scope of a mark follows its evidence. Karpenter's Events are hints:
 // anyone who may create Events in a namespace can write one that says it is
@@ -82,7 +84,8 @@
 // cluster's state shows of the instance types a NodePool allows), report.go
 // (Events, metrics and the queueing of a marked key's pods), deletion.go
 // (the deletion controller: a source.Channel queue, paced), batch.go (what
-// it does with the pods of Jobs and Workflows), outage.go (the NodePool
+// it does with the pods of Jobs and Workflows), retry.go and
+// workflowretry.go (what deleting one costs its Job or Workflow), outage.go (the NodePool
 // outage controller that checks a cluster-wide outage's evidence again),
 // gauge.go (the outage gauge, a periodic singleton) and register.go
 // (indexes, watches and handlers).
@@ -214,8 +217,9 @@ type Controller struct {
 	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
 	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
 
-	jobs *ttlcache.Cache[types.UID, jobPolicy] // Job UID -> what its pods' deletion needs
-	kept *ttlcache.Cache[types.UID, struct{}]  // batch pods left pending, counted once
+	jobs    *ttlcache.Cache[types.UID, jobPolicy]    // Job UID -> what its pods' deletion needs
+	kept    *ttlcache.Cache[types.UID, struct{}]     // batch pods left pending, counted once
+	retried *ttlcache.Cache[types.UID, []retriedPod] // Job UID -> its pods deleted at the cost of a retry, not counted yet
 }
 
 // NewController builds the detector. A zero Timeout or NominationWait takes
@@ -243,6 +247,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
 		jobs:         newJobCache(),
 		kept:         newKeptCache(),
+		retried:      newRetriedCache(),
 	}
 }
 

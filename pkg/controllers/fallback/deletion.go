@@ -8,8 +8,10 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/workload"
 )
 
 // deletionBuffer bounds the pods handed to the deletion controller and not
@@ -87,9 +90,12 @@ func (c *Controller) deletionSource() source.Source {
 
 // reconcileDeletion deletes the pod if it is still a stuck pod of a key out
 // of capacity that its controller will recreate: it is checked before
-// waiting for the limiter and again after. A Job's pod is evicted, and only
-// when its Job ignores the eviction's DisruptionTarget condition; a batch pod
-// that cannot go is kept, with an Event on its owner. An API error other than
+// waiting for the limiter and again after. A batch pod goes as batch.go
+// says: a Job's pod is evicted at once when its Job ignores the eviction's
+// DisruptionTarget condition; a pod whose deletion costs its owner a retry
+// waits out its capacity timeout (it comes back then), and goes only if its
+// owner, read afresh after the limiter, has a retry left; a batch pod that
+// cannot go is kept, with an Event on its owner. An API error other than
 // not-found or conflict is returned, for the workqueue to retry.
 func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if c.opts.DeleteQPS <= 0 {
@@ -100,15 +106,12 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	owner := batchOwner(pod)
+	retry := false
 	if owner != nil {
-		evict, result, why, err := c.batchVerdict(ctx, pod, owner)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if !evict {
-			key, _ := c.keyOf(pod)
-			c.keep(ctx, pod, owner, key, result, why)
-			return reconcile.Result{}, nil
+		var res *reconcile.Result
+		var err error
+		if retry, res, err = c.batchFirst(ctx, pod, owner); res != nil || err != nil {
+			return ptr.Deref(res, reconcile.Result{}), err
 		}
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
@@ -118,15 +121,28 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	key, _ := c.keyOf(pod)
+	var spend *retrySpend
+	if retry {
+		var why string
+		var err error
+		if spend, why, err = c.retryBudget(ctx, pod, owner); err != nil || spend == nil {
+			if why != "" {
+				c.keep(ctx, pod, owner, key, keptResult(owner), why)
+			}
+			return reconcile.Result{}, err
+		}
+	}
 	// The preconditions make the API refuse the deletion if the pod
 	// changed since the cache saw it (bound meanwhile, or replaced).
 	var err error
-	if owner != nil {
+	if workload.Is(owner, jobGVK) {
 		err = c.evict(ctx, pod)
 	} else {
 		err = c.kubeClient.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
 	}
 	switch {
+	case err == nil && spend != nil:
+		c.spent(ctx, pod, owner, key, spend)
 	case err == nil:
 		metrics.CapacityPodsDeletedTotal.WithLabelValues(resultDeleted).Inc()
 		log.FromContext(ctx).Info("deleted pod stuck on a key out of capacity, for its controller to recreate elsewhere",
@@ -141,6 +157,39 @@ func (c *Controller) reconcileDeletion(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, fmt.Errorf("deleting a pod stuck on key %s: %w", key, err)
 	}
 	return reconcile.Result{}, nil
+}
+
+// batchFirst is what a batch pod's deletion decides before the limiter,
+// from what does not change: res non-nil (or an error) ends the reconcile
+// (the pod kept or decided already, or to come back at the end of its
+// timeout); retry says its owner's retry budget decides after the limiter.
+func (c *Controller) batchFirst(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference) (retry bool, res *reconcile.Result, err error) {
+	if c.kept.Get(pod.UID) != nil {
+		return false, &reconcile.Result{}, nil // decided
+	}
+	action, result, why, err := c.batchVerdict(ctx, pod, owner)
+	switch {
+	case err != nil:
+		return false, nil, err
+	case action == batchKeep:
+		key, _ := c.keyOf(pod)
+		c.keep(ctx, pod, owner, key, result, why)
+		return false, &reconcile.Result{}, nil
+	case action == batchRetry:
+		if wait := c.retryWait(ctx, pod); wait > 0 {
+			return false, &reconcile.Result{RequeueAfter: wait}, nil
+		}
+		return true, nil, nil
+	}
+	return false, nil, nil
+}
+
+// keptResult is the metric's result for a kept pod of owner.
+func keptResult(owner *metav1.OwnerReference) string {
+	if workload.Is(owner, workflowGVK) {
+		return resultKeptWorkflow
+	}
+	return resultKeptJob
 }
 
 // stuck returns the cached pod if it may be deleted now: placed by

@@ -11,15 +11,10 @@ package batch_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/apportion-dev/apportion/pkg/workload"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -37,29 +32,7 @@ func TestMain(m *testing.M) {
 		Name: "batch", NodePools: true,
 		// The Workflow CRD is served before the replicas start, so that
 		// they watch Workflows from the first admission.
-		Prepare: func(ctx context.Context, s *framework.Suite) error {
-			if err := framework.Apply(ctx, s.Kube, filepath.Join(framework.RepoRoot(), "test", "testdata", "argo")); err != nil {
-				return err
-			}
-			return waitWorkflows(ctx, s)
-		},
+		Prepare:  func(ctx context.Context, s *framework.Suite) error { return framework.InstallWorkflows(ctx, s.Kube) },
 		Replicas: replicas, GateTimeout: gateTimeout,
 	}))
-}
-
-// waitWorkflows waits until Workflows can be listed.
-func waitWorkflows(ctx context.Context, s *framework.Suite) error {
-	for {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(workload.WorkflowGVK.GroupVersion().WithKind("WorkflowList"))
-		err := s.Kube.List(ctx, list)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the Workflow CRD: %w", err)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }

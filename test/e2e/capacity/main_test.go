@@ -8,7 +8,8 @@
 // TTL, and scale-down removes the fallback pods first; a slow but healthy
 // launch is left alone; pods admitted without a decision (strays) count in
 // the group of their node; with apportion.dev/rebalance, the fallback pods
-// are replaced once the pool is back.
+// are replaced once the pool is back; a Job's or a Workflow's stuck pod goes
+// only at the cost of a retry its owner has left.
 //
 // Every case has NodePools of its own (their template label caseLabel, which
 // its pods select), so the cases do not share capacity and run in parallel,
@@ -111,7 +112,14 @@ func TestMain(m *testing.M) {
 			opts.KarpenterEnv = []string{"INSTANCE_TYPES_FILE_PATH=" + types}
 			return nil
 		},
-		Prepare:     func(ctx context.Context, _ *framework.Suite) error { return createNodeClassesAndPools(ctx) },
+		// The Workflow CRD is served before the replicas start, so that
+		// they watch Workflows from the first admission (midjob_test.go).
+		Prepare: func(ctx context.Context, s *framework.Suite) error {
+			if err := framework.InstallWorkflows(ctx, s.Kube); err != nil {
+				return err
+			}
+			return createNodeClassesAndPools(ctx)
+		},
 		Replicas:    1,
 		GateTimeout: gateTimeout,
 		Args: []string{"--capacity-timeout=" + capacityTimeout.String(), "--capacity-ttl=" + capacityTTL.String(),
@@ -241,6 +249,16 @@ var pools = []pool{
 	// (job_test.go); the spot pool holds two of its pods a node.
 	{name: "jobfb-od", caseName: "jobfb", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "jobfb-spot", caseName: "jobfb", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50},
+	// jobretry, jobkeep: a spot pool whose cpu limit (2) holds one c-2x
+	// node (two 900m pods) fills while a Job runs, and its stuck pod's
+	// deletion costs a retry; wfretry: a spot pool that never gets a node
+	// (no spot offering) for Workflow pods (midjob_test.go).
+	{name: "jobretry-od", caseName: "jobretry", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "jobretry-spot", caseName: "jobretry", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "2"},
+	{name: "jobkeep-od", caseName: "jobkeep", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "jobkeep-spot", caseName: "jobkeep", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "2"},
+	{name: "wfretry-od", caseName: "wfretry", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "wfretry-spot", caseName: "wfretry", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{noSpotType}, weight: 50},
 	// strays.
 	{name: "strays-od", caseName: "strays", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "strays-spot", caseName: "strays", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
