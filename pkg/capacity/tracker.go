@@ -221,6 +221,26 @@ func (t *Tracker) Unavailable(key Key) (out bool, reason string, until time.Time
 	return false, "", e.until
 }
 
+// ScopedOut lists the keys of base for one workload each (Scoped) that are
+// out now, with their reasons: what to check again when base's NodePool
+// changes. It reads every key: for NodePool changes, not for decisions.
+func (t *Tracker) ScopedOut(base Key) map[Key]string {
+	now := t.clock.Now()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out map[Key]string
+	for k, e := range t.keys {
+		if k.Scope() == "" || k.Base() != base || !now.Before(e.until) {
+			continue
+		}
+		if out == nil {
+			out = map[Key]string{}
+		}
+		out[k] = e.reason
+	}
+	return out
+}
+
 // Snapshot lists the keys out now with until when. It also forgets keys
 // that have been available for maxTTL (their strikes are reset anyway).
 func (t *Tracker) Snapshot() map[Key]time.Time {

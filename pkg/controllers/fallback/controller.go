@@ -211,7 +211,7 @@ type Controller struct {
 	failures     map[string]time.Time                          // NodePool -> its latest launch failure
 	failedClaims map[types.UID]struct{}                        // NodeClaims whose failure is recorded
 	noTypes      map[string]poolEvents                         // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
-	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
+	outages      map[capacity.Key]outage                       // a NodePool's key, or a workload's, -> the evidence of its outage
 	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
 
 	jobs *ttlcache.Cache[types.UID, jobPolicy] // Job UID -> what its pods' deletion needs
@@ -239,7 +239,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		failures:     map[string]time.Time{},
 		failedClaims: map[types.UID]struct{}{},
 		noTypes:      map[string]poolEvents{},
-		outages:      map[string]outage{},
+		outages:      map[capacity.Key]outage{},
 		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
 		jobs:         newJobCache(),
 		kept:         newKeptCache(),
@@ -339,8 +339,8 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	until, newly := c.tracker.Mark(mark, sig.reason)
 	if newly {
-		if sig.wide && !c.opts.NodeLabels {
-			c.recordOutage(key.Name(), sig)
+		if !c.opts.NodeLabels {
+			c.recordOutage(ctx, mark, sig)
 		}
 		c.report(ctx, pod, mark, sig, until, ref)
 		c.queueKey(ctx, mark)
