@@ -17,6 +17,13 @@
 // mode), NodeLabelCapacity from the nodes' labels (node-label mode), each
 // leaving out what the Tracker marks out; OnLabelChange is the informer
 // handler that tells them, and the placement tally, that nodes changed.
+//
+// NodePoolCapacity also leaves out, before any pod is placed there, a
+// NodePool whose own state shows it cannot take a pod (full.go): its limits
+// leave no room for a new node and it has no node. The limits rule
+// (limits.go: LimitsBacked, Usage) and what the cluster shows of the
+// instance types a NodePool allows (instancetypes.go: AllowedTypes) are
+// the ones the detector applies to Karpenter's limits findings.
 package capacity
 
 import (

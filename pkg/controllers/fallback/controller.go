@@ -78,12 +78,13 @@
 // The files: controller.go (the detector's Reconcile), evaluate.go (a pod's
 // evidence turned into a signal), evidence.go (what Karpenter's Events and
 // NodeClaims said, kept per pod and pool), limits.go (a NodePool's usage
-// against its limits, and what is left of them), instancetypes.go (what the
-// cluster's state shows of the instance types a NodePool allows), report.go
+// against its limits, by capacity's rule: LimitsBacked and AllowedTypes,
+// which placement also applies before it places a pod), report.go
 // (Events, metrics and the queueing of a marked key's pods), deletion.go
 // (the deletion controller: a source.Channel queue, paced), batch.go (what
 // it does with the pods of Jobs and Workflows), outage.go (the NodePool
-// outage controller that checks a cluster-wide outage's evidence again),
+// outage controller that checks an outage's evidence again when the
+// NodePool changes: a cluster-wide one also at its end),
 // gauge.go (the outage gauge, a periodic singleton) and register.go
 // (indexes, watches and handlers).
 package fallback
