@@ -21,8 +21,8 @@
 //     limit is used up, and the pool's state agrees: some limit leaves less
 //     than every instance type the pool allows has, as far as its
 //     requirements and the instance types launched in the cluster show
-//     (allowance), or nothing (limits). Karpenter filters instance types by
-//     the remaining limits before it looks at the pod, so this holds for any
+//     (capacity.Allowance), or nothing (limits). Karpenter filters instance
+//     types by the remaining limits before it looks at the pod, so this holds for any
 //     pod even though the pool's usage is below its limits. Without that
 //     backing the Event moves the pod's workload only: a pod that needs more
 //     than the pool has left says nothing about the pods that fit in it, and
