@@ -22,11 +22,12 @@
 //     than every instance type the pool allows has, as far as its
 //     requirements and the instance types launched in the cluster show
 //     (capacity.Allowance), or nothing (limits). Karpenter filters instance
-//     types by the remaining limits before it looks at the pod, so this holds for any
-//     pod even though the pool's usage is below its limits. Without that
-//     backing the Event moves the pod's workload only: a pod that needs more
-//     than the pool has left says nothing about the pods that fit in it, and
-//     the nodes the pool launched say nothing of the smaller ones it allows;
+//     types by the remaining limits before it looks at the pod, so this
+//     holds for any pod even though the pool's usage is below its limits.
+//     Without that backing the Event moves the pod's workload only: a pod
+//     that needs more than the pool has left says nothing about the pods
+//     that fit in it, and the nodes the pool launched say nothing of the
+//     smaller ones it allows;
 //  3. Karpenter says, in an Event on the NodePool (its UID) in the namespace
 //     it writes those to (PoolEventNamespace), that its requirements leave no
 //     instance type, and the pool's state agrees: its requirements leave no
