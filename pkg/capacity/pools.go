@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -34,7 +35,9 @@ type Capacity interface {
 
 // NodePoolCapacity serves groups from the cached NodePools. The catalog is
 // built once and rebuilt only after Invalidate (the operator calls it from
-// the NodePool informer's events), so a decision lists no NodePools. A group
+// the NodePool informer's events), so a decision lists no NodePools. A pool
+// the Tracker marks out, or whose own state shows it cannot take a pod
+// (fullPools), is passed over for the group's next one. A group
 // that no pool serves because one of its label keys is on no pool has the
 // key named first when no node carries it either (a typo, most often): the
 // nodes' label keys are read from the cache for that, once until
@@ -44,11 +47,15 @@ type NodePoolCapacity struct {
 	// Tracker, when set, says which NodePools are out of capacity for now:
 	// a group goes to its next pool, or is left out.
 	Tracker *Tracker
+	// Clock times the answer of which pools are full; nil: the real one.
+	Clock clock.PassiveClock
 
 	mu      sync.Mutex
 	stale   bool
 	current *catalog.Catalog
+	pools   []*karpv1.NodePool
 
+	full  fullPools
 	nodes nodeKeys
 }
 
@@ -56,42 +63,56 @@ type NodePoolCapacity struct {
 // it when a node comes or goes or its labels change.
 func (n *NodePoolCapacity) InvalidateNodes() { n.nodes.invalidate() }
 
-// Invalidate marks the catalog for a rebuild at the next decision.
+// Invalidate marks the catalog, and which pools are full, for a rebuild at
+// the next decision.
 func (n *NodePoolCapacity) Invalidate() {
 	n.mu.Lock()
 	n.stale = true
 	n.mu.Unlock()
+	n.full.invalidate()
 }
 
-func (n *NodePoolCapacity) snapshot(ctx context.Context) (*catalog.Catalog, error) {
+func (n *NodePoolCapacity) snapshot(ctx context.Context) (*catalog.Catalog, []*karpv1.NodePool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.current != nil && !n.stale {
-		return n.current, nil
+		return n.current, n.pools, nil
 	}
 	var list karpv1.NodePoolList
 	if err := n.Reader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing nodepools: %w", err)
+		return nil, nil, fmt.Errorf("listing nodepools: %w", err)
 	}
 	pools := make([]*karpv1.NodePool, len(list.Items))
 	for i := range list.Items {
 		pools[i] = &list.Items[i]
 	}
-	n.current, n.stale = catalog.New(pools), false
-	return n.current, nil
+	n.current, n.pools, n.stale = catalog.New(pools), pools, false
+	return n.current, n.pools, nil
 }
 
 // Choose implements Capacity: errs[i] says why group i cannot be served.
 func (n *NodePoolCapacity) Choose(ctx context.Context, s *strategy.Strategy, pod *corev1.Pod, archs []string, scope string) ([]catalog.Choice, []error, error) {
-	cat, err := n.snapshot(ctx)
+	cat, pools, err := n.snapshot(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	clk := n.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	full := n.full.get(ctx, n.Reader, clk, pools)
 	choices := make([]catalog.Choice, len(s.Groups))
 	errs := make([]error, len(s.Groups))
-	var out func(string) error
-	if n.Tracker != nil {
-		out = func(pool string) error { return unavailable(n.Tracker, PoolKey(pool), scope) }
+	out := func(pool string) error {
+		if n.Tracker != nil {
+			if err := unavailable(n.Tracker, PoolKey(pool), scope); err != nil {
+				return err
+			}
+		}
+		if why, ok := full[pool]; ok {
+			return fmt.Errorf("%w: %s", ErrFull, why)
+		}
+		return nil
 	}
 	for i, g := range s.Groups {
 		choices[i], errs[i] = cat.SelectFor(g.Selector(), pod, archs, out)

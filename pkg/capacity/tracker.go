@@ -17,6 +17,13 @@
 // mode), NodeLabelCapacity from the nodes' labels (node-label mode), each
 // leaving out what the Tracker marks out; OnLabelChange is the informer
 // handler that tells them, and the placement tally, that nodes changed.
+//
+// NodePoolCapacity also leaves out, before any pod is placed there, a
+// NodePool whose own state shows it cannot take a pod (full.go): its limits
+// leave no room for a new node and it has no node. The limits rule
+// (limits.go: LimitsBacked, Usage) and what the cluster shows of the
+// instance types a NodePool allows (instancetypes.go: AllowedTypes) are
+// the ones the detector applies to Karpenter's limits findings.
 package capacity
 
 import (
@@ -219,6 +226,26 @@ func (t *Tracker) Unavailable(key Key) (out bool, reason string, until time.Time
 		return true, e.reason, e.until
 	}
 	return false, "", e.until
+}
+
+// ScopedOut lists the keys of base for one workload each (Scoped) that are
+// out now, with their reasons: what to check again when base's NodePool
+// changes. It reads every key: for NodePool changes, not for decisions.
+func (t *Tracker) ScopedOut(base Key) map[Key]string {
+	now := t.clock.Now()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out map[Key]string
+	for k, e := range t.keys {
+		if k.Scope() == "" || k.Base() != base || !now.Before(e.until) {
+			continue
+		}
+		if out == nil {
+			out = map[Key]string{}
+		}
+		out[k] = e.reason
+	}
+	return out
 }
 
 // Snapshot lists the keys out now with until when. It also forgets keys

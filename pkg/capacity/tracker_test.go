@@ -320,3 +320,26 @@ func TestLift(t *testing.T) {
 		t.Error("lifting a workload's key lifted the pool's")
 	}
 }
+
+// TestScopedOut lists the workloads' keys of one NodePool that are out now,
+// with their reasons: not the pool's own key, not another pool's, not a
+// key whose outage ended.
+func TestScopedOut(t *testing.T) {
+	clk, tr := newTracker()
+	spot := PoolKey("spot")
+	tr.Mark(spot, "limits")
+	tr.Mark(Scoped("w1", spot), "limits")
+	tr.Mark(Scoped("w2", spot), "no_offering")
+	tr.Mark(Scoped("w1", PoolKey("spot-2")), "timeout")
+	tr.Mark(Scoped("w3", spot), "timeout")
+	tr.Lift(Scoped("w3", spot))
+	got := tr.ScopedOut(spot)
+	want := map[Key]string{Scoped("w1", spot): "limits", Scoped("w2", spot): "no_offering"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ScopedOut %v, want %v", got, want)
+	}
+	clk.Step(3 * time.Minute)
+	if got := tr.ScopedOut(spot); len(got) != 0 {
+		t.Fatalf("after the TTL: %v, want none", got)
+	}
+}

@@ -120,7 +120,7 @@ func NewControllers(ctx context.Context, mgr manager.Manager, o *options.Options
 	if !nodePools {
 		logNodeLabelMode(log.FromContext(ctx), mgr.GetRESTMapper())
 	}
-	groupCapacity, watchCapacity := newCapacity(kube, tracker, o, nodePools)
+	groupCapacity, watchCapacity := newCapacity(kube, d.Clock, tracker, o, nodePools)
 	policySource := d.Policies.OrNil()
 	// One cache of compiled strategies for every controller that reads them.
 	strategies := compiled.NewCache(compiled.DefaultSize)
@@ -259,7 +259,7 @@ func janitor(d Dependencies, kube client.Client, o *options.Options) *gatejanito
 // newCapacity picks how groups are matched to capacity: Karpenter's
 // NodePools when their API is served, the nodes' labels otherwise. The
 // second value keeps the choice's cache current from the informers.
-func newCapacity(kube client.Reader, tracker *capacity.Tracker, o *options.Options, nodePools bool) (capacity.Capacity, controller.Controller) {
+func newCapacity(kube client.Reader, clk clock.PassiveClock, tracker *capacity.Tracker, o *options.Options, nodePools bool) (capacity.Capacity, controller.Controller) {
 	if !nodePools {
 		nodes := &capacity.NodeLabelCapacity{Reader: kube, Tracker: tracker, ScaleFromZero: o.ScaleFromZero}
 		return nodes, registerFunc(func(ctx context.Context, m manager.Manager) error {
@@ -267,7 +267,7 @@ func newCapacity(kube client.Reader, tracker *capacity.Tracker, o *options.Optio
 			return err
 		})
 	}
-	pools := &capacity.NodePoolCapacity{Reader: kube, Tracker: tracker}
+	pools := &capacity.NodePoolCapacity{Reader: kube, Tracker: tracker, Clock: clk}
 	invalidate := func(any) { pools.Invalidate() }
 	return pools, registerFunc(func(ctx context.Context, m manager.Manager) error {
 		if _, err := handle(ctx, m, &karpv1.NodePool{}, toolscache.ResourceEventHandlerFuncs{

@@ -102,7 +102,7 @@ func TestLimitsOutageRecheckAsksTheSameQuestion(t *testing.T) {
 	np := roomyPool()
 	f := newFixture(t, Options{}, nil, nil, np, typedClaim("spot-a", "spot", "c-16x", cpus(16)))
 	f.tracker.Mark(spot, ReasonLimits)
-	f.ctrl.recordOutage("spot", signal{reason: ReasonLimits, wide: true, np: np})
+	f.ctrl.recordOutage(t.Context(), spot, signal{reason: ReasonLimits, wide: true, np: np})
 	f.reconcilePool()
 	if out, _ := f.out(spot); out {
 		t.Fatalf("still out until %v: the recheck held the pool out on room for a smaller node", f.until(spot))

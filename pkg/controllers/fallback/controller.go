@@ -23,12 +23,13 @@
 //     limit is used up, and the pool's state agrees: some limit leaves less
 //     than every instance type the pool allows has, as far as its
 //     requirements and the instance types launched in the cluster show
-//     (allowance), or nothing (limits). Karpenter filters instance types by
-//     the remaining limits before it looks at the pod, so this holds for any
-//     pod even though the pool's usage is below its limits. Without that
-//     backing the Event moves the pod's workload only: a pod that needs more
-//     than the pool has left says nothing about the pods that fit in it, and
-//     the nodes the pool launched say nothing of the smaller ones it allows;
+//     (capacity.Allowance), or nothing (limits). Karpenter filters instance
+//     types by the remaining limits before it looks at the pod, so this
+//     holds for any pod even though the pool's usage is below its limits.
+//     Without that backing the Event moves the pod's workload only: a pod
+//     that needs more than the pool has left says nothing about the pods
+//     that fit in it, and the nodes the pool launched say nothing of the
+//     smaller ones it allows;
 //  3. Karpenter says, in an Event on the NodePool (its UID) in the namespace
 //     it writes those to (PoolEventNamespace), that its requirements leave no
 //     instance type, and the pool's state agrees: its requirements leave no
@@ -80,13 +81,14 @@
 // The files: controller.go (the detector's Reconcile), evaluate.go (a pod's
 // evidence turned into a signal), evidence.go (what Karpenter's Events and
 // NodeClaims said, kept per pod and pool), limits.go (a NodePool's usage
-// against its limits, and what is left of them), instancetypes.go (what the
-// cluster's state shows of the instance types a NodePool allows), report.go
+// against its limits, by capacity's rule: LimitsBacked and AllowedTypes,
+// which placement also applies before it places a pod), report.go
 // (Events, metrics and the queueing of a marked key's pods), deletion.go
 // (the deletion controller: a source.Channel queue, paced), batch.go (what
 // it does with the pods of Jobs and Workflows), retry.go and
 // workflowretry.go (what deleting one costs its Job or Workflow), outage.go (the NodePool
-// outage controller that checks a cluster-wide outage's evidence again),
+// outage controller that checks an outage's evidence again when the
+// NodePool changes: a cluster-wide one also at its end),
 // gauge.go (the outage gauge, a periodic singleton) and register.go
 // (indexes, watches and handlers).
 package fallback
@@ -214,7 +216,7 @@ type Controller struct {
 	failures     map[string]time.Time                          // NodePool -> its latest launch failure
 	failedClaims map[types.UID]struct{}                        // NodeClaims whose failure is recorded
 	noTypes      map[string]poolEvents                         // NodePool -> Karpenter's latest NoCompatibleInstanceTypes
-	outages      map[string]outage                             // NodePool -> the evidence of its cluster-wide outage
+	outages      map[capacity.Key]outage                       // a NodePool's key, or a workload's, -> the evidence of its outage
 	pods         map[string]*ttlcache.Cache[podRef, podEvents] // namespace -> its pods' Events
 
 	jobs    *ttlcache.Cache[types.UID, jobPolicy]    // Job UID -> what its pods' deletion needs
@@ -243,7 +245,7 @@ func NewController(clk clock.Clock, kubeClient client.Client, recorder events.Ev
 		failures:     map[string]time.Time{},
 		failedClaims: map[types.UID]struct{}{},
 		noTypes:      map[string]poolEvents{},
-		outages:      map[string]outage{},
+		outages:      map[capacity.Key]outage{},
 		pods:         map[string]*ttlcache.Cache[podRef, podEvents]{},
 		jobs:         newJobCache(),
 		kept:         newKeptCache(),
@@ -344,8 +346,8 @@ func (c *Controller) Reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.
 	}
 	until, newly := c.tracker.Mark(mark, sig.reason)
 	if newly {
-		if sig.wide && !c.opts.NodeLabels {
-			c.recordOutage(key.Name(), sig)
+		if !c.opts.NodeLabels {
+			c.recordOutage(ctx, mark, sig)
 		}
 		c.report(ctx, pod, mark, sig, until, ref)
 		c.queueKey(ctx, mark)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,54 +28,88 @@ const (
 	RecheckExpired = "expired"
 )
 
-// outage is the evidence a NodePool was marked out for every workload on.
+// outage is the evidence a key was marked out on (Karpenter mode): a
+// NodePool out for every workload, or for one (a scoped key).
 type outage struct {
 	reason string
 	marked time.Time
-	limits limitsOf // reason limits
+	limits limitsOf // the pool's limits and usage (wide: reason limits only)
+	// template is the pool's NodeClaim template when a workload's key was
+	// marked (nil: not known).
+	template *karpv1.NodeClaimTemplate
 }
 
-// recordOutage keeps the evidence of a new cluster-wide outage and asks
-// the NodePool outage controller to watch it.
-func (c *Controller) recordOutage(pool string, sig signal) {
+// maxOutages bounds the outages whose evidence is kept: one per NodePool
+// and per workload and NodePool.
+const maxOutages = 16384
+
+// recordOutage keeps the evidence of a new outage of key; a cluster-wide
+// one is handed to the NodePool outage controller to watch, a workload's
+// waits for its NodePool's next change. sig.np is the NodePool the
+// evidence saw (read from the cache when the signal has none).
+func (c *Controller) recordOutage(ctx context.Context, key capacity.Key, sig signal) {
 	o := outage{reason: sig.reason, marked: c.clock.Now()}
-	if sig.np != nil && sig.reason == ReasonLimits {
-		o.limits = snapshotLimits(sig.np)
+	np := sig.np
+	if np == nil && key.Scope() != "" {
+		got := &karpv1.NodePool{}
+		if err := c.kubeClient.Get(ctx, client.ObjectKey{Name: key.Name()}, got); err == nil {
+			np = got
+		}
+	}
+	if np != nil && (sig.reason == ReasonLimits || key.Scope() != "") {
+		o.limits = snapshotLimits(np)
+	}
+	if np != nil && key.Scope() != "" {
+		o.template = np.Spec.Template.DeepCopy()
 	}
 	c.mu.Lock()
-	if len(c.outages) >= maxPools {
-		c.outages = map[string]outage{}
+	if len(c.outages) >= maxOutages {
+		for k := range c.outages {
+			if out, _, _ := c.tracker.Unavailable(k); !out {
+				delete(c.outages, k)
+			}
+		}
+		if len(c.outages) >= maxOutages {
+			c.outages = map[capacity.Key]outage{}
+		}
 	}
-	c.outages[pool] = o
+	c.outages[key] = o
 	c.mu.Unlock()
-	ev := poolEvent{Object: &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}}}
+	if key.Scope() != "" {
+		return
+	}
+	ev := poolEvent{Object: &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: key.Name()}}}
 	select {
 	case c.rechecks <- ev:
 	default: // full: the NodePool's next update, or its pods, bring it
 	}
 }
 
-// ReconcilePool follows a NodePool's cluster-wide outage: it ends it at once
-// when its evidence is gone (limits raised or usage lower, room left for an
-// instance type the pool allows, the pool Ready again, its requirements
-// allowing an instance type), and keeps it out for another outage when the
-// cluster's state still backs it at its end (the pool at its limits, not
-// Ready or left no instance type by its requirements, a launch failure
-// since), so that pods are not sent back to a pool that still cannot
-// launch. Each is the question that marked the pool, asked again
-// (limitsHold, noTypesHold, poolState). Any other outage (launch failures
-// with none since) ends with its TTL, and new evidence marks it again with
-// a doubled TTL.
+// ReconcilePool follows a NodePool's outages when it changes. A workload's
+// outage of it ends at once when the pool's state no longer stands behind
+// it (scopedGone: its limits grown, its template changed). The
+// cluster-wide outage ends at once when its evidence is gone (limits raised
+// or usage lower, room left for an instance type the pool allows, the pool
+// Ready again, its requirements allowing an instance type), and is kept
+// out for another outage when the cluster's state still backs it at its
+// end (the pool at its limits, not Ready or left no instance type by its
+// requirements, a launch failure since), so that pods are not sent back to
+// a pool that still cannot launch. Each is the question that marked the
+// pool, asked again (limitsHold, noTypesHold, poolState). Any other
+// outage (launch failures with none since) ends with its TTL, and new
+// evidence marks it again with a doubled TTL.
 func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := capacity.PoolKey(req.Name)
+	scoped := c.tracker.ScopedOut(key)
 	out, reason, until := c.tracker.Unavailable(key)
 	c.mu.Lock()
-	o, known := c.outages[req.Name]
+	o, known := c.outages[key]
 	if !out {
-		delete(c.outages, req.Name)
+		delete(c.outages, key)
 	}
 	c.mu.Unlock()
-	if !out || !known || o.reason != reason {
+	wide := out && known && o.reason == reason
+	if !wide && len(scoped) == 0 {
 		return reconcile.Result{}, nil
 	}
 	var np *karpv1.NodePool
@@ -84,6 +119,10 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 		np = got
 	case !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("getting NodePool %s: %w", req.Name, err)
+	}
+	c.liftScoped(ctx, np, scoped)
+	if !wide {
+		return reconcile.Result{}, nil
 	}
 	holds, checkable := c.stillHolds(ctx, req.Name, o, np)
 	now := c.clock.Now()
@@ -103,7 +142,7 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 		// The next check asks for evidence newer than this one.
 		c.mu.Lock()
 		o.marked = now
-		c.outages[req.Name] = o
+		c.outages[key] = o
 		c.mu.Unlock()
 		metrics.CapacityRechecksTotal.WithLabelValues(reason, RecheckStill).Inc()
 		logger.Info("capacity still unavailable: the evidence still holds", "until", until.UTC().Format(time.RFC3339))
@@ -111,9 +150,62 @@ func (c *Controller) ReconcilePool(ctx context.Context, req reconcile.Request) (
 	}
 	metrics.CapacityRechecksTotal.WithLabelValues(reason, RecheckExpired).Inc()
 	c.mu.Lock()
-	delete(c.outages, req.Name)
+	delete(c.outages, key)
 	c.mu.Unlock()
 	return reconcile.Result{}, nil
+}
+
+// liftScoped ends the workloads' outages of the NodePool np (nil: gone;
+// its pods then fall back for every workload, not_ready) that its state
+// no longer stands behind (scopedGone). A workload's outage is never kept
+// longer than its TTL: its evidence was the workload's own pods, which
+// the pool's state cannot show again.
+func (c *Controller) liftScoped(ctx context.Context, np *karpv1.NodePool, scoped map[capacity.Key]string) {
+	if np == nil {
+		return
+	}
+	lifted := false
+	for key, reason := range scoped {
+		c.mu.Lock()
+		o, known := c.outages[key]
+		c.mu.Unlock()
+		if !known || o.reason != reason || !o.scopedGone(np) || !c.tracker.Lift(key) {
+			continue
+		}
+		c.mu.Lock()
+		delete(c.outages, key)
+		c.mu.Unlock()
+		metrics.CapacityRechecksTotal.WithLabelValues(reason, RecheckLifted).Inc()
+		log.FromContext(ctx).Info("capacity back for a workload: the NodePool changed since its outage", "nodepool", np.Name,
+			"workload", key.Scope(), "reason", reason)
+		lifted = true
+	}
+	if lifted {
+		c.updateGauge()
+	}
+}
+
+// scopedGone reports whether the NodePool np no longer stands behind a
+// workload's outage of it. What the workload's pods showed depends on the
+// pool's limits and on what its template allows:
+//
+//   - any reason: the template changed (requirements, labels, taints,
+//     NodeClass): other instance types or offerings may serve the pods;
+//   - limits (Karpenter said every instance type exceeds what is left),
+//     no_nodeclaim and timeout (Karpenter launched nothing for the pods,
+//     which limits explain too): a limit raised or removed, or usage lower.
+//
+// no_offering (no offering for the pod now, a cloud's capacity) does not
+// end on more room under the limits.
+func (o outage) scopedGone(np *karpv1.NodePool) bool {
+	if o.template != nil && !equality.Semantic.DeepEqual(*o.template, np.Spec.Template) {
+		return true
+	}
+	switch o.reason {
+	case ReasonLimits, ReasonNoNodeClaim, ReasonTimeout:
+		return o.limits.grown(np)
+	}
+	return false
 }
 
 // stillHolds checks an outage's evidence against the cluster's state now

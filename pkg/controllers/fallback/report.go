@@ -47,7 +47,7 @@ func (c *Controller) report(ctx context.Context, pod *corev1.Pod, key capacity.K
 		if used == nil {
 			used = c.usage(ctx, sig.np)
 		}
-		detail = headroom(sig.np, used, c.requests(ctx, pod)) + "; " + detail
+		detail = capacity.Headroom(sig.np, used, c.requests(ctx, pod)) + "; " + detail
 	}
 	if key.Scope() != "" {
 		scope = "workload"

@@ -3,9 +3,12 @@ package placement_test
 import (
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/capacity"
@@ -38,6 +41,34 @@ func TestPoolOutOfCapacityFallsBack(t *testing.T) {
 			!strings.Contains(pod.Annotations[annotations.Decision], `"reason":"quota"`) {
 			t.Fatalf("pod %d after the outage: annotations %v, want spot by quota", i, pod.Annotations)
 		}
+	}
+}
+
+// TestFullPoolLeftOutBeforePlacing: a spot pool whose cpu limit is 0 and
+// that has no node is left out before any pod is placed there, with no
+// outage marked: seed 004's pods all go on-demand, recorded as fallback
+// with why, and a GroupUnavailable Event says so.
+//
+// (They used to go to spot by quota and stay Pending.)
+func TestFullPoolLeftOutBeforePlacing(t *testing.T) {
+	spot := nodePool("spot", 5, "spot")
+	spot.Spec.Limits = karpv1.Limits(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0")})
+	f := newFixture(t, map[string]string{annotations.Strategy: seed004}, nodePool("od", 10, "on-demand"), spot)
+	tracker := capacity.NewTracker(f.clock, time.Minute, 10*time.Minute)
+	f.ctrl = placement.NewController(f.clock, f.client, f.recorder, &capacity.NodePoolCapacity{Reader: f.client, Tracker: tracker, Clock: f.clock}, f.tally, 30*time.Second)
+	for i := range 6 {
+		pod := f.reconcile(t, f.gatedPod(t, i))
+		if pod.Annotations[annotations.NodePool] != "od" || pod.Annotations[annotations.Fallback] != "karpenter.sh/capacity-type=spot" ||
+			!strings.Contains(pod.Annotations[annotations.Decision], `"reason":"fallback"`) ||
+			!strings.Contains(pod.Annotations[annotations.Decision], "spot: full: its limits leave no room for a new node (cpu 0 of 0 left)") {
+			t.Fatalf("pod %d: annotations %v, want on-demand by fallback, the record saying spot is full", i, pod.Annotations)
+		}
+	}
+	if ev := drainEvents(f); !strings.Contains(ev, "GroupUnavailable") || !strings.Contains(ev, "spot: full") {
+		t.Fatalf("events:\n%s\nwant GroupUnavailable saying spot is full", ev)
+	}
+	if len(tracker.Snapshot()) != 0 {
+		t.Fatalf("outages %v, want none: a full pool is no outage", tracker.Snapshot())
 	}
 }
 

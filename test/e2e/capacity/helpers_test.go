@@ -198,11 +198,13 @@ func outUntil(t *testing.T, msg string) time.Time {
 }
 
 // podLog records every pod of a namespace the API reports, from a watch:
-// which pods were created, which deleted, and by the time of the event.
+// which pods were created, which deleted, and by the time of the event; and
+// every NodePool a pod was ever pinned to.
 type podLog struct {
 	mu      sync.Mutex
 	created map[types.UID]string
 	deleted map[types.UID]string
+	pinned  map[string]map[types.UID]string // NodePool -> pods pinned to it
 	stop    func()
 }
 
@@ -214,7 +216,7 @@ func watchPods(t *testing.T, ns string) *podLog {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &podLog{created: map[types.UID]string{}, deleted: map[types.UID]string{}, stop: cancel}
+	l := &podLog{created: map[types.UID]string{}, deleted: map[types.UID]string{}, pinned: map[string]map[types.UID]string{}, stop: cancel}
 	w, err := wc.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
 	if err != nil {
 		cancel()
@@ -233,6 +235,12 @@ func watchPods(t *testing.T, ns string) *podLog {
 			if ev.Type == watch.Deleted || p.DeletionTimestamp != nil {
 				l.deleted[p.UID] = p.Name
 			}
+			for _, pool := range pinnedTo(p) {
+				if l.pinned[pool] == nil {
+					l.pinned[pool] = map[types.UID]string{}
+				}
+				l.pinned[pool][p.UID] = p.Name
+			}
 			l.mu.Unlock()
 		}
 	}()
@@ -249,6 +257,38 @@ func (l *podLog) Deleted() []string {
 		out = append(out, n)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// PinnedTo returns the names of the pods seen pinned to pool (by the
+// apportion.dev/nodepool annotation or a required node affinity), sorted.
+func (l *podLog) PinnedTo(pool string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, n := range l.pinned[pool] {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pinnedTo are the NodePools the pod is pinned to: its decision's, and any
+// its required node affinity names.
+func pinnedTo(p *corev1.Pod) []string {
+	var out []string
+	if pool := p.Annotations[annotations.NodePool]; pool != "" {
+		out = append(out, pool)
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, r := range term.MatchExpressions {
+				if r.Key == karpv1.NodePoolLabelKey && r.Operator == corev1.NodeSelectorOpIn {
+					out = append(out, r.Values...)
+				}
+			}
+		}
+	}
 	return out
 }
 

@@ -259,6 +259,16 @@ var pools = []pool{
 	{name: "jobkeep-spot", caseName: "jobkeep", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "2"},
 	{name: "wfretry-od", caseName: "wfretry", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "wfretry-spot", caseName: "wfretry", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{noSpotType}, weight: 50},
+	// full: a spot pool whose cpu limit is 0 never gets a pod of a Job
+	// (full_test.go).
+	{name: "full-od", caseName: "full", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "full-spot", caseName: "full", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC2x}, weight: 50, cpuLimit: "0"},
+	// scoped: a spot pool whose memory limit (1Gi) leaves room for no
+	// instance type (kwok's smallest has 2Gi), and whose requirements
+	// name none, so apportion cannot tell: out for the workload alone
+	// (full_test.go).
+	{name: "scoped-od", caseName: "scoped", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
+	{name: "scoped-spot", caseName: "scoped", capacityType: karpv1.CapacityTypeSpot, class: classDefault, weight: 50, memoryLimit: "1Gi"},
 	// strays.
 	{name: "strays-od", caseName: "strays", capacityType: karpv1.CapacityTypeOnDemand, class: classDefault, instanceTypes: []string{typeC4x}, weight: 10},
 	{name: "strays-spot", caseName: "strays", capacityType: karpv1.CapacityTypeSpot, class: classDefault, instanceTypes: []string{typeC4x}, weight: 50},
@@ -270,6 +280,20 @@ func (p pool) limits(cpu string) karpv1.Limits {
 		l[corev1.ResourceMemory] = resource.MustParse(p.memoryLimit)
 	}
 	return l
+}
+
+// requirements are the pool's capacity type, amd64, linux and its instance
+// types (none named: any of kwok's).
+func (p pool) requirements() []karpv1.NodeSelectorRequirementWithMinValues {
+	reqs := []karpv1.NodeSelectorRequirementWithMinValues{
+		{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{p.capacityType}},
+		{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+		{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},
+	}
+	if len(p.instanceTypes) > 0 {
+		reqs = append(reqs, karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: p.instanceTypes})
+	}
+	return reqs
 }
 
 func createNodeClassesAndPools(ctx context.Context) error {
@@ -302,13 +326,8 @@ func (p pool) nodePool() *karpv1.NodePool {
 				Spec: karpv1.NodeClaimTemplateSpec{
 					Taints:       p.taints,
 					NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: p.class},
-					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
-						{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{p.capacityType}},
-						{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
-						{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},
-						{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: p.instanceTypes},
-					},
-					ExpireAfter: karpv1.MustParseNillableDuration("Never"),
+					Requirements: p.requirements(),
+					ExpireAfter:  karpv1.MustParseNillableDuration("Never"),
 				},
 			},
 			// Nothing removed behind a case's back.

@@ -1,14 +1,12 @@
-package fallback
+package capacity
 
 import (
-	"context"
 	"strconv"
 	"strings"
 
 	"github.com/awslabs/operatorpkg/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
@@ -41,13 +39,14 @@ import (
 //     each one has been launched, and the labels of each rule it out.
 //
 // Anything else is unknown, and unknown never backs a mark for every
-// workload: a forged Event then moves at most its writer's own workload.
-type allowance struct {
-	// none: the requirements leave no instance type.
-	none bool
-	// least is, per resource, no more than any allowed instance type has
+// workload (a forged Event then moves at most its writer's own workload),
+// nor leaves a pool out before placing.
+type Allowance struct {
+	// None: the requirements leave no instance type.
+	None bool
+	// Least is, per resource, no more than any allowed instance type has
 	// ("nodes" 1); a resource it lacks has no known bound.
-	least corev1.ResourceList
+	Least corev1.ResourceList
 }
 
 // everyType are the labels every instance type has a value of: requirements
@@ -90,41 +89,38 @@ func quantity(v string) (resource.Quantity, bool) {
 	return q, err == nil
 }
 
-// allowedTypes is what the cluster's state shows of the instance types the
-// NodePool's requirements allow (see allowance).
-func (c *Controller) allowedTypes(ctx context.Context, np *karpv1.NodePool) allowance {
+// AllowedTypes is what the cluster's state shows of the instance types the
+// NodePool's requirements allow (see Allowance); known are the launched
+// instance types (KnownTypes).
+func AllowedTypes(np *karpv1.NodePool, known map[string]*cloudprovider.InstanceType) Allowance {
 	// The requirements as Karpenter builds its NodeClaim template.
 	reqs := catalog.NewPool(np).Requirements
 	for _, key := range everyType {
 		if reqs.Has(key) && reqs.Get(key).Operator() == corev1.NodeSelectorOpDoesNotExist {
-			return allowance{none: true}
+			return Allowance{None: true}
 		}
 	}
-	var a allowance
+	var a Allowance
 	if names := reqs.Get(corev1.LabelInstanceTypeStable); names.Operator() == corev1.NodeSelectorOpIn {
-		a = c.namedTypes(ctx, names.Values(), reqs)
+		a = namedTypes(known, names.Values(), reqs)
 	}
-	if a.none {
+	if a.None {
 		return a
 	}
-	a.least = atLeast(a.least, sizeBounds(reqs))
+	a.Least = atLeast(a.Least, sizeBounds(reqs))
 	return a
 }
 
 // namedTypes is what the launched instance types tell of the pool that
 // names its types: none when each is known and none meets reqs, and the
 // least of those that do when each is known and has a size.
-func (c *Controller) namedTypes(ctx context.Context, names []string, reqs scheduling.Requirements) allowance {
-	known, err := c.knownTypes(ctx)
-	if err != nil {
-		return allowance{}
-	}
+func namedTypes(known map[string]*cloudprovider.InstanceType, names []string, reqs scheduling.Requirements) Allowance {
 	var least corev1.ResourceList
 	sized, admitted := true, false
 	for _, name := range names {
 		it, ok := known[name]
 		if !ok {
-			return allowance{}
+			return Allowance{}
 		}
 		// Karpenter's own test of an instance type against a template.
 		if it.Requirements.Intersects(reqs) != nil {
@@ -138,16 +134,16 @@ func (c *Controller) namedTypes(ctx context.Context, names []string, reqs schedu
 		least = smaller(least, it.Capacity)
 	}
 	if !admitted {
-		return allowance{none: true}
+		return Allowance{None: true}
 	}
 	if !sized {
-		return allowance{}
+		return Allowance{}
 	}
-	return allowance{least: least}
+	return Allowance{Least: least}
 }
 
-// knownTypes are the instance types of the launched NodeClaims in the
-// cluster (any pool's), by name: their own labels (name, architecture,
+// KnownTypes are the instance types of the launched NodeClaims in claims
+// (all of the cluster's, any pool's), by name: their own labels (name, architecture,
 // operating system, the provider's instance-* labels) as Requirements, and
 // as Capacity the least any of them reported: its allocatable, else its
 // capacity (none when none reported a size). Either is no more than the
@@ -155,14 +151,10 @@ func (c *Controller) namedTypes(ctx context.Context, names []string, reqs schedu
 // count (the allocatable is less by the kubelet's reservations, and kwok
 // reports its pods' requests as a NodeClaim's capacity): a lower bound.
 // NodeClaims are Karpenter's: tenants do not write them.
-func (c *Controller) knownTypes(ctx context.Context) (map[string]*cloudprovider.InstanceType, error) {
-	var claims karpv1.NodeClaimList
-	if err := c.kubeClient.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
-	}
+func KnownTypes(claims []karpv1.NodeClaim) map[string]*cloudprovider.InstanceType {
 	known := map[string]*cloudprovider.InstanceType{}
-	for i := range claims.Items {
-		nc := &claims.Items[i]
+	for i := range claims {
+		nc := &claims[i]
 		name := nc.Labels[corev1.LabelInstanceTypeStable]
 		if name == "" || !nc.StatusConditions(status.WithObservedOnly()).Get(karpv1.ConditionTypeLaunched).IsTrue() {
 			continue
@@ -180,7 +172,7 @@ func (c *Controller) knownTypes(ctx context.Context) (map[string]*cloudprovider.
 			it.Capacity = smaller(it.Capacity, size)
 		}
 	}
-	return known, nil
+	return known
 }
 
 // typeLabels are the labels of a launched node that are its instance
@@ -268,13 +260,4 @@ func atLeast(least, bounds corev1.ResourceList) corev1.ResourceList {
 	}
 	out["nodes"] = resource.MustParse("1")
 	return out
-}
-
-// noTypesHold reports whether the NodePool's own state says its
-// requirements leave no instance type: Karpenter's NoCompatibleInstanceTypes
-// is an Event, which whoever may create Events in its namespace can write
-// too, so it marks the pool out for every workload, and keeps it out at
-// the outage's end, only while this holds.
-func (c *Controller) noTypesHold(ctx context.Context, np *karpv1.NodePool) bool {
-	return c.allowedTypes(ctx, np).none
 }
