@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -21,8 +22,10 @@ var readers = []string{".", "../decision", "../workload", "../strategy", "../pol
 // external are the annotation keys of other modules that the readers may
 // read, by the expression that names them.
 var external = map[string]string{
-	"corev1.PodDeletionCost":        corev1.PodDeletionCost,
-	"corev1.MirrorPodAnnotationKey": corev1.MirrorPodAnnotationKey,
+	"corev1.PodDeletionCost":                 corev1.PodDeletionCost,
+	"corev1.MirrorPodAnnotationKey":          corev1.MirrorPodAnnotationKey,
+	"batchv1.JobCompletionIndexAnnotation":   batchv1.JobCompletionIndexAnnotation,
+	"batchv1.JobIndexFailureCountAnnotation": batchv1.JobIndexFailureCountAnnotation,
 }
 
 // TestPodAnnotationsCoverReads: every annotation key read from an

@@ -102,6 +102,7 @@ import (
 
 	"github.com/jellydator/ttlcache/v3"
 	"golang.org/x/time/rate"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -164,7 +165,10 @@ const (
 
 // PodAnnotations are the pod annotations this controller reads: an informer
 // cache of pods keeps these.
-var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.CapacityTimeout}
+var PodAnnotations = []string{annotations.Group, annotations.NodePool, annotations.CapacityTimeout,
+	// what a retry costs (retry.go, workflowretry.go): read from a pod
+	// fetched afresh, declared so that a cached pod would have them too
+	batchv1.JobCompletionIndexAnnotation, batchv1.JobIndexFailureCountAnnotation, argoNodeIDAnnotation}
 
 // Options configure the detector.
 type Options struct {
