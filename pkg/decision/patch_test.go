@@ -65,7 +65,10 @@ func userPod(terms int, podAffinity, tolerate, otherGate bool, forged string) *c
 		pod.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 5, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname"}}}}
 	}
 	if tolerate {
-		pod.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "web", Effect: corev1.TaintEffectNoSchedule}}
+		// Room to grow in place, as a decoded list may have: a copy that
+		// shared it would add the decision's tolerations to this pod's.
+		pod.Spec.Tolerations = append(make([]corev1.Toleration, 0, 4),
+			corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "web", Effect: corev1.TaintEffectNoSchedule})
 	}
 	if otherGate {
 		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/other"})
@@ -111,8 +114,12 @@ func FuzzPatch(f *testing.F) {
 			},
 		}
 		for name, change := range cases {
-			patched := orig.DeepCopy()
+			before := orig.DeepCopy()
+			patched := Editable(orig)
 			change(patched)
+			if !equality.Semantic.DeepEqual(orig, before) {
+				t.Fatalf("%s: changing Editable's copy changed the pod:\n%+v\nwas\n%+v", name, orig, before)
+			}
 			for _, lock := range []bool{true, false} {
 				p, err := Patch(orig, patched, lock)
 				if err != nil {
@@ -170,15 +177,17 @@ func BenchmarkPatch(b *testing.B) {
 	Apply(patched, d)
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
+		var data []byte
 		for b.Loop() {
 			p, err := Patch(orig, patched, true)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := p.Data(patched); err != nil {
+			if data, err = p.Data(patched); err != nil {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64(len(data)), "bytes/patch")
 	})
 	b.Run("diff", func(b *testing.B) {
 		b.ReportAllocs()
@@ -188,4 +197,23 @@ func BenchmarkPatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestEditableCopiesAreIndependent: two copies of one cached pod, each
+// given its own decision, hold only their own decision's tolerations, even
+// when the pod's list has room to grow in place.
+func TestEditableCopiesAreIndependent(t *testing.T) {
+	orig := userPod(1, false, true, true, "")
+	tolerating := func(v string) Decision {
+		return Decision{Group: strategy.Group{Labels: []strategy.Label{{Key: "pool", Value: v}}, Weight: 1}, NodePool: v,
+			Tolerations: []corev1.Toleration{{Key: "pool", Operator: corev1.TolerationOpEqual, Value: v, Effect: corev1.TaintEffectNoSchedule}}}
+	}
+	a, b := Editable(orig), Editable(orig)
+	Apply(a, tolerating("a"))
+	Apply(b, tolerating("b"))
+	for name, p := range map[string]*corev1.Pod{"a": a, "b": b} {
+		if got := p.Spec.Tolerations[len(p.Spec.Tolerations)-1].Value; got != name {
+			t.Errorf("copy %s tolerates pool %s, want %s", name, got, name)
+		}
+	}
 }
