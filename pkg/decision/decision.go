@@ -10,7 +10,9 @@
 // the API server allows on a pod held by a scheduling gate (additions to
 // nodeSelectorTerms, tolerations and preferred terms; removal of a gate).
 //
-// Also here: Release, the one write of the gate's removal alone (the
+// Also here: Write, the one patch every decision, shadow decision and
+// release is sent by, from a copy of the four fields they change, with the
+// pod's metadata asked back (patch.go); Release, the gate's removal alone (the
 // placement controller's and the gate janitor's), and APIError, how both
 // report a failed write (release.go); MarkBeyondCaps, what a pod released
 // beyond caps carries so that no count takes it for a stray (beyondcaps.go); the Signer that tells apportion's

@@ -1,14 +1,64 @@
 package decision
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// Write sends, in one patch (Patch: with lock, an optimistic one), what
+// edits change on a copy of pod: Apply, WriteShadow, MarkBeyondCaps or
+// RemoveGate, which change only the annotations, the affinity, the
+// tolerations and the scheduling gates. pod itself is left as it is (it
+// may be the cache's).
+//
+// Per pod of a burst, on the leader, this is what it spends: only those
+// four fields are copied, not the pod (Editable); and the patch asks for
+// the pod's metadata back, not the whole pod, so that the API server
+// encodes, and apportion decodes, a fraction of it (nothing reads the
+// answer but its error).
+func Write(ctx context.Context, kubeClient client.Client, pod *corev1.Pod, lock bool, edits ...func(*corev1.Pod)) error {
+	patched := Editable(pod)
+	for _, edit := range edits {
+		edit(patched)
+	}
+	patch, err := Patch(pod, patched, lock)
+	if err != nil {
+		return err
+	}
+	return kubeClient.Patch(ctx, metadataOf(pod), patch)
+}
+
+// Editable is a copy of pod that Apply, WriteShadow, MarkBeyondCaps and
+// RemoveGate may change: its annotations, affinity, tolerations and
+// scheduling gates are its own; every other field is shared with pod, so
+// the copy must not be changed otherwise. A pod's DeepCopy copies its
+// containers, volumes, status and managed fields too, for every decision.
+func Editable(pod *corev1.Pod) *corev1.Pod {
+	c := *pod
+	c.Annotations = maps.Clone(pod.Annotations)
+	c.Spec.Affinity = pod.Spec.Affinity.DeepCopy()
+	c.Spec.Tolerations = slices.Clone(pod.Spec.Tolerations)
+	c.Spec.SchedulingGates = slices.Clone(pod.Spec.SchedulingGates)
+	return &c
+}
+
+// metadataOf is pod as an object whose patch brings back only its
+// metadata: the client asks the API server for a PartialObjectMetadata.
+func metadataOf(pod *corev1.Pod) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+	}
+}
 
 // Patch is the JSON merge patch that turns orig into patched, where patched
 // is orig after Apply, WriteShadow or RemoveGate: those change only the

@@ -8,11 +8,15 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // applyPatch applies p (a merge patch) to pod's JSON as the API server does
@@ -65,7 +69,10 @@ func userPod(terms int, podAffinity, tolerate, otherGate bool, forged string) *c
 		pod.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 5, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname"}}}}
 	}
 	if tolerate {
-		pod.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "web", Effect: corev1.TaintEffectNoSchedule}}
+		// Room to grow in place, as a decoded list may have: a copy that
+		// shared it would add the decision's tolerations to this pod's.
+		pod.Spec.Tolerations = append(make([]corev1.Toleration, 0, 4),
+			corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "web", Effect: corev1.TaintEffectNoSchedule})
 	}
 	if otherGate {
 		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/other"})
@@ -111,8 +118,12 @@ func FuzzPatch(f *testing.F) {
 			},
 		}
 		for name, change := range cases {
-			patched := orig.DeepCopy()
+			before := orig.DeepCopy()
+			patched := Editable(orig)
 			change(patched)
+			if !equality.Semantic.DeepEqual(orig, before) {
+				t.Fatalf("%s: changing Editable's copy changed the pod:\n%+v\nwas\n%+v", name, orig, before)
+			}
 			for _, lock := range []bool{true, false} {
 				p, err := Patch(orig, patched, lock)
 				if err != nil {
@@ -170,15 +181,17 @@ func BenchmarkPatch(b *testing.B) {
 	Apply(patched, d)
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
+		var data []byte
 		for b.Loop() {
 			p, err := Patch(orig, patched, true)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := p.Data(patched); err != nil {
+			if data, err = p.Data(patched); err != nil {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64(len(data)), "bytes/patch")
 	})
 	b.Run("diff", func(b *testing.B) {
 		b.ReportAllocs()
@@ -188,4 +201,136 @@ func BenchmarkPatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestEditableCopiesAreIndependent: two copies of one cached pod, each
+// given its own decision, hold only their own decision's tolerations, even
+// when the pod's list has room to grow in place.
+func TestEditableCopiesAreIndependent(t *testing.T) {
+	orig := userPod(1, false, true, true, "")
+	tolerating := func(v string) Decision {
+		return Decision{Group: strategy.Group{Labels: []strategy.Label{{Key: "pool", Value: v}}, Weight: 1}, NodePool: v,
+			Tolerations: []corev1.Toleration{{Key: "pool", Operator: corev1.TolerationOpEqual, Value: v, Effect: corev1.TaintEffectNoSchedule}}}
+	}
+	a, b := Editable(orig), Editable(orig)
+	Apply(a, tolerating("a"))
+	Apply(b, tolerating("b"))
+	for name, p := range map[string]*corev1.Pod{"a": a, "b": b} {
+		if got := p.Spec.Tolerations[len(p.Spec.Tolerations)-1].Value; got != name {
+			t.Errorf("copy %s tolerates pool %s, want %s", name, got, name)
+		}
+	}
+}
+
+// placedPod is a Deployment's pod as the API server holds it once placed
+// (the scale benchmark's kind): its service account token volume, the
+// default tolerations, the controller-manager's and apportion's managed
+// fields, a scheduled and running status.
+func placedPod() *corev1.Pod {
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-with", Name: "bench-17-7d9f8b6c5d-x2x9q", UID: "5f0c3a52-6f4e-4d0b-9d5e-1a2b3c4d5e6f",
+		ResourceVersion: "123456", Labels: map[string]string{"app": "bench-17", "pod-template-hash": "7d9f8b6c5d", "bench.apportion.dev/pod": "true"}}, Gated: true})
+	pod.Spec.Containers = []corev1.Container{{Name: "app", Image: "127.0.0.1:5000/bench/app:1",
+		Resources:    corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-x2x9q", ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-x2x9q", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+	}}}}}
+	pod.Spec.Tolerations = []corev1.Toleration{
+		{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+		{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+	}
+	Apply(pod, Decision{
+		Group: strategy.Group{Labels: []strategy.Label{{Key: "karpenter.sh/capacity-type", Value: "spot"}}, Weight: 3}, NodePool: "spot-amd64",
+		Architectures: []string{"amd64", "arm64"}, DeletionCost: ptr.To(-37), Signature: strings.Repeat("s", 43),
+		Record: Record{Strategy: "0123456789ab", Revision: "7d9f8b6c5d", Counts: []int64{2, 41}, Reason: "quota"},
+	})
+	fields := func(manager, raw string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(raw)}}
+	}
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{
+		fields("kube-controller-manager", `{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"1\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:image":{},"f:name":{},"f:resources":{".":{},"f:requests":{".":{},"f:cpu":{},"f:memory":{}}}}},"f:schedulingGates":{".":{},"k:{\"name\":\"apportion.dev/placement\"}":{".":{},"f:name":{}}}}}`),
+		fields("apportion", `{"f:metadata":{"f:annotations":{".":{},"f:apportion.dev/architectures":{},"f:apportion.dev/decision":{},"f:apportion.dev/group":{},"f:apportion.dev/nodepool":{},"f:apportion.dev/signature":{},"f:controller.kubernetes.io/pod-deletion-cost":{}}},"f:spec":{"f:affinity":{".":{},"f:nodeAffinity":{".":{},"f:requiredDuringSchedulingIgnoredDuringExecution":{}}}}}`),
+		fields("kwok", `{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastProbeTime":{},"f:lastTransitionTime":{},"f:status":{},"f:type":{}}},"f:containerStatuses":{},"f:hostIP":{},"f:phase":{},"f:podIP":{},"f:startTime":{}}}`),
+	}
+	pod.Spec.NodeName = "spot-amd64-x7k2p"
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: "10.0.0.7", PodIP: "10.0.0.7", Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+	}, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "127.0.0.1:5000/bench/app:1", ImageID: "sha256:" + strings.Repeat("0", 64)}}}
+	return pod
+}
+
+// BenchmarkPatchResponse: what the client decodes of the API server's
+// answer to a decision's patch (protobuf, as the client asks for built-in
+// types): the whole pod, as a patch sent with the pod asked for, or its
+// metadata only, as Write asks for. Reports the answer's bytes.
+func BenchmarkPatchResponse(b *testing.B) {
+	pod := placedPod()
+	whole, err := pod.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	meta, err := (&metav1.PartialObjectMetadata{ObjectMeta: pod.ObjectMeta}).Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("pod", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got corev1.Pod
+			if err := got.Unmarshal(whole); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(whole)), "bytes/answer")
+	})
+	b.Run("metadata", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got metav1.PartialObjectMetadata
+			if err := got.Unmarshal(meta); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(meta)), "bytes/answer")
+	})
+}
+
+// BenchmarkPatchPlacedPod: the decision's patch of the scale benchmark's
+// kind of pod (no affinity or toleration of the user's), and its bytes.
+func BenchmarkPatchPlacedPod(b *testing.B) {
+	placed := placedPod()
+	orig := placed.DeepCopy()
+	orig.Spec.Affinity, orig.Annotations = nil, nil
+	orig.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	b.ReportAllocs()
+	var data []byte
+	for b.Loop() {
+		p, err := Patch(orig, placed, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if data, err = p.Data(placed); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(data)), "bytes/patch")
+}
+
+// BenchmarkCopyForDecision: the copy a decision is applied to, of a gated
+// pod as the API server holds it: the pod's DeepCopy against Editable.
+func BenchmarkCopyForDecision(b *testing.B) {
+	pod := placedPod()
+	pod.Annotations, pod.Spec.Affinity, pod.Spec.NodeName, pod.Status = nil, nil, "", corev1.PodStatus{Phase: corev1.PodPending}
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+	d := Decision{Group: strategy.Group{Labels: []strategy.Label{{Key: "karpenter.sh/capacity-type", Value: "spot"}}, Weight: 3}, NodePool: "spot-amd64",
+		Architectures: []string{"amd64", "arm64"}, Record: Record{Strategy: "0123456789ab", Counts: []int64{2, 41}, Reason: "quota"}}
+	for name, copyOf := range map[string]func(*corev1.Pod) *corev1.Pod{"DeepCopy": (*corev1.Pod).DeepCopy, "Editable": Editable} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Apply(copyOf(pod), d)
+			}
+		})
+	}
 }

@@ -23,16 +23,7 @@ const (
 // other got there first. edits change the pod's copy in the same patch (the
 // placement controller's MarkBeyondCaps).
 func Release(ctx context.Context, kubeClient client.Client, pod *corev1.Pod, edits ...func(*corev1.Pod)) error {
-	patched := pod.DeepCopy()
-	for _, edit := range edits {
-		edit(patched)
-	}
-	RemoveGate(patched)
-	patch, err := Patch(pod, patched, true)
-	if err == nil {
-		err = kubeClient.Patch(ctx, patched, patch)
-	}
-	if err != nil {
+	if err := Write(ctx, kubeClient, pod, true, append(edits, RemoveGate)...); err != nil {
 		return fmt.Errorf("removing the placement gate: %w", err)
 	}
 	return nil

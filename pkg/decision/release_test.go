@@ -7,12 +7,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/metrics"
+	"github.com/apportion-dev/apportion/pkg/strategy"
 	"github.com/apportion-dev/apportion/pkg/test"
 )
 
@@ -62,5 +66,46 @@ func TestReleaseKeepsOtherGatesAndLocks(t *testing.T) {
 	}
 	if err := Release(ctx, c, &stale); !apierrors.IsConflict(err) {
 		t.Fatalf("stale pod: %v, want a conflict", err)
+	}
+}
+
+// TestWriteAsksForTheMetadataOnly: a decision's patch asks the API server
+// for the pod's metadata back, not the whole pod, and changes on the server
+// what the edits changed, leaving the pod it was given (the cache's) as it
+// was.
+func TestWriteAsksForTheMetadataOnly(t *testing.T) {
+	ctx := context.Background()
+	pod := test.Pod(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p"}, Gated: true})
+	var sent []client.Object
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod).Build(), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			sent = append(sent, obj)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	var cached corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &cached); err != nil {
+		t.Fatal(err)
+	}
+	before := cached.DeepCopy()
+	d := Decision{Group: strategy.Group{Labels: []strategy.Label{{Key: "karpenter.sh/capacity-type", Value: "spot"}}, Weight: 1}, NodePool: "spot", Signature: "sig"}
+	if err := Write(ctx, c, &cached, true, func(p *corev1.Pod) { Apply(p, d) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 {
+		t.Fatalf("%d patches sent, want 1", len(sent))
+	}
+	if _, ok := sent[0].(*metav1.PartialObjectMetadata); !ok {
+		t.Errorf("the patch was sent with a %T, want a *metav1.PartialObjectMetadata (the metadata back only)", sent[0])
+	}
+	if !equality.Semantic.DeepEqual(&cached, before) {
+		t.Errorf("the pod given to Write changed:\n%+v\nwas\n%+v", cached, before)
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+		t.Fatal(err)
+	}
+	if HasGate(&got) || got.Annotations[annotations.NodePool] != "spot" || got.Spec.Affinity == nil {
+		t.Errorf("on the server: gated %v, annotations %v, affinity %v; want the decision written", HasGate(&got), got.Annotations, got.Spec.Affinity)
 	}
 }

@@ -164,6 +164,12 @@ func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*bu
 		if err != nil {
 			return nil, fmt.Errorf("workload %s: %w", w.name, err)
 		}
+		if b.o.pinnedDecided {
+			// Pinned by the decision's node affinity, as apportion's pods.
+			for _, d := range ds {
+				d.Spec.Template.Spec.NodeSelector = nil
+			}
+		}
 		deployments = append(deployments, ds...)
 	}
 	// Created at zero, then scaled all at once.
@@ -183,7 +189,13 @@ func (b *bench) burst(ctx context.Context, ns, mode string, started func()) (*bu
 	}
 	want := b.o.workloads * b.o.replicas
 	if mode == modePinned && b.o.pinnedGated {
-		rel := newReleaser(b.kube)
+		var d *decider
+		if b.o.pinnedDecided {
+			if d, err = newDecider(ctx, b.kube, ws, podSpec(b.image), imageArchitectures); err != nil {
+				return nil, err
+			}
+		}
+		rel := newReleaser(b.kube, d)
 		relCtx, stop := context.WithCancel(ctx)
 		rel.start(relCtx)
 		hook := rel.observe

@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/test"
 )
 
 // The pinned burst places each workload by hand: one Deployment per group,
@@ -64,7 +72,7 @@ func TestPinnedGated(t *testing.T) {
 			t.Errorf("%s: gates %v, want only %s", d.Name, gates, holdGate)
 		}
 	}
-	r := newReleaser(nil)
+	r := newReleaser(nil, nil)
 	held := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, Spec: ds[0].Spec.Template.Spec}
 	r.observe(held)
 	r.observe(held)
@@ -72,4 +80,83 @@ func TestPinnedGated(t *testing.T) {
 	if n := len(r.queue); n != 1 {
 		t.Errorf("%d pods queued, want the held one once", n)
 	}
+}
+
+// With --pinned-decision each pinned pod is released by one patch that
+// writes the decision apportion's placement would: its pinned group, a
+// NodePool serving it, the images' architectures (the group's own for an
+// architecture group), the counts seen before it, signed; the bench's gate
+// is gone.
+func TestPinnedDecision(t *testing.T) {
+	ctx := context.Background()
+	var objs []client.Object
+	for _, ct := range []string{"on-demand", "spot"} {
+		for _, arch := range imageArchitectures {
+			objs = append(objs, test.NodePool(test.NodePoolOptions{ObjectMeta: metav1.ObjectMeta{Name: ct + "-" + arch}, Ready: metav1.ConditionTrue,
+				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(karpv1.CapacityTypeLabelKey, ct), test.Requirement(corev1.LabelArchStable, arch)}}))
+		}
+	}
+	ws := workloads(len(strategies))
+	d, err := newDecider(ctx, fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(objs...).Build(), ws, podSpec("img"), imageArchitectures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		ds, err := pinnedDeployments("ns", "img", w, 10, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g, dep := range ds {
+			for i := range 2 {
+				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("%s-%d", dep.Name, i), UID: types.UID(fmt.Sprintf("%s-%d", dep.Name, i)),
+					Labels: map[string]string{"app": w.name, groupLabel: dep.Spec.Template.Labels[groupLabel], "pod-template-hash": "h"}}, Spec: dep.Spec.Template.Spec}
+				kube := fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(pod).Build()
+				r := newReleaser(kube, d)
+				r.release(ctx, pod)
+				var got corev1.Pod
+				if err := kube.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+					t.Fatal(err)
+				}
+				v, ok := d.signer.Read(&got)
+				switch {
+				case r.patched.Load() != 1 || !ok:
+					t.Fatalf("%s: released %d, signed decision %v: %v", pod.Name, r.patched.Load(), ok, got.Annotations)
+				case len(got.Spec.SchedulingGates) != 0:
+					t.Errorf("%s: still gated %v", pod.Name, got.Spec.SchedulingGates)
+				}
+				group := d.workloads[w.name].strategy.Strategy.Groups[g]
+				if v.Group != group.Key() {
+					t.Errorf("%s: group %q, want the pinned %q", pod.Name, v.Group, group.Key())
+				}
+				for _, l := range group.Labels {
+					if l.Key == karpv1.CapacityTypeLabelKey && !strings.HasPrefix(v.NodePool, l.Value+"-") {
+						t.Errorf("%s: NodePool %q does not serve %s", pod.Name, v.NodePool, group.Key())
+					}
+					if l.Key == corev1.LabelArchStable && got.Annotations[annotations.Architectures] != l.Value {
+						t.Errorf("%s: architectures %q, want the group's %s", pod.Name, got.Annotations[annotations.Architectures], l.Value)
+					}
+				}
+				if want := fmt.Sprintf(`"counts":[%s]`, countsSeen(len(ds), g, i)); !strings.Contains(got.Annotations[annotations.Decision], want) {
+					t.Errorf("%s: record %s, want %s", pod.Name, got.Annotations[annotations.Decision], want)
+				}
+			}
+		}
+	}
+}
+
+// countsSeen is the counts a workload's pod i of group g sees when the
+// groups before g each had 2 pods released.
+func countsSeen(groups, g, i int) string {
+	out := make([]string, groups)
+	for k := range out {
+		switch {
+		case k < g:
+			out[k] = "2"
+		case k == g:
+			out[k] = fmt.Sprint(i)
+		default:
+			out[k] = "0"
+		}
+	}
+	return strings.Join(out, ",")
 }

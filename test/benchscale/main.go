@@ -42,6 +42,7 @@ type options struct {
 	only          string
 	pinned        bool
 	pinnedGated   bool
+	pinnedDecided bool
 	batch         bool
 	jobPods       int
 	jobParallel   int
@@ -72,12 +73,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.only, "only", "", `run one burst only: "with" or "without" apportion, or "pinned" (the same splits by nodeSelector, without apportion)`)
 	fs.BoolVar(&o.pinned, "pinned", true, "also run the burst pinned by hand: each workload as one Deployment per group, with the group's labels as nodeSelector and its count of the quota, without apportion (what the placement itself costs the control plane)")
 	fs.BoolVar(&o.pinnedGated, "pinned-gated", false, "hold the pinned burst's pods by a scheduling gate in their template, which the bench removes from each pod by one patch as soon as it sees it: the path apportion's pods take, with no webhook and no decision (what gating alone costs the control plane)")
+	fs.BoolVar(&o.pinnedDecided, "pinned-decision", false, "with --pinned-gated (implied), the bench's patch that removes the gate also writes apportion's whole decision for the pod's group, as apportion's placement writes it (the annotations, the node affinity with the group's labels, architectures and NodePool, the NodePool's tolerations, the deletion cost, signed), and the pods have no nodeSelector: what the decision's content costs the control plane, without the webhook or apportion's own work")
 	fs.BoolVar(&o.batch, "batch", false, "instead of the bursts, run one Job with apportion (capacity spread) and check its live pods against the quota every second")
 	fs.IntVar(&o.jobPods, "job-pods", 2000, "with --batch, the Job's completions")
 	fs.IntVar(&o.jobParallel, "job-parallelism", 200, "with --batch, the Job's parallelism")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.pinnedGated = o.pinnedGated || o.pinnedDecided
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -52,6 +52,10 @@ type replica struct {
 	pprofPort int
 }
 
+// imageArchitectures are the architectures of the workloads' image: an
+// index of one linux image each.
+var imageArchitectures = []string{"amd64", "arm64"}
+
 // setUp builds apportion, starts the cluster with the sample NodePools,
 // registers the webhooks behind a balancer and starts the replicas. The
 // returned bench is to be stopped also when err is not nil.
@@ -77,7 +81,11 @@ func setUp(ctx context.Context, o options) (b *bench, err error) {
 	if b.registry, err = framework.StartRegistry(b.c); err != nil {
 		return b, err
 	}
-	if _, err := b.registry.PushIndex(ctx, imageTag, []string{"linux/amd64", "linux/arm64"}, false, framework.ImageOptions{}); err != nil {
+	platforms := make([]string, len(imageArchitectures))
+	for i, arch := range imageArchitectures {
+		platforms[i] = "linux/" + arch
+	}
+	if _, err := b.registry.PushIndex(ctx, imageTag, platforms, false, framework.ImageOptions{}); err != nil {
 		return b, fmt.Errorf("pushing the workloads' image: %w", err)
 	}
 	b.image = b.registry.Ref(imageTag)

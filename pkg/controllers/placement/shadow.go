@@ -212,15 +212,12 @@ func (c *Controller) writeShadow(ctx context.Context, pod *corev1.Pod, ref *core
 	sh.Signature = c.signer.SignShadow(pod.UID, sh.Group, sh.NodePool)
 	for attempt := 0; ; attempt++ {
 		gated := decision.HasGate(pod)
-		patched := pod.DeepCopy()
-		decision.WriteShadow(patched, sh)
-		if gated {
-			decision.RemoveGate(patched)
-		}
-		patch, err := decision.Patch(pod, patched, gated)
-		if err == nil {
-			err = c.kubeClient.Patch(ctx, patched, patch)
-		}
+		err := decision.Write(ctx, c.kubeClient, pod, gated, func(p *corev1.Pod) {
+			decision.WriteShadow(p, sh)
+			if gated {
+				decision.RemoveGate(p)
+			}
+		})
 		switch {
 		case err == nil:
 			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(sh.Group), metrics.NodePools.Value(sh.NodePool), ResultShadow).Inc()

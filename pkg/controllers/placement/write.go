@@ -56,12 +56,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, ref *corev1.Obj
 	}
 	d.Signature = c.signer.Sign(pod.UID, group, d.NodePool, d.Fallback...)
 	for attempt := 0; ; attempt++ {
-		patched := pod.DeepCopy()
-		decision.Apply(patched, d)
-		patch, err := decision.Patch(pod, patched, true)
-		if err == nil {
-			err = c.kubeClient.Patch(ctx, patched, patch)
-		}
+		err := decision.Write(ctx, c.kubeClient, pod, true, func(p *corev1.Pod) { decision.Apply(p, d) })
 		switch {
 		case err == nil:
 			metrics.DecisionsTotal.WithLabelValues(metrics.Groups.Value(group), metrics.NodePools.Value(d.NodePool), "placed").Inc()
