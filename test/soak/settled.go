@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
+	"github.com/apportion-dev/apportion/test/quota"
+)
+
+// rollout is what a Deployment's or StatefulSet's status says of it.
+type rollout struct {
+	replicas int32 // spec
+	// done: the controller saw the latest spec, every pod is of the
+	// current revision and ready, and no pod of an older one is left.
+	done bool
+}
+
+func deploymentRollout(d *appsv1.Deployment) rollout {
+	want := ptrValue(d.Spec.Replicas)
+	s := d.Status
+	return rollout{replicas: want, done: s.ObservedGeneration >= d.Generation && s.Replicas == want &&
+		s.UpdatedReplicas == want && s.ReadyReplicas == want && s.AvailableReplicas == want}
+}
+
+func statefulSetRollout(st *appsv1.StatefulSet) rollout {
+	want := ptrValue(st.Spec.Replicas)
+	s := st.Status
+	return rollout{replicas: want, done: s.ObservedGeneration >= st.Generation && s.Replicas == want &&
+		s.UpdatedReplicas == want && s.ReadyReplicas == want && s.CurrentRevision == s.UpdateRevision}
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+// verdict is one workload's sample.
+type verdict int
+
+const (
+	unsettled verdict = iota
+	// fellBack: settled, but some pod was placed while a group was out
+	// of capacity (apportion.dev/fallback): the quota is not owed.
+	fellBack
+	withinQuota
+	offQuota
+)
+
+// sampleResult is a workload's verdict and, when off quota, why.
+type sampleResult struct {
+	verdict verdict
+	why     string
+}
+
+// sampleWorkload checks one workload: settled when its rollout is done, no
+// policy change is waiting for its rollout, and as many pods as its
+// replicas are live, each Running on a node; then its pods, counted by the
+// labels of their nodes (quota.GroupOf), must be within quota of strategy
+// (quota.At).
+func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, nodes map[string]map[string]string) sampleResult {
+	if !r.done || dirty || int32(len(pods)) != r.replicas {
+		return sampleResult{verdict: unsettled}
+	}
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodRunning || p.Spec.NodeName == "" {
+			return sampleResult{verdict: unsettled}
+		}
+	}
+	for _, p := range pods {
+		if _, ok := p.Annotations[annotations.Fallback]; ok {
+			return sampleResult{verdict: fellBack}
+		}
+	}
+	s, err := compiled.Parse(strategy)
+	if err != nil {
+		return sampleResult{verdict: offQuota, why: fmt.Sprintf("strategy %q: %v", strategy, err)}
+	}
+	counts := map[string]int64{}
+	for _, p := range pods {
+		labels, ok := nodes[p.Spec.NodeName]
+		key := quota.NoGroup
+		if ok {
+			key = quota.GroupOf(s.Strategy, labels, p.Annotations[annotations.Group])
+		}
+		counts[key]++
+	}
+	if off := quota.At(s, counts); !off.Within() {
+		return sampleResult{verdict: offQuota, why: off.String()}
+	}
+	return sampleResult{verdict: withinQuota}
+}
+
+// pendingPod is a pod Pending past its capacity timeout, and why.
+type pendingPod struct {
+	Pod       string `json:"pod"`
+	Age       string `json:"age"`
+	Apportion bool   `json:"becauseOfApportion"`
+	Why       string `json:"why"`
+}
+
+// pendingPast lists the pods Pending longer than limit at now. A pod still
+// held by the placement gate, or decided and unschedulable, is pending
+// because of apportion (its decision, or its capacity fallback that did
+// not move it); an undecided pod is the cluster's.
+func pendingPast(pods map[string][]*corev1.Pod, limit time.Duration, now time.Time) []pendingPod {
+	var out []pendingPod
+	for _, list := range pods {
+		for _, p := range list {
+			age := now.Sub(p.CreationTimestamp.Time)
+			if p.Status.Phase != corev1.PodPending || age <= limit {
+				continue
+			}
+			pp := pendingPod{Pod: p.Namespace + "/" + p.Name, Age: age.Round(time.Second).String()}
+			cond := ""
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+					cond = strings.TrimSpace(c.Reason + ": " + firstLine(c.Message))
+				}
+			}
+			switch g := p.Annotations[annotations.Group]; {
+			case decision.HasGate(p):
+				pp.Apportion, pp.Why = true, "held by the placement gate"
+			case g != "":
+				pp.Apportion = p.Spec.NodeName == ""
+				pp.Why = fmt.Sprintf("decided %s on NodePool %s", g, p.Annotations[annotations.NodePool])
+				if f := p.Annotations[annotations.Fallback]; f != "" {
+					pp.Why += " (fallback from " + f + ")"
+				}
+			default:
+				pp.Why = "no decision"
+			}
+			switch {
+			case p.Spec.NodeName != "":
+				pp.Why += "; bound to " + p.Spec.NodeName + ", not Running yet"
+			case cond != "":
+				pp.Why += "; " + cond
+			}
+			out = append(out, pp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+	return out
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 160 {
+		s = s[:160] + "..."
+	}
+	return s
+}

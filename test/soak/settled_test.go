@@ -1,0 +1,144 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/apportion-dev/apportion/pkg/annotations"
+)
+
+const (
+	od   = "karpenter.sh/capacity-type=on-demand"
+	spot = "karpenter.sh/capacity-type=spot"
+)
+
+var testNodes = map[string]map[string]string{
+	"od":   {"karpenter.sh/capacity-type": "on-demand"},
+	"spot": {"karpenter.sh/capacity-type": "spot"},
+	"gpu":  {"dedicated": "gpu"},
+}
+
+// pods returns n Running pods on node, each claiming group in its
+// decision.
+func pods(n int, node, group string) []*corev1.Pod {
+	out := make([]*corev1.Pod, n)
+	for i := range out {
+		out[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotations.Group: group}},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	return out
+}
+
+func TestSampleWorkload(t *testing.T) {
+	done := rollout{replicas: 10, done: true}
+	// 10 pods of the capacity spread: 4 on-demand, 6 spot.
+	exact := append(pods(4, "od", od), pods(6, "spot", spot)...)
+	pendingOne := append(pods(4, "od", od), pods(5, "spot", spot)...)
+	pendingOne = append(pendingOne, &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}})
+	fallback := append(pods(6, "od", od), pods(4, "spot", spot)...)
+	fallback[0].Annotations[annotations.Fallback] = spot
+	for _, tc := range []struct {
+		name  string
+		r     rollout
+		dirty bool
+		pods  []*corev1.Pod
+		want  verdict
+		why   string
+	}{
+		{"within", done, false, exact, withinQuota, ""},
+		{"rollout in progress", rollout{replicas: 10}, false, exact, unsettled, ""},
+		{"a policy change waits for its rollout", done, true, exact, unsettled, ""},
+		{"fewer pods than replicas", done, false, exact[:9], unsettled, ""},
+		{"a pod not Running", done, false, pendingOne, unsettled, ""},
+		{"fallback pods", done, false, fallback, fellBack, ""},
+		{"off by node labels", done, false, append(pods(6, "od", od), pods(4, "spot", spot)...), offQuota, od + ": 6, quota 4..4 of 10"},
+		// The decision says spot; the node says otherwise: the node wins.
+		{"decision and node disagree", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "od", spot)...)...), offQuota, od + ": 5"},
+		{"on a node of no group", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gpu", spot)...)...), offQuota, "(no group): 1"},
+		{"on a node gone", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gone", spot)...)...), offQuota, "(no group): 1"},
+	} {
+		got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", tc.r, tc.dirty, tc.pods, testNodes)
+		if got.verdict != tc.want || !strings.Contains(got.why, tc.why) {
+			t.Errorf("%s: verdict %d (%q), want %d (containing %q)", tc.name, got.verdict, got.why, tc.want, tc.why)
+		}
+	}
+	if got := sampleWorkload("karpenter.sh/capacity-type=spot,weight=x", done, false, exact, testNodes); got.verdict != offQuota {
+		t.Errorf("a strategy that does not parse: verdict %d, want off quota", got.verdict)
+	}
+}
+
+func TestRollouts(t *testing.T) {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](4)},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 4, UpdatedReplicas: 4, ReadyReplicas: 4, AvailableReplicas: 4}}
+	if r := deploymentRollout(d); !r.done || r.replicas != 4 {
+		t.Errorf("a rolled-out Deployment: %+v", r)
+	}
+	d.Generation = 4
+	if deploymentRollout(d).done {
+		t.Error("a Deployment whose latest spec the controller has not seen counts as rolled out")
+	}
+	d.Generation, d.Status.Replicas = 3, 5
+	if deploymentRollout(d).done {
+		t.Error("a Deployment with a pod of the old revision left counts as rolled out")
+	}
+	st := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, ReadyReplicas: 3, CurrentRevision: "a", UpdateRevision: "b"}}
+	if statefulSetRollout(st).done {
+		t.Error("a StatefulSet between revisions counts as rolled out")
+	}
+	st.Status.CurrentRevision = "b"
+	if !statefulSetRollout(st).done {
+		t.Error("a rolled-out StatefulSet does not count as rolled out")
+	}
+}
+
+func TestPendingPast(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	pod := func(name string, age time.Duration, edit func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.NewTime(now.Add(-age)),
+			Annotations: map[string]string{}}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		edit(p)
+		return p
+	}
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available\nmore"}}
+	}
+	live := map[string][]*corev1.Pod{"w": {
+		pod("young", time.Minute, func(*corev1.Pod) {}),
+		pod("gated", 5*time.Minute, func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
+		}),
+		pod("decided", 5*time.Minute, func(p *corev1.Pod) {
+			p.Annotations[annotations.Group] = spot
+			p.Annotations[annotations.NodePool] = "spot-amd64"
+			unschedulable(p)
+		}),
+		pod("undecided", 5*time.Minute, unschedulable),
+		pod("running", 5*time.Minute, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }),
+	}}
+	got := pendingPast(live, 3*time.Minute, now)
+	want := []struct {
+		pod       string
+		apportion bool
+		why       string
+	}{
+		{"ns/decided", true, "decided " + spot + " on NodePool spot-amd64; Unschedulable: 0/3 nodes are available"},
+		{"ns/gated", true, "held by the placement gate"},
+		{"ns/undecided", false, "no decision; Unschedulable"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("pending past the timeout: %+v, want %d pods", got, len(want))
+	}
+	for i, w := range want {
+		if got[i].Pod != w.pod || got[i].Apportion != w.apportion || !strings.HasPrefix(got[i].Why, w.why) || strings.Contains(got[i].Why, "more") {
+			t.Errorf("pending %d: %+v, want %s (apportion %t) %q", i, got[i], w.pod, w.apportion, w.why)
+		}
+	}
+}
