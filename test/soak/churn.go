@@ -448,8 +448,8 @@ func (c *churn) leaderKill(ctx context.Context, _ *rand.Rand) (string, error) {
 		return "deleting pod " + p.Name, err
 	}
 	start := time.Now()
-	err = c.e.waitReplicas(ctx, 4*time.Minute)
-	return fmt.Sprintf("deleted the leader's pod %s; 2 replicas and a leader again after %s", p.Name, time.Since(start).Round(time.Second)), err
+	err = c.e.waitReplicas(ctx, 4*time.Minute, p.Name)
+	return fmt.Sprintf("deleted the leader's pod %s; 2 other replicas and a new leader after %s", p.Name, time.Since(start).Round(time.Second)), err
 }
 
 // leaderFreeze stops the leader's process (SIGSTOP) for 30 to 60 s, as a
@@ -484,6 +484,8 @@ func (c *churn) leaderFreeze(ctx context.Context, rng *rand.Rand) (string, error
 	if err != nil {
 		return detail, err
 	}
+	// The other replica took the Lease meanwhile; the thawed one steps
+	// down (and may exit: restartExited replaces it).
 	return detail, c.e.waitReplicas(ctx, 4*time.Minute)
 }
 
@@ -503,7 +505,7 @@ func (c *churn) helmUpgrade(ctx context.Context, _ *rand.Rand) (string, error) {
 	}
 	// --wait returns once the Deployment is rolled out; wait for the old
 	// replicas to be gone and the new ones to lead.
-	err := c.e.waitReplicas(ctx, 4*time.Minute)
+	err := c.e.waitReplicas(ctx, 4*time.Minute, before...)
 	after := slices.Sorted(maps.Keys(c.e.kubelet.Processes()))
 	return fmt.Sprintf("helm upgrade %d rolled %v to %v in %s", n, before, after, time.Since(start).Round(time.Second)), err
 }

@@ -129,7 +129,7 @@ func shadeFrozen(p *plot.Plot, rows []minute, frozen []window) {
 		if err != nil {
 			continue
 		}
-		band.Color = color.RGBA{R: 120, G: 160, B: 255, A: 60}
+		band.Color = color.NRGBA{R: 120, G: 160, B: 255, A: 50}
 		band.LineStyle.Width = 0
 		p.Add(band)
 	}

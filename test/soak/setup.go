@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
@@ -123,14 +125,25 @@ func chartValues() []string {
 
 func chartDir() string { return filepath.Join(framework.RepoRoot(), "chart") }
 
-// waitReplicas waits until two replicas run and the placement Lease is
-// fresh.
-func (e *env) waitReplicas(ctx context.Context, timeout time.Duration) error {
+// waitReplicas waits until two replicas run, none of them the pods named
+// gone, and the placement Lease is fresh and held by neither of those.
+func (e *env) waitReplicas(ctx context.Context, timeout time.Duration, gone ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	key := client.ObjectKey{Namespace: namespace, Name: release}
 	for {
-		n := len(e.kubelet.Processes())
-		if n == 2 && framework.LeaseAlive(ctx, e.kube, client.ObjectKey{Namespace: namespace, Name: release}) {
+		procs := e.kubelet.Processes()
+		n := len(procs)
+		ok := n == 2 && framework.LeaseAlive(ctx, e.kube, key)
+		if ok && len(gone) > 0 {
+			var lease coordinationv1.Lease
+			ok = e.kube.Get(ctx, key, &lease) == nil
+			for _, g := range gone {
+				_, running := procs[g]
+				ok = ok && !running && !strings.HasPrefix(ptr.Deref(lease.Spec.HolderIdentity, ""), g)
+			}
+		}
+		if ok {
 			return nil
 		}
 		select {
