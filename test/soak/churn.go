@@ -272,6 +272,22 @@ func (c *churn) repoint(ctx context.Context, ok func(*workload) bool) error {
 	return errors.Join(errs...)
 }
 
+// cycle creates pol when it does not exist; else deletes it (half the
+// time, or when next is its strategy cur already) or changes its strategy
+// to next. It returns what it did and the strategy pol has now ("":
+// deleted).
+func (c *churn) cycle(ctx context.Context, rng *rand.Rand, pol client.Object, exists bool, cur, next string) (string, string, error) {
+	switch {
+	case !exists:
+		return "created", next, c.e.kube.Create(ctx, pol)
+	case rng.IntN(2) == 0 || next == cur:
+		return "deleted", "", c.e.kube.Delete(ctx, pol)
+	default:
+		return "changed", next, c.e.kube.Patch(ctx, pol, client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"spec":{"strategy":{"text":%q}}}`, next)))
+	}
+}
+
 // placementPolicy creates, changes or deletes one group's PlacementPolicy.
 func (c *churn) placementPolicy(ctx context.Context, rng *rand.Rand) (string, error) {
 	g := policyGroups[rng.IntN(len(policyGroups))]
@@ -280,18 +296,7 @@ func (c *churn) placementPolicy(ctx context.Context, rng *rand.Rand) (string, er
 	cur, exists := c.m.pp[g]
 	c.m.mu.Unlock()
 	pol := placementPolicy(g, next)
-	var what string
-	var err error
-	switch {
-	case !exists:
-		what, err = "created", c.e.kube.Create(ctx, pol)
-	case rng.IntN(2) == 0 || next == cur:
-		what, err = "deleted", c.e.kube.Delete(ctx, pol)
-		next = ""
-	default:
-		what, err = "changed", c.e.kube.Patch(ctx, pol, client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"strategy":{"text":%q}}}`, next)))
-	}
+	what, next, err := c.cycle(ctx, rng, pol, exists, cur, next)
 	detail := fmt.Sprintf("%s %s/%s", what, nsPolicies, pol.Name)
 	if err != nil {
 		return detail, err
@@ -314,18 +319,7 @@ func (c *churn) clusterPolicy(ctx context.Context, rng *rand.Rand) (string, erro
 	cur := c.m.cluster
 	c.m.mu.Unlock()
 	pol := clusterPolicy("soak-churn", churnLabel, next, 10)
-	var what string
-	var err error
-	switch {
-	case cur == "":
-		what, err = "created", c.e.kube.Create(ctx, pol)
-	case rng.IntN(2) == 0 || next == cur:
-		what, err = "deleted", c.e.kube.Delete(ctx, pol)
-		next = ""
-	default:
-		what, err = "changed", c.e.kube.Patch(ctx, pol, client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"strategy":{"text":%q}}}`, next)))
-	}
+	what, next, err := c.cycle(ctx, rng, pol, cur != "", cur, next)
 	detail := what + " ClusterPlacementPolicy soak-churn"
 	if err != nil {
 		return detail, err

@@ -25,13 +25,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 // options are the command line.
@@ -78,29 +79,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-func main() { os.Exit(soak(os.Args[1:])) }
-
-// soak runs the command and returns its exit status: 2 for bad flags, 1
-// when the run failed or a target did not hold.
-func soak(args []string) int {
-	o, err := parseOptions(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
-		return 2
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	start := time.Now()
-	err = run(ctx, o, os.Stdout)
-	say("wall time %s (set-up and teardown included)", time.Since(start).Round(time.Second))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
-		return 1
-	}
-	return 0
+func main() {
+	os.Exit(framework.Command[options]{Name: "soak", Parse: parseOptions, Run: run,
+		Timeout: func(o options) time.Duration { return o.timeout }}.Main(os.Args[1:]))
 }
 
 // say prints one progress line with the time of day.
