@@ -27,10 +27,12 @@ import (
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
-// frozenMargin extends a frozen moment past the thaw: admissions sent to
-// the frozen replica time out up to the webhook's timeout later, and the
-// API server may still hold a connection to it.
-const frozenMargin = 15 * time.Second
+// frozenMargin extends a frozen moment past the thaw: the thawed replica
+// finds its Lease taken once its renew deadline (10 s) has passed and
+// exits, still an endpoint for a moment (admissions sent there fail open),
+// and calls sent to it while frozen time out up to the webhook's timeout
+// (2 s) after it was taken out of the endpoints.
+const frozenMargin = 30 * time.Second
 
 // eventKind is one kind of churn and its average period: each runs on its
 // own schedule, the first time at a random point of its first period, then

@@ -53,12 +53,15 @@ type minute struct {
 	Frozen  bool      `json:"frozen"`
 	Events  []string  `json:"events"`
 	admissions
-	Settled   int      `json:"settled"`
-	Within    int      `json:"withinQuota"`
-	Off       int      `json:"offQuota"`
-	OffWhy    []string `json:"offQuotaWhy,omitempty"`
-	FellBack  int      `json:"fellBack"`
-	Unsettled int      `json:"unsettled"`
+	Settled  int      `json:"settled"`
+	Within   int      `json:"withinQuota"`
+	Off      int      `json:"offQuota"`
+	OffWhy   []string `json:"offQuotaWhy,omitempty"`
+	FellBack int      `json:"fellBack"`
+	// WithUndecided counts the settled workloads with a pod that has no
+	// decision (counted among the undecided pods), not held to the quota.
+	WithUndecided int `json:"withUndecided"`
+	Unsettled     int `json:"unsettled"`
 	// Pending are the pods Pending past their capacity timeout now.
 	Pending          []pendingPod `json:"pendingPastTimeout,omitempty"`
 	PendingApportion int          `json:"pendingBecauseOfApportion"`
@@ -202,6 +205,8 @@ func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*co
 			row.Unsettled++
 		case fellBack:
 			row.FellBack++
+		case withUndecided:
+			row.WithUndecided++
 		case withinQuota:
 			row.Settled++
 			row.Within++

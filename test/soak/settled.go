@@ -15,26 +15,22 @@ import (
 	"github.com/apportion-dev/apportion/test/quota"
 )
 
-// rollout is what a Deployment's or StatefulSet's status says of it.
+// rollout is what a Deployment's or StatefulSet's spec asks for: its
+// replicas, and its pod template's revision as the soak's rollouts mark it
+// (rolloutAnnotation). The soak reads its pods rather than its status: on
+// a loaded machine the controller-manager's status updates lag the pods by
+// minutes.
 type rollout struct {
-	replicas int32 // spec
-	// done: the controller saw the latest spec, every pod is of the
-	// current revision and ready, and no pod of an older one is left.
-	done bool
+	replicas int32
+	revision string
 }
 
 func deploymentRollout(d *appsv1.Deployment) rollout {
-	want := ptrValue(d.Spec.Replicas)
-	s := d.Status
-	return rollout{replicas: want, done: s.ObservedGeneration >= d.Generation && s.Replicas == want &&
-		s.UpdatedReplicas == want && s.ReadyReplicas == want && s.AvailableReplicas == want}
+	return rollout{replicas: ptrValue(d.Spec.Replicas), revision: d.Spec.Template.Annotations[rolloutAnnotation]}
 }
 
 func statefulSetRollout(st *appsv1.StatefulSet) rollout {
-	want := ptrValue(st.Spec.Replicas)
-	s := st.Status
-	return rollout{replicas: want, done: s.ObservedGeneration >= st.Generation && s.Replicas == want &&
-		s.UpdatedReplicas == want && s.ReadyReplicas == want && s.CurrentRevision == s.UpdateRevision}
+	return rollout{replicas: ptrValue(st.Spec.Replicas), revision: st.Spec.Template.Annotations[rolloutAnnotation]}
 }
 
 func ptrValue(p *int32) int32 {
@@ -52,6 +48,10 @@ const (
 	// fellBack: settled, but some pod was placed while a group was out
 	// of capacity (apportion.dev/fallback): the quota is not owed.
 	fellBack
+	// withUndecided: settled, but some pod has no decision (admitted while
+	// the webhook did not answer, counted as such): apportion did not place
+	// it, so the split is not owed either.
+	withUndecided
 	withinQuota
 	offQuota
 )
@@ -62,18 +62,26 @@ type sampleResult struct {
 	why     string
 }
 
-// sampleWorkload checks one workload: settled when its rollout is done, no
-// policy change is waiting for its rollout, and as many pods as its
-// replicas are live, each Running on a node; then its pods, counted by the
-// labels of their nodes (quota.GroupOf), must be within quota of strategy
-// (quota.At).
+// sampleWorkload checks one workload: settled when no policy change is
+// waiting for its rollout and as many pods as its replicas are live, each
+// of its template's revision (no rollout in progress) and Running on a
+// node; then its pods, counted by the labels of their nodes
+// (quota.GroupOf), must be within quota of strategy (quota.At).
 func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, nodes map[string]map[string]string) sampleResult {
-	if !r.done || dirty || int32(len(pods)) != r.replicas {
+	if dirty || int32(len(pods)) != r.replicas {
 		return sampleResult{verdict: unsettled}
 	}
 	for _, p := range pods {
-		if p.Status.Phase != corev1.PodRunning || p.Spec.NodeName == "" {
+		// A pod on a node that is gone (a spot interruption) is on its
+		// way out too.
+		_, onNode := nodes[p.Spec.NodeName]
+		if p.Status.Phase != corev1.PodRunning || !onNode || p.Annotations[rolloutAnnotation] != r.revision {
 			return sampleResult{verdict: unsettled}
+		}
+	}
+	for _, p := range pods {
+		if _, ok := p.Annotations[annotations.Group]; !ok {
+			return sampleResult{verdict: withUndecided}
 		}
 	}
 	for _, p := range pods {
@@ -87,12 +95,7 @@ func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, 
 	}
 	counts := map[string]int64{}
 	for _, p := range pods {
-		labels, ok := nodes[p.Spec.NodeName]
-		key := quota.NoGroup
-		if ok {
-			key = quota.GroupOf(s.Strategy, labels, p.Annotations[annotations.Group])
-		}
-		counts[key]++
+		counts[quota.GroupOf(s.Strategy, nodes[p.Spec.NodeName], p.Annotations[annotations.Group])]++
 	}
 	if off := quota.At(s, counts); !off.Within() {
 		return sampleResult{verdict: offQuota, why: off.String()}

@@ -29,18 +29,23 @@ var testNodes = map[string]map[string]string{
 func pods(n int, node, group string) []*corev1.Pod {
 	out := make([]*corev1.Pod, n)
 	for i := range out {
-		out[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotations.Group: group}},
+		out[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotations.Group: group, rolloutAnnotation: "3"}},
 			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	}
 	return out
 }
 
 func TestSampleWorkload(t *testing.T) {
-	done := rollout{replicas: 10, done: true}
+	done := rollout{replicas: 10, revision: "3"}
 	// 10 pods of the capacity spread: 4 on-demand, 6 spot.
 	exact := append(pods(4, "od", od), pods(6, "spot", spot)...)
 	pendingOne := append(pods(4, "od", od), pods(5, "spot", spot)...)
-	pendingOne = append(pendingOne, &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}})
+	pendingOne = append(pendingOne, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{rolloutAnnotation: "3"}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}})
+	oldRevision := append(pods(4, "od", od), pods(6, "spot", spot)...)
+	oldRevision[9].Annotations[rolloutAnnotation] = "2"
+	undecided := append(pods(6, "od", od), pods(4, "spot", spot)...)
+	delete(undecided[0].Annotations, annotations.Group)
 	fallback := append(pods(6, "od", od), pods(4, "spot", spot)...)
 	fallback[0].Annotations[annotations.Fallback] = spot
 	for _, tc := range []struct {
@@ -52,16 +57,18 @@ func TestSampleWorkload(t *testing.T) {
 		why   string
 	}{
 		{"within", done, false, exact, withinQuota, ""},
-		{"rollout in progress", rollout{replicas: 10}, false, exact, unsettled, ""},
+		{"rollout in progress", done, false, oldRevision, unsettled, ""},
+		{"the first revision", rollout{replicas: 10}, false, exact, unsettled, ""},
 		{"a policy change waits for its rollout", done, true, exact, unsettled, ""},
 		{"fewer pods than replicas", done, false, exact[:9], unsettled, ""},
 		{"a pod not Running", done, false, pendingOne, unsettled, ""},
 		{"fallback pods", done, false, fallback, fellBack, ""},
+		{"a pod without a decision", done, false, undecided, withUndecided, ""},
 		{"off by node labels", done, false, append(pods(6, "od", od), pods(4, "spot", spot)...), offQuota, od + ": 6, quota 4..4 of 10"},
 		// The decision says spot; the node says otherwise: the node wins.
 		{"decision and node disagree", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "od", spot)...)...), offQuota, od + ": 5"},
 		{"on a node of no group", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gpu", spot)...)...), offQuota, "(no group): 1"},
-		{"on a node gone", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gone", spot)...)...), offQuota, "(no group): 1"},
+		{"on a node gone", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gone", spot)...)...), unsettled, ""},
 	} {
 		got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", tc.r, tc.dirty, tc.pods, testNodes)
 		if got.verdict != tc.want || !strings.Contains(got.why, tc.why) {
@@ -74,27 +81,14 @@ func TestSampleWorkload(t *testing.T) {
 }
 
 func TestRollouts(t *testing.T) {
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](4)},
-		Status: appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 4, UpdatedReplicas: 4, ReadyReplicas: 4, AvailableReplicas: 4}}
-	if r := deploymentRollout(d); !r.done || r.replicas != 4 {
-		t.Errorf("a rolled-out Deployment: %+v", r)
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{rolloutAnnotation: "7"}}}
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](4), Template: tmpl}}
+	if r := deploymentRollout(d); r != (rollout{replicas: 4, revision: "7"}) {
+		t.Errorf("Deployment: %+v", r)
 	}
-	d.Generation = 4
-	if deploymentRollout(d).done {
-		t.Error("a Deployment whose latest spec the controller has not seen counts as rolled out")
-	}
-	d.Generation, d.Status.Replicas = 3, 5
-	if deploymentRollout(d).done {
-		t.Error("a Deployment with a pod of the old revision left counts as rolled out")
-	}
-	st := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)},
-		Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, ReadyReplicas: 3, CurrentRevision: "a", UpdateRevision: "b"}}
-	if statefulSetRollout(st).done {
-		t.Error("a StatefulSet between revisions counts as rolled out")
-	}
-	st.Status.CurrentRevision = "b"
-	if !statefulSetRollout(st).done {
-		t.Error("a rolled-out StatefulSet does not count as rolled out")
+	st := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Template: tmpl}}
+	if r := statefulSetRollout(st); r != (rollout{replicas: 1, revision: "7"}) {
+		t.Errorf("StatefulSet without replicas: %+v, want 1 (the default)", r)
 	}
 }
 

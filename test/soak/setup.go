@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
@@ -125,33 +127,66 @@ func chartValues() []string {
 
 func chartDir() string { return filepath.Join(framework.RepoRoot(), "chart") }
 
-// waitReplicas waits until two replicas run, none of them the pods named
-// gone, and the placement Lease is fresh and held by neither of those.
+// waitReplicas waits until two replicas run and are Ready, no other pod of
+// the chart is left (none terminating), none of them is one of the pods
+// named gone, and the placement Lease is fresh and held by neither of
+// those.
 func (e *env) waitReplicas(ctx context.Context, timeout time.Duration, gone ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	key := client.ObjectKey{Namespace: namespace, Name: release}
 	for {
-		procs := e.kubelet.Processes()
-		n := len(procs)
-		ok := n == 2 && framework.LeaseAlive(ctx, e.kube, key)
-		if ok && len(gone) > 0 {
-			var lease coordinationv1.Lease
-			ok = e.kube.Get(ctx, key, &lease) == nil
-			for _, g := range gone {
-				_, running := procs[g]
-				ok = ok && !running && !strings.HasPrefix(ptr.Deref(lease.Spec.HolderIdentity, ""), g)
-			}
-		}
-		if ok {
+		ready, why := e.replicasReady(ctx, gone)
+		if ready {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for 2 replicas and a placement leader (%d running): %w", n, ctx.Err())
+			return fmt.Errorf("waiting for 2 Ready replicas and a placement leader (%s): %w", why, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+func (e *env) replicasReady(ctx context.Context, gone []string) (bool, string) {
+	key := client.ObjectKey{Namespace: namespace, Name: release}
+	procs := e.kubelet.Processes()
+	var pods corev1.PodList
+	if err := e.kube.List(ctx, &pods, client.InNamespace(namespace), client.HasLabels{framework.ProcessLabel}); err != nil {
+		return false, err.Error()
+	}
+	ready := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || slices.Contains(gone, p.Name) {
+			return false, "pod " + p.Name + " still there"
+		}
+		if _, running := procs[p.Name]; running && podReady(p) {
+			ready++
+		}
+	}
+	if ready != 2 || len(pods.Items) != 2 {
+		return false, fmt.Sprintf("%d pods, %d Ready", len(pods.Items), ready)
+	}
+	var lease coordinationv1.Lease
+	if err := e.kube.Get(ctx, key, &lease); err != nil || !framework.LeaseAlive(ctx, e.kube, key) {
+		return false, "no fresh Lease"
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	for _, g := range gone {
+		if strings.HasPrefix(holder, g) {
+			return false, "the Lease is still " + g + "'s"
+		}
+	}
+	return true, ""
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // stop stops the watch, the kubelet's processes, the registry and the
