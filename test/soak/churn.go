@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/apportion-dev/apportion/pkg/apis/v1alpha1"
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
@@ -252,9 +253,9 @@ func (c *churn) job(ctx context.Context, rng *rand.Rand) (string, error) {
 }
 
 // repoint marks the workloads ok accepts dirty (the model already says
-// their new strategy), waits for the policy change to reach apportion's
-// caches, then rolls them so that their pods follow it.
-func (c *churn) repoint(ctx context.Context, ok func(*workload) bool) error {
+// their new strategy), waits for the policy change to reach apportion
+// (observed), then rolls them so that their pods follow it.
+func (c *churn) repoint(ctx context.Context, observed func(context.Context) bool, ok func(*workload) bool) error {
 	var ws []*workload
 	c.m.mu.Lock()
 	for _, w := range c.m.workloads {
@@ -264,7 +265,13 @@ func (c *churn) repoint(ctx context.Context, ok func(*workload) bool) error {
 		}
 	}
 	c.m.mu.Unlock()
-	if err := sleep(ctx, 5*time.Second); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	for !observed(wctx) && sleep(wctx, time.Second) == nil {
+	}
+	cancel()
+	// The leader's caches, which decide, are the ones that wrote the
+	// policy's status (or, for a deletion, had 10 s).
+	if err := sleep(ctx, 2*time.Second); err != nil {
 		return err
 	}
 	var errs []error
@@ -290,6 +297,34 @@ func (c *churn) cycle(ctx context.Context, rng *rand.Rand, pol client.Object, ex
 	}
 }
 
+// observed reports whether apportion has seen the latest spec of pol: its
+// status' observedGeneration (written by the leader) caught up; a deleted
+// policy counts as seen 10 s after.
+func (c *churn) observed(pol client.Object, deleted bool) func(context.Context) bool {
+	if deleted {
+		at := time.Now()
+		return func(context.Context) bool { return time.Since(at) > 10*time.Second }
+	}
+	return func(ctx context.Context) bool {
+		var gen, seen int64
+		switch p := pol.(type) {
+		case *v1alpha1.PlacementPolicy:
+			var cur v1alpha1.PlacementPolicy
+			if c.e.kube.Get(ctx, client.ObjectKeyFromObject(p), &cur) != nil {
+				return false
+			}
+			gen, seen = cur.Generation, cur.Status.ObservedGeneration
+		case *v1alpha1.ClusterPlacementPolicy:
+			var cur v1alpha1.ClusterPlacementPolicy
+			if c.e.kube.Get(ctx, client.ObjectKeyFromObject(p), &cur) != nil {
+				return false
+			}
+			gen, seen = cur.Generation, cur.Status.ObservedGeneration
+		}
+		return gen > 0 && seen >= gen
+	}
+}
+
 // placementPolicy creates, changes or deletes one group's PlacementPolicy.
 func (c *churn) placementPolicy(ctx context.Context, rng *rand.Rand) (string, error) {
 	g := policyGroups[rng.IntN(len(policyGroups))]
@@ -310,7 +345,7 @@ func (c *churn) placementPolicy(ctx context.Context, rng *rand.Rand) (string, er
 		c.m.pp[g] = next
 	}
 	c.m.mu.Unlock()
-	return detail, c.repoint(ctx, func(w *workload) bool { return w.ns == nsPolicies && w.group == g })
+	return detail, c.repoint(ctx, c.observed(pol, next == ""), func(w *workload) bool { return w.ns == nsPolicies && w.group == g })
 }
 
 // clusterPolicy creates, changes or deletes the churned
@@ -329,7 +364,7 @@ func (c *churn) clusterPolicy(ctx context.Context, rng *rand.Rand) (string, erro
 	c.m.mu.Lock()
 	c.m.cluster = next
 	c.m.mu.Unlock()
-	return detail, c.repoint(ctx, func(w *workload) bool { return w.ns == nsCluster })
+	return detail, c.repoint(ctx, c.observed(pol, next == ""), func(w *workload) bool { return w.ns == nsCluster })
 }
 
 // spotInterruption deletes a spot NodeClaim, as Karpenter does when the

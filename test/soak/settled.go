@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -98,7 +99,7 @@ func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, 
 		counts[quota.GroupOf(s.Strategy, nodes[p.Spec.NodeName], p.Annotations[annotations.Group])]++
 	}
 	if off := quota.At(s, counts); !off.Within() {
-		return sampleResult{verdict: offQuota, why: off.String()}
+		return sampleResult{verdict: offQuota, why: off.String() + otherStrategies(s, pods)}
 	}
 	return sampleResult{verdict: withinQuota}
 }
@@ -161,4 +162,21 @@ func firstLine(s string) string {
 		s = s[:160] + "..."
 	}
 	return s
+}
+
+// otherStrategies says how many pods were decided under another strategy
+// than s, by their decision records; "" when none was.
+func otherStrategies(s *compiled.Strategy, pods []*corev1.Pod) string {
+	want := decision.StrategyHash(s.Strategy)
+	other := map[string]int{}
+	for _, p := range pods {
+		var rec decision.Record
+		if json.Unmarshal([]byte(p.Annotations[annotations.Decision]), &rec) == nil && rec.Strategy != want {
+			other[rec.Strategy]++
+		}
+	}
+	if len(other) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (decided under other strategies than %s: %v)", want, other)
 }

@@ -11,6 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/decision"
 )
 
 const (
@@ -134,5 +136,22 @@ func TestPendingPast(t *testing.T) {
 		if got[i].Pod != w.pod || got[i].Apportion != w.apportion || !strings.HasPrefix(got[i].Why, w.why) || strings.Contains(got[i].Why, "more") {
 			t.Errorf("pending %d: %+v, want %s (apportion %t) %q", i, got[i], w.pod, w.apportion, w.why)
 		}
+	}
+}
+
+func TestOtherStrategies(t *testing.T) {
+	s, err := compiled.Parse(od + ",base=2,weight=1:" + spot + ",weight=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := decision.StrategyHash(s.Strategy)
+	ps := pods(3, "spot", spot)
+	ps[0].Annotations[annotations.Decision] = `{"strategy":"` + mine + `","counts":[0,0],"reason":"quota"}`
+	ps[1].Annotations[annotations.Decision] = `{"strategy":"abc","counts":[0,0],"reason":"quota"}`
+	if got := otherStrategies(s, ps[:1]); got != "" {
+		t.Errorf("a pod decided under the strategy: %q", got)
+	}
+	if got := otherStrategies(s, ps); !strings.Contains(got, "map[abc:1]") {
+		t.Errorf("a pod decided under another strategy: %q", got)
 	}
 }
