@@ -157,7 +157,7 @@ type Bucket struct {
 
 // MarshalJSON writes the bound as Prometheus does, "+Inf" included, which
 // JSON numbers cannot hold.
-func (b Bucket) MarshalJSON() ([]byte, error) { //nolint:unparam // json.Marshaler's signature
+func (b Bucket) MarshalJSON() ([]byte, error) {
 	return fmt.Appendf(nil, `{"le":%q,"count":%g}`, strconv.FormatFloat(b.LE, 'g', -1, 64), b.Count), nil
 }
 

@@ -266,7 +266,10 @@ func (c *churn) repoint(ctx context.Context, observed func(context.Context) bool
 	}
 	c.m.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	for !observed(wctx) && sleep(wctx, time.Second) == nil {
+	for !observed(wctx) {
+		if sleep(wctx, time.Second) != nil {
+			break
+		}
 	}
 	cancel()
 	// The leader's caches, which decide, are the ones that wrote the
