@@ -61,7 +61,11 @@ type minute struct {
 	// WithUndecided counts the settled workloads with a pod that has no
 	// decision (counted among the undecided pods), not held to the quota.
 	WithUndecided int `json:"withUndecided"`
-	Unsettled     int `json:"unsettled"`
+	// Survivors counts the settled workloads with pods that survived a
+	// scale-down which removed a not-ready pod first, not held to the
+	// quota.
+	Survivors int `json:"survivors"`
+	Unsettled int `json:"unsettled"`
 	// Pending are the pods Pending past their capacity timeout now.
 	Pending          []pendingPod `json:"pendingPastTimeout,omitempty"`
 	PendingApportion int          `json:"pendingBecauseOfApportion"`
@@ -181,6 +185,7 @@ func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*co
 			}
 		}
 	}
+	removed := s.e.pods.removedNotReady()
 	var nodes corev1.NodeList
 	nodeLabels := map[string]map[string]string{}
 	if err := s.e.kube.List(ctx, &nodes); err == nil {
@@ -199,7 +204,7 @@ func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*co
 			row.Unsettled++
 			continue
 		}
-		res := sampleWorkload(s.m.strategyOf(w), r, w.dirty, live[w.key()], nodeLabels)
+		res := sampleWorkload(s.m.strategyOf(w), r, w.dirty, live[w.key()], nodeLabels, removed[w.key()])
 		switch res.verdict {
 		case unsettled:
 			row.Unsettled++
@@ -207,6 +212,8 @@ func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*co
 			row.FellBack++
 		case withUndecided:
 			row.WithUndecided++
+		case survivor:
+			row.Survivors++
 		case withinQuota:
 			row.Settled++
 			row.Within++

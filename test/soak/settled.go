@@ -49,6 +49,10 @@ const (
 	// fellBack: settled, but some pod was placed while a group was out
 	// of capacity (apportion.dev/fallback): the quota is not owed.
 	fellBack
+	// survivor: settled, but some pod survived a scale-down that removed a
+	// not-ready pod first (tracker.notReadyRemoved), which no
+	// pod-deletion-cost steers: the split is not owed.
+	survivor
 	// withUndecided: settled, but some pod has no decision (admitted while
 	// the webhook did not answer, counted as such): apportion did not place
 	// it, so the split is not owed either.
@@ -68,7 +72,7 @@ type sampleResult struct {
 // of its template's revision (no rollout in progress) and Running on a
 // node; then its pods, counted by the labels of their nodes
 // (quota.GroupOf), must be within quota of strategy (quota.At).
-func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, nodes map[string]map[string]string) sampleResult {
+func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, nodes map[string]map[string]string, notReadyRemoved time.Time) sampleResult {
 	if dirty || int32(len(pods)) != r.replicas {
 		return sampleResult{verdict: unsettled}
 	}
@@ -83,6 +87,11 @@ func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, 
 	for _, p := range pods {
 		if _, ok := p.Annotations[annotations.Group]; !ok {
 			return sampleResult{verdict: withUndecided}
+		}
+	}
+	for _, p := range pods {
+		if p.CreationTimestamp.Time.Before(notReadyRemoved) {
+			return sampleResult{verdict: survivor}
 		}
 	}
 	for _, p := range pods {

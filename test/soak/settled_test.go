@@ -72,12 +72,25 @@ func TestSampleWorkload(t *testing.T) {
 		{"on a node of no group", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gpu", spot)...)...), offQuota, "(no group): 1"},
 		{"on a node gone", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gone", spot)...)...), unsettled, ""},
 	} {
-		got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", tc.r, tc.dirty, tc.pods, testNodes)
+		got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", tc.r, tc.dirty, tc.pods, testNodes, time.Time{})
 		if got.verdict != tc.want || !strings.Contains(got.why, tc.why) {
 			t.Errorf("%s: verdict %d (%q), want %d (containing %q)", tc.name, got.verdict, got.why, tc.want, tc.why)
 		}
 	}
-	if got := sampleWorkload("karpenter.sh/capacity-type=spot,weight=x", done, false, exact, testNodes); got.verdict != offQuota {
+	// A scale-down removed a not-ready pod after these pods were created:
+	// the survivors are not held to the quota; pods created after it are.
+	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	off := append(pods(6, "od", od), pods(4, "spot", spot)...)
+	for _, p := range off {
+		p.CreationTimestamp = metav1.NewTime(created)
+	}
+	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, created.Add(time.Second)); got.verdict != survivor {
+		t.Errorf("survivors of a not-ready removal: verdict %d, want %d", got.verdict, survivor)
+	}
+	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, created.Add(-time.Second)); got.verdict != offQuota {
+		t.Errorf("pods created after a not-ready removal: verdict %d, want off quota", got.verdict)
+	}
+	if got := sampleWorkload("karpenter.sh/capacity-type=spot,weight=x", done, false, exact, testNodes, time.Time{}); got.verdict != offQuota {
 		t.Errorf("a strategy that does not parse: verdict %d, want off quota", got.verdict)
 	}
 }

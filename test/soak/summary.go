@@ -22,9 +22,9 @@ type target struct {
 // totals adds the minutes up.
 type totals struct {
 	admissions
-	Settled, Within, FellBack, WithUndecided int
-	PendingApportion                         int
-	FrozenMinutes                            int
+	Settled, Within, FellBack, WithUndecided, Survivors int
+	PendingApportion                                    int
+	FrozenMinutes                                       int
 }
 
 func addUp(rows []minute) totals {
@@ -43,6 +43,7 @@ func addUp(rows []minute) totals {
 		t.Within += r.Within
 		t.FellBack += r.FellBack
 		t.WithUndecided += r.WithUndecided
+		t.Survivors += r.Survivors
 		t.PendingApportion += r.PendingApportion
 		if r.Frozen {
 			t.FrozenMinutes++
@@ -71,8 +72,8 @@ func targets(rows []minute, warmUp time.Duration) []target {
 	out = append(out, target{Name: "pods without a decision while a replica was frozen", Want: "< 1% of the pods created meanwhile",
 		Got:  fmt.Sprintf("%d of %d (%.1f%%) in %d minutes with a frozen replica", t.UndecidedFrozen, t.SeenFrozen, frozenShare, t.FrozenMinutes),
 		Held: frozenShare < 1, Advisory: true})
-	within := fmt.Sprintf("%d of %d settled samples (not held to it: %d more with fallback pods, %d with pods admitted without a decision)",
-		t.Within, t.Settled, t.FellBack, t.WithUndecided)
+	within := fmt.Sprintf("%d of %d settled samples (not held to it: %d more with fallback pods, %d with pods admitted without a decision, %d after a scale-down that removed not-ready pods first)",
+		t.Within, t.Settled, t.FellBack, t.WithUndecided, t.Survivors)
 	if t.Settled > 0 {
 		within = fmt.Sprintf("%.2f%%: ", 100*float64(t.Within)/float64(t.Settled)) + within
 	}
@@ -162,8 +163,8 @@ func (m minute) line() string {
 			reps = append(reps, fmt.Sprintf("%s%s %.0fMiB/%.0fMiB/%.0fg", shortName(r.Name), lead, r.RSSMiB, r.HeapMiB, r.Goroutines))
 		}
 	}
-	return fmt.Sprintf("min %3d%s | pods %4d placed %4d undecided %d (frozen %d/%d) | settled %3d within %3d off %d fallback %d undecided-pods %d unsettled %3d | pending>%s %d (apportion %d) | API pod writes %5.0f = %.1f/pod, apportion %4.0f = %.2f/placed | %s | events %s",
-		m.Index, frozen, m.Seen, m.Decided, m.Undecided, m.UndecidedFrozen, m.SeenFrozen, m.Settled, m.Within, m.Off, m.FellBack, m.WithUndecided, m.Unsettled,
+	return fmt.Sprintf("min %3d%s | pods %4d placed %4d undecided %d (frozen %d/%d) | settled %3d within %3d off %d fallback %d undecided-pods %d not-ready-removed %d unsettled %3d | pending>%s %d (apportion %d) | API pod writes %5.0f = %.1f/pod, apportion %4.0f = %.2f/placed | %s | events %s",
+		m.Index, frozen, m.Seen, m.Decided, m.Undecided, m.UndecidedFrozen, m.SeenFrozen, m.Settled, m.Within, m.Off, m.FellBack, m.WithUndecided, m.Survivors, m.Unsettled,
 		"timeout", len(m.Pending), m.PendingApportion, m.APIPodWrites, m.WritesPerPod, m.ApportionWrites, m.WritesPerPlaced,
 		strings.Join(reps, ", "), strings.Join(m.Events, ","))
 }
@@ -177,7 +178,7 @@ func shortName(pod string) string {
 }
 
 var csvHeader = []string{"minute", "time", "frozen", "events", "pods_created", "pods_created_frozen", "placed", "undecided", "undecided_frozen",
-	"failed_open", "released", "settled", "within_quota", "within_quota_pct", "off_quota", "fellback", "with_undecided_pods", "unsettled", "pending_past_timeout",
+	"failed_open", "released", "settled", "within_quota", "within_quota_pct", "off_quota", "fellback", "with_undecided_pods", "not_ready_removed", "unsettled", "pending_past_timeout",
 	"pending_because_of_apportion", "api_pod_writes", "api_pod_writes_per_pod", "apportion_writes", "apportion_writes_per_placed",
 	"max_rss_mib", "max_heap_mib", "max_goroutines", "replicas"}
 
@@ -192,7 +193,7 @@ func (m minute) csvRow() []string {
 	return []string{strconv.Itoa(m.Index), m.At.UTC().Format(time.RFC3339), strconv.FormatBool(m.Frozen), strings.Join(m.Events, " "),
 		strconv.Itoa(m.Seen), strconv.Itoa(m.SeenFrozen), strconv.Itoa(m.Decided), strconv.Itoa(m.Undecided), strconv.Itoa(m.UndecidedFrozen),
 		strconv.Itoa(m.FailedOpen), strconv.Itoa(m.Released), strconv.Itoa(m.Settled), strconv.Itoa(m.Within), f(m.withinPercent()),
-		strconv.Itoa(m.Off), strconv.Itoa(m.FellBack), strconv.Itoa(m.WithUndecided), strconv.Itoa(m.Unsettled), strconv.Itoa(len(m.Pending)), strconv.Itoa(m.PendingApportion),
+		strconv.Itoa(m.Off), strconv.Itoa(m.FellBack), strconv.Itoa(m.WithUndecided), strconv.Itoa(m.Survivors), strconv.Itoa(m.Unsettled), strconv.Itoa(len(m.Pending)), strconv.Itoa(m.PendingApportion),
 		f(m.APIPodWrites), f(m.WritesPerPod), f(m.ApportionWrites), f(m.WritesPerPlaced), f(m.MaxRSSMiB), f(m.MaxHeapMiB), f(m.MaxGoroutines),
 		strings.Join(reps, " ")}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -29,6 +30,8 @@ type podRecord struct {
 	passed  time.Time
 	gated   bool // ever seen held by the gate
 	decided bool // carried a decision when it passed the gate
+	// deleting: seen with a deletion timestamp.
+	deleting bool
 }
 
 // outcome is how a pod passed admission and the gate.
@@ -57,6 +60,13 @@ type tracker struct {
 	mu    sync.Mutex
 	pods  map[types.UID]*podRecord
 	store cache.Store
+	// notReadyRemoved is, per workload, when a pod of it was last deleted
+	// while Running and not Ready: the ReplicaSet and StatefulSet
+	// controllers remove not-ready pods first, whatever their
+	// pod-deletion-cost, so such a scale-down may leave the split off
+	// quota (the node lifecycle controller marks a node's pods not ready
+	// when kwok's heartbeats lag on a loaded machine).
+	notReadyRemoved map[string]time.Time
 }
 
 // watchPods starts an informer on the pods labelled workloadLabel; it
@@ -66,7 +76,7 @@ func watchPods(ctx context.Context, cfg *rest.Config) (*tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building a clientset: %w", err)
 	}
-	t := &tracker{pods: map[types.UID]*podRecord{}}
+	t := &tracker{pods: map[types.UID]*podRecord{}, notReadyRemoved: map[string]time.Time{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = workloadLabel
 	}))
@@ -97,6 +107,12 @@ func (t *tracker) observe(o any, now time.Time) {
 		r = &podRecord{workload: p.Labels[workloadLabel], optIn: p.Labels[optInLabel] == "true", seen: now}
 		t.pods[p.UID] = r
 	}
+	if p.DeletionTimestamp != nil && !r.deleting {
+		r.deleting = true
+		if p.Status.Phase == corev1.PodRunning && !podReady(p) {
+			t.notReadyRemoved[r.workload] = now
+		}
+	}
 	if !r.passed.IsZero() {
 		return
 	}
@@ -106,6 +122,14 @@ func (t *tracker) observe(o any, now time.Time) {
 	}
 	r.passed = now
 	_, r.decided = p.Annotations[annotations.Group]
+}
+
+// removedNotReady returns when a pod of each workload was last deleted
+// while not Ready.
+func (t *tracker) removedNotReady() map[string]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.notReadyRemoved)
 }
 
 // records returns copies of every record so far.

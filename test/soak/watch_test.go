@@ -12,7 +12,7 @@ import (
 )
 
 func TestTrackerOutcomes(t *testing.T) {
-	tr := &tracker{pods: map[types.UID]*podRecord{}}
+	tr := &tracker{pods: map[types.UID]*podRecord{}, notReadyRemoved: map[string]time.Time{}}
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	gate := []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
 	pod := func(uid string, gated bool, group string) *corev1.Pod {
@@ -38,6 +38,26 @@ func TestTrackerOutcomes(t *testing.T) {
 	tr.observe(pod("c", false, spot), t0.Add(time.Second))
 	// Still gated.
 	tr.observe(pod("d", true, ""), t0)
+	// Deleted while Running and not Ready: the workload is marked.
+	gone := pod("e", false, spot)
+	gone.Status.Phase = corev1.PodRunning
+	gone.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	tr.observe(gone, t0)
+	if len(tr.removedNotReady()) != 0 {
+		t.Error("a live not-ready pod marked its workload")
+	}
+	gone = gone.DeepCopy()
+	gone.DeletionTimestamp = &metav1.Time{Time: t0}
+	tr.observe(gone, t0.Add(time.Minute))
+	ready := pod("f", false, spot)
+	ready.Status.Phase = corev1.PodRunning
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	ready.Labels[workloadLabel] = "Deployment.v"
+	ready.DeletionTimestamp = &metav1.Time{Time: t0}
+	tr.observe(ready, t0.Add(time.Minute))
+	if got := tr.removedNotReady(); len(got) != 1 || !got["Deployment.w"].Equal(t0.Add(time.Minute)) {
+		t.Errorf("not-ready removals: %v, want Deployment.w only", got)
+	}
 	got := map[types.UID]podRecord{}
 	for uid, r := range tr.pods {
 		got[uid] = *r
