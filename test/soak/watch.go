@@ -161,13 +161,18 @@ func (t *tracker) live() map[string][]*corev1.Pod {
 // outcome, for opted-in pods, split by whether the pod was first seen
 // during a frozen moment; and the pods first seen in that span.
 type admissions struct {
-	Seen, SeenFrozen int
+	Seen       int `json:"podsCreated"`
+	SeenFrozen int `json:"podsCreatedFrozen"`
 	// Decided counts opted-in pods placed; Undecided those admitted or
 	// released without a decision outside frozen moments, UndecidedFrozen
 	// during them. PlainGated counts pods of workloads that did not opt
 	// in that were held by the gate (none should be).
-	Decided, Undecided, UndecidedFrozen, PlainGated int
-	FailedOpen, Released                            int
+	Decided         int `json:"placed"`
+	Undecided       int `json:"undecided"`
+	UndecidedFrozen int `json:"undecidedFrozen"`
+	PlainGated      int `json:"notOptedInGated"`
+	FailedOpen      int `json:"failedOpen"`
+	Released        int `json:"released"`
 }
 
 // count tallies recs for [from, to); frozen says whether a moment was
