@@ -78,6 +78,8 @@ func targets(rows []minute, warmUp time.Duration) []target {
 		within = fmt.Sprintf("%.2f%%: ", 100*float64(t.Within)/float64(t.Settled)) + within
 	}
 	out = append(out, target{Name: "settled samples within quota", Want: "100%", Got: within, Held: t.Settled > 0 && t.Within == t.Settled})
+	out = append(out, target{Name: "pods of workloads that did not opt in held by the gate", Want: "0",
+		Got: strconv.Itoa(t.PlainGated), Held: t.PlainGated == 0})
 	out = append(out, target{Name: "pods Pending past their capacity timeout because of apportion", Want: "0",
 		Got: fmt.Sprintf("%d pod-minutes", t.PendingApportion), Held: t.PendingApportion == 0})
 	out = append(out, growthTarget("RSS (largest replica)", rows, warmUp, func(m minute) float64 { return m.MaxRSSMiB }, "MiB"))

@@ -49,6 +49,7 @@ func TestTargets(t *testing.T) {
 				r[i].Settled, r[i].Within = 0, 0
 			}
 		}, "settled samples within quota"},
+		{"a pod that did not opt in gated", func(r []minute) { r[2].PlainGated = 1 }, "pods of workloads that did not opt in held by the gate"},
 		{"a pod pending because of apportion", func(r []minute) { r[9].PendingApportion = 1 }, "pods Pending past their capacity timeout because of apportion"},
 		{"RSS grows", func(r []minute) { r[9].MaxRSSMiB = 67 }, "RSS (largest replica) growth after warm-up"},
 		{"goroutines grow", func(r []minute) { r[9].MaxGoroutines = 400 }, "goroutines (largest replica) growth after warm-up"},
