@@ -252,12 +252,14 @@ func (c *churn) job(ctx context.Context, rng *rand.Rand) (string, error) {
 	return obj.GetName(), c.e.kube.Create(ctx, obj)
 }
 
-// repoint marks the workloads ok accepts dirty (the model already says
-// their new strategy), waits for the policy change to reach apportion
-// (observed), then rolls them so that their pods follow it.
-func (c *churn) repoint(ctx context.Context, observed func(context.Context) bool, ok func(*workload) bool) error {
+// repoint changes the model (update) and marks the workloads ok accepts
+// dirty, in one step (a sample in between would hold their pods to the new
+// strategy), waits for the policy change to reach apportion (observed),
+// then rolls them so that their pods follow it.
+func (c *churn) repoint(ctx context.Context, update func(), observed func(context.Context) bool, ok func(*workload) bool) error {
 	var ws []*workload
 	c.m.mu.Lock()
+	update()
 	for _, w := range c.m.workloads {
 		if ok(w) {
 			w.dirty = true
@@ -341,14 +343,14 @@ func (c *churn) placementPolicy(ctx context.Context, rng *rand.Rand) (string, er
 	if err != nil {
 		return detail, err
 	}
-	c.m.mu.Lock()
-	if next == "" {
-		delete(c.m.pp, g)
-	} else {
-		c.m.pp[g] = next
+	update := func() {
+		if next == "" {
+			delete(c.m.pp, g)
+		} else {
+			c.m.pp[g] = next
+		}
 	}
-	c.m.mu.Unlock()
-	return detail, c.repoint(ctx, c.observed(pol, next == ""), func(w *workload) bool { return w.ns == nsPolicies && w.group == g })
+	return detail, c.repoint(ctx, update, c.observed(pol, next == ""), func(w *workload) bool { return w.ns == nsPolicies && w.group == g })
 }
 
 // clusterPolicy creates, changes or deletes the churned
@@ -364,10 +366,8 @@ func (c *churn) clusterPolicy(ctx context.Context, rng *rand.Rand) (string, erro
 	if err != nil {
 		return detail, err
 	}
-	c.m.mu.Lock()
-	c.m.cluster = next
-	c.m.mu.Unlock()
-	return detail, c.repoint(ctx, c.observed(pol, next == ""), func(w *workload) bool { return w.ns == nsCluster })
+	update := func() { c.m.cluster = next }
+	return detail, c.repoint(ctx, update, c.observed(pol, next == ""), func(w *workload) bool { return w.ns == nsCluster })
 }
 
 // spotInterruption deletes a spot NodeClaim, as Karpenter does when the
