@@ -137,8 +137,11 @@ func (s *sampler) take(ctx context.Context, index int) minute {
 		row.Events = append(row.Events, ev.Kind)
 	}
 	row.admissions = count(s.e.pods.records(), from, now, s.ch.isFrozen)
+	// The model first: a rollout it says is done is then in the objects
+	// and pods read after.
+	views := s.m.views()
 	live := s.e.pods.live()
-	s.settle(ctx, &row, live)
+	s.settle(ctx, &row, views, live)
 	row.Pending = pendingPast(live, s.pending, now)
 	for _, p := range row.Pending {
 		if p.Apportion {
@@ -168,8 +171,8 @@ func (s *sampler) take(ctx context.Context, index int) minute {
 	return row
 }
 
-// settle samples every Deployment and StatefulSet.
-func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*corev1.Pod) {
+// settle samples every Deployment and StatefulSet of views.
+func (s *sampler) settle(ctx context.Context, row *minute, views []workloadView, live map[string][]*corev1.Pod) {
 	rollouts := map[string]rollout{}
 	for _, ns := range []string{nsAnnotated, nsPolicies, nsCluster} {
 		var ds appsv1.DeploymentList
@@ -193,18 +196,13 @@ func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*co
 			nodeLabels[n.Name] = n.Labels
 		}
 	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	for _, w := range s.m.workloads {
-		if !w.scalable() || !w.optIn {
-			continue
-		}
-		r, ok := rollouts[w.key()]
+	for _, w := range views {
+		r, ok := rollouts[w.key]
 		if !ok {
 			row.Unsettled++
 			continue
 		}
-		res := sampleWorkload(s.m.strategyOf(w), r, w.dirty, live[w.key()], nodeLabels, removed[w.key()])
+		res := sampleWorkload(w.strategy, r, w.dirty, live[w.key], nodeLabels, removed[w.key])
 		switch res.verdict {
 		case unsettled:
 			row.Unsettled++
@@ -220,7 +218,7 @@ func (s *sampler) settle(ctx context.Context, row *minute, live map[string][]*co
 		case offQuota:
 			row.Settled++
 			row.Off++
-			row.OffWhy = append(row.OffWhy, w.ns+"/"+w.key()+": "+res.why)
+			row.OffWhy = append(row.OffWhy, w.ns+"/"+w.key+": "+res.why)
 		}
 	}
 }

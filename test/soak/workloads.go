@@ -167,6 +167,26 @@ func (m *model) strategyOf(w *workload) string {
 	}
 }
 
+// workloadView is what the model says of a Deployment or StatefulSet that
+// opted in, at one moment.
+type workloadView struct {
+	key, ns, strategy string
+	dirty             bool
+}
+
+// views returns the model's view of the workloads the quota is checked on.
+func (m *model) views() []workloadView {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []workloadView
+	for _, w := range m.workloads {
+		if w.scalable() && w.optIn {
+			out = append(out, workloadView{key: w.key(), ns: w.ns, strategy: m.strategyOf(w), dirty: w.dirty})
+		}
+	}
+	return out
+}
+
 // podSpec is a workload's pod: the framework's app container, labelled.
 func (e *env) podTemplate(w *workload) corev1.PodTemplateSpec {
 	t := corev1.PodTemplateSpec{
