@@ -72,7 +72,7 @@ type sampleResult struct {
 // of its template's revision (no rollout in progress) and Running on a
 // node; then its pods, counted by the labels of their nodes
 // (quota.GroupOf), must be within quota of strategy (quota.At).
-func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, nodes map[string]map[string]string, notReadyRemoved time.Time) sampleResult {
+func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, nodes map[string]map[string]string, notReady removal) sampleResult {
 	if dirty || int32(len(pods)) != r.replicas {
 		return sampleResult{verdict: unsettled}
 	}
@@ -90,7 +90,7 @@ func sampleWorkload(strategy string, r rollout, dirty bool, pods []*corev1.Pod, 
 		}
 	}
 	for _, p := range pods {
-		if p.CreationTimestamp.Time.Before(notReadyRemoved) {
+		if notReady.revision == r.revision && p.CreationTimestamp.Time.Before(notReady.at) {
 			return sampleResult{verdict: survivor}
 		}
 	}

@@ -72,7 +72,7 @@ func TestSampleWorkload(t *testing.T) {
 		{"on a node of no group", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gpu", spot)...)...), offQuota, "(no group): 1"},
 		{"on a node gone", done, false, append(pods(4, "od", od), append(pods(5, "spot", spot), pods(1, "gone", spot)...)...), unsettled, ""},
 	} {
-		got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", tc.r, tc.dirty, tc.pods, testNodes, time.Time{})
+		got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", tc.r, tc.dirty, tc.pods, testNodes, removal{})
 		if got.verdict != tc.want || !strings.Contains(got.why, tc.why) {
 			t.Errorf("%s: verdict %d (%q), want %d (containing %q)", tc.name, got.verdict, got.why, tc.want, tc.why)
 		}
@@ -84,13 +84,18 @@ func TestSampleWorkload(t *testing.T) {
 	for _, p := range off {
 		p.CreationTimestamp = metav1.NewTime(created)
 	}
-	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, created.Add(time.Second)); got.verdict != survivor {
+	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, removal{created.Add(time.Second), "3"}); got.verdict != survivor {
 		t.Errorf("survivors of a not-ready removal: verdict %d, want %d", got.verdict, survivor)
 	}
-	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, created.Add(-time.Second)); got.verdict != offQuota {
+	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, removal{created.Add(-time.Second), "3"}); got.verdict != offQuota {
 		t.Errorf("pods created after a not-ready removal: verdict %d, want off quota", got.verdict)
 	}
-	if got := sampleWorkload("karpenter.sh/capacity-type=spot,weight=x", done, false, exact, testNodes, time.Time{}); got.verdict != offQuota {
+	// A rollout removed a not-ready pod of the revision before: that is
+	// no scale-down of these pods.
+	if got := sampleWorkload(od+",base=2,weight=1:"+spot+",weight=3", done, false, off, testNodes, removal{created.Add(time.Second), "2"}); got.verdict != offQuota {
+		t.Errorf("a not-ready pod of an older revision removed: verdict %d, want off quota", got.verdict)
+	}
+	if got := sampleWorkload("karpenter.sh/capacity-type=spot,weight=x", done, false, exact, testNodes, removal{}); got.verdict != offQuota {
 		t.Errorf("a strategy that does not parse: verdict %d, want off quota", got.verdict)
 	}
 }

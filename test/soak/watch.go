@@ -66,7 +66,15 @@ type tracker struct {
 	// pod-deletion-cost, so such a scale-down may leave the split off
 	// quota (the node lifecycle controller marks a node's pods not ready
 	// when kwok's heartbeats lag on a loaded machine).
-	notReadyRemoved map[string]time.Time
+	notReadyRemoved map[string]removal
+}
+
+// removal is when a not-ready pod of a workload was deleted, and its pod
+// template's revision (rolloutAnnotation): a rollout removes pods of an
+// older revision, a scale-down pods of the current one.
+type removal struct {
+	at       time.Time
+	revision string
 }
 
 // watchPods starts an informer on the pods labelled workloadLabel; it
@@ -76,7 +84,7 @@ func watchPods(ctx context.Context, cfg *rest.Config) (*tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building a clientset: %w", err)
 	}
-	t := &tracker{pods: map[types.UID]*podRecord{}, notReadyRemoved: map[string]time.Time{}}
+	t := &tracker{pods: map[types.UID]*podRecord{}, notReadyRemoved: map[string]removal{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = workloadLabel
 	}))
@@ -110,7 +118,7 @@ func (t *tracker) observe(o any, now time.Time) {
 	if p.DeletionTimestamp != nil && !r.deleting {
 		r.deleting = true
 		if p.Status.Phase == corev1.PodRunning && !podReady(p) {
-			t.notReadyRemoved[r.workload] = now
+			t.notReadyRemoved[r.workload] = removal{at: now, revision: p.Annotations[rolloutAnnotation]}
 		}
 	}
 	if !r.passed.IsZero() {
@@ -125,8 +133,8 @@ func (t *tracker) observe(o any, now time.Time) {
 }
 
 // removedNotReady returns when a pod of each workload was last deleted
-// while not Ready.
-func (t *tracker) removedNotReady() map[string]time.Time {
+// while not Ready, and its revision.
+func (t *tracker) removedNotReady() map[string]removal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return maps.Clone(t.notReadyRemoved)

@@ -12,7 +12,7 @@ import (
 )
 
 func TestTrackerOutcomes(t *testing.T) {
-	tr := &tracker{pods: map[types.UID]*podRecord{}, notReadyRemoved: map[string]time.Time{}}
+	tr := &tracker{pods: map[types.UID]*podRecord{}, notReadyRemoved: map[string]removal{}}
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	gate := []corev1.PodSchedulingGate{{Name: annotations.PlacementGate}}
 	pod := func(uid string, gated bool, group string) *corev1.Pod {
@@ -55,7 +55,7 @@ func TestTrackerOutcomes(t *testing.T) {
 	ready.Labels[workloadLabel] = "Deployment.v"
 	ready.DeletionTimestamp = &metav1.Time{Time: t0}
 	tr.observe(ready, t0.Add(time.Minute))
-	if got := tr.removedNotReady(); len(got) != 1 || !got["Deployment.w"].Equal(t0.Add(time.Minute)) {
+	if got := tr.removedNotReady(); len(got) != 1 || !got["Deployment.w"].at.Equal(t0.Add(time.Minute)) {
 		t.Errorf("not-ready removals: %v, want Deployment.w only", got)
 	}
 	got := map[types.UID]podRecord{}
