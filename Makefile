@@ -256,6 +256,18 @@ ARGS ?=
 bench-scale: tools ## Burst 100 workloads × 100 replicas on a local cluster without and with apportion; print time, decisions/s, API calls, CPU, heap, webhook latency, splits (needs root)
 	$(GO) run ./test/benchscale $(ARGS)
 
+# The soak: DURATION of production churn on a local cluster with apportion
+# helm-installed (2 replicas), measured each minute; results (minutes.csv,
+# summary.json, soak.png, the components' logs) in SOAK_OUT. Exits 1 when a
+# target fails. `go run ./test/soak -h` lists the other flags. Not part of
+# `make e2e`; CI runs DURATION=10m.
+DURATION ?= 1h
+SOAK_OUT ?= $(BIN)/soak
+
+.PHONY: soak
+soak: tools ## DURATION (default 1h) of churn on a local cluster with apportion (rollouts, scaling, spot interruptions, NodePool limits, leader killed and frozen, helm upgrade, policies); per-minute quota, undecided pods, API writes, memory; PNG plot in SOAK_OUT (needs root)
+	$(GO) run ./test/soak --duration $(DURATION) --out $(SOAK_OUT)
+
 .PHONY: demo
 demo: tools ## The main job: a local cluster with Karpenter (kwok), apportion released and helm-installed from a local OCI registry, the AWS sample webhooks' examples deployed, their split printed; stays running
 	$(GO) run ./test/demo up

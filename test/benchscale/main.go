@@ -17,7 +17,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +24,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/apportion-dev/apportion/test/framework"
 )
 
 // options are the command line.
@@ -99,29 +100,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 // extraArgs are --apportion-args as a list.
 func (o options) extraArgs() []string { return strings.Fields(o.apportionArgs) }
 
-func main() { os.Exit(benchscale(os.Args[1:])) }
-
-// benchscale runs the command and returns its exit status: 2 for bad
-// flags, 1 when the benchmark failed.
-func benchscale(args []string) int {
-	o, err := parseOptions(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
-		return 2
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	start := time.Now()
-	err = run(ctx, o, os.Stdout)
-	fmt.Fprintf(os.Stderr, "benchscale: wall time %s\n", time.Since(start).Round(time.Second))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
-		return 1
-	}
-	return 0
+func main() {
+	os.Exit(framework.Command[options]{Name: "benchscale", Parse: parseOptions, Run: run,
+		Timeout: func(o options) time.Duration { return o.timeout }}.Main(os.Args[1:]))
 }
 
 // say prints one progress line with the time of day.

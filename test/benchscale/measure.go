@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"github.com/apportion-dev/apportion/test/promtext"
 )
 
 // Metric names read from the replicas: apportion's own and the ones
@@ -26,7 +28,7 @@ const (
 )
 
 // snapshot is every replica's /metrics page at one moment.
-type snapshot map[string]scrape
+type snapshot map[string]promtext.Scrape
 
 // take reads every replica's metrics; with gc it first has each replica
 // collect its garbage (the heap profile's gc=1), so that heap in use is the
@@ -43,7 +45,7 @@ func (b *bench) take(ctx context.Context, gc bool) (snapshot, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading the metrics of %s: %w", r.Name, err)
 		}
-		out[r.Name] = parseScrape(text)
+		out[r.Name] = promtext.Parse(text)
 	}
 	return out, nil
 }
@@ -87,7 +89,7 @@ func (b *bench) settle(ctx context.Context) {
 		}
 		var n float64
 		for _, sc := range s {
-			n += sc.sum(mRequests, nil)
+			n += sc.Sum(mRequests, nil)
 		}
 		// The Lease renewals of the replicas go on: a few requests
 		// every two seconds are quiet.
@@ -147,8 +149,8 @@ type apportionCost struct {
 	Decisions    map[string]float64 `json:"decisionsByResult"`
 	Released     map[string]float64 `json:"releasedByReason"`
 	Admissions   map[string]float64 `json:"admissionsByResult"`
-	GateWait     histogram          `json:"gateWaitSeconds"`
-	Admission    histogram          `json:"admissionSeconds"`
+	GateWait     promtext.Histogram `json:"gateWaitSeconds"`
+	Admission    promtext.Histogram `json:"admissionSeconds"`
 	Requests     map[string]float64 `json:"requestsByMethod"`
 	PerPod       map[string]float64 `json:"requestsPerPlacedPod"`
 	WritesPerPod float64            `json:"writesPerPlacedPod"`
@@ -172,16 +174,16 @@ func cost(before, after snapshot, leader string, placed, cached int) apportionCo
 	var cpu float64
 	for _, name := range names {
 		a, b := after[name], before[name]
-		addDelta(c.Decisions, a.by(mDecisions, "result"), b.by(mDecisions, "result"))
-		addDelta(c.Released, a.by(mReleased, "reason"), b.by(mReleased, "reason"))
-		addDelta(c.Admissions, a.by(mAdmitted, "result"), b.by(mAdmitted, "result"))
-		addDelta(c.Requests, a.by(mRequests, "method"), b.by(mRequests, "method"))
-		c.GateWait = addHistograms(c.GateWait, a.histogram(mGateWait).minus(b.histogram(mGateWait)))
-		c.Admission = addHistograms(c.Admission, a.histogram(mAdmission).minus(b.histogram(mAdmission)))
-		rc := replicaCost{Name: name, Leader: name == leader, CPUSeconds: a.sum(mCPU, nil) - b.sum(mCPU, nil),
-			RSSBytes: a.sum(mRSS, nil), HeapBytes: a.sum(mHeap, nil)}
+		addDelta(c.Decisions, a.By(mDecisions, "result"), b.By(mDecisions, "result"))
+		addDelta(c.Released, a.By(mReleased, "reason"), b.By(mReleased, "reason"))
+		addDelta(c.Admissions, a.By(mAdmitted, "result"), b.By(mAdmitted, "result"))
+		addDelta(c.Requests, a.By(mRequests, "method"), b.By(mRequests, "method"))
+		c.GateWait = addHistograms(c.GateWait, a.Histogram(mGateWait).Minus(b.Histogram(mGateWait)))
+		c.Admission = addHistograms(c.Admission, a.Histogram(mAdmission).Minus(b.Histogram(mAdmission)))
+		rc := replicaCost{Name: name, Leader: name == leader, CPUSeconds: a.Sum(mCPU, nil) - b.Sum(mCPU, nil),
+			RSSBytes: a.Sum(mRSS, nil), HeapBytes: a.Sum(mHeap, nil)}
 		if cached > 0 {
-			rc.HeapPerPod = (a.sum(mHeap, nil) - b.sum(mHeap, nil)) / float64(cached)
+			rc.HeapPerPod = (a.Sum(mHeap, nil) - b.Sum(mHeap, nil)) / float64(cached)
 		}
 		cpu += rc.CPUSeconds
 		c.Replicas = append(c.Replicas, rc)
@@ -207,11 +209,11 @@ func addDelta(into, after, before map[string]float64) {
 }
 
 // addHistograms adds two readings of the same histogram (of two replicas).
-func addHistograms(a, b histogram) histogram {
+func addHistograms(a, b promtext.Histogram) promtext.Histogram {
 	if len(a) == 0 {
 		return b
 	}
-	out := make(histogram, len(a))
+	out := make(promtext.Histogram, len(a))
 	for i := range a {
 		out[i] = a[i]
 		if i < len(b) && b[i].LE == a[i].LE {

@@ -5,23 +5,25 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/apportion-dev/apportion/test/promtext"
 )
 
 func TestCost(t *testing.T) {
 	before := snapshot{
-		"a": parseScrape(`rest_client_requests_total{method="PATCH"} 10
+		"a": promtext.Parse(`rest_client_requests_total{method="PATCH"} 10
 rest_client_requests_total{method="GET"} 5
 process_cpu_seconds_total 1
 go_memstats_heap_inuse_bytes 1000
 apportion_placement_decisions_total{group="g",nodepool="p",result="placed"} 0
 `),
-		"b": parseScrape(`rest_client_requests_total{method="PUT"} 4
+		"b": promtext.Parse(`rest_client_requests_total{method="PUT"} 4
 process_cpu_seconds_total 2
 go_memstats_heap_inuse_bytes 2000
 `),
 	}
 	after := snapshot{
-		"a": parseScrape(`rest_client_requests_total{method="PATCH"} 210
+		"a": promtext.Parse(`rest_client_requests_total{method="PATCH"} 210
 rest_client_requests_total{method="GET"} 5
 rest_client_requests_total{method="POST"} 10
 process_cpu_seconds_total 11
@@ -33,7 +35,7 @@ apportion_placement_gate_wait_seconds_bucket{le="0.01"} 50
 apportion_placement_gate_wait_seconds_bucket{le="0.02"} 100
 apportion_placement_gate_wait_seconds_bucket{le="+Inf"} 100
 `),
-		"b": parseScrape(`rest_client_requests_total{method="PUT"} 14
+		"b": promtext.Parse(`rest_client_requests_total{method="PUT"} 14
 process_cpu_seconds_total 3
 go_memstats_heap_inuse_bytes 52000
 `),
@@ -51,7 +53,7 @@ go_memstats_heap_inuse_bytes 52000
 	if c.Decisions["placed"] != 100 || c.Released["timeout"] != 3 {
 		t.Errorf("decisions %v released %v", c.Decisions, c.Released)
 	}
-	if got := c.GateWait.quantile(0.99); got != 0.02 {
+	if got := c.GateWait.Quantile(0.99); got != 0.02 {
 		t.Errorf("gate wait p99 <= %g, want 0.02", got)
 	}
 	if len(c.Replicas) != 2 || !c.Replicas[0].Leader || c.Replicas[0].HeapPerPod != 1000 || c.Replicas[1].HeapPerPod != 500 {

@@ -97,7 +97,7 @@ func reached(r *burstResult) string {
 func reportCost(tw io.Writer, with *burstResult, c *apportionCost) {
 	fmt.Fprintf(tw, "\nApportion during the burst (%d pods placed; metrics of every replica, after minus before)\n", c.Placed)
 	fmt.Fprintf(tw, "gate wait (histogram)\tp50 <= %s\tp99 <= %s\tmax <= %s\n",
-		bound(c.GateWait.quantile(0.5)), bound(c.GateWait.quantile(0.99)), bound(c.GateWait.quantile(1)))
+		bound(c.GateWait.Quantile(0.5)), bound(c.GateWait.Quantile(0.99)), bound(c.GateWait.Quantile(1)))
 	fmt.Fprintf(tw, "decisions\t%s\t\t\n", counts(c.Decisions))
 	fmt.Fprintf(tw, "released without a decision\t%s\t\t\n", counts(c.Released))
 	fmt.Fprintf(tw, "released by the janitor (timeout)\t%.0f\t\t\n", c.Released["timeout"])
@@ -117,7 +117,7 @@ func reportCost(tw io.Writer, with *burstResult, c *apportionCost) {
 			r.Name, role, r.CPUSeconds, mib(r.RSSBytes), mib(r.HeapBytes), r.HeapPerPod)
 	}
 	fmt.Fprintf(tw, "pod webhook latency (server side, %.0f admissions)\tp50 <= %s\tp99 <= %s\t\n",
-		c.Admission.total(), bound(c.Admission.quantile(0.5)), bound(c.Admission.quantile(0.99)))
+		c.Admission.Total(), bound(c.Admission.Quantile(0.5)), bound(c.Admission.Quantile(0.99)))
 	var prev float64
 	for _, b := range c.Admission {
 		fmt.Fprintf(tw, "  le %s\t%.0f\t(+%.0f)\t\n", bound(b.LE), b.Count, b.Count-prev)

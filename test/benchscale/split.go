@@ -10,13 +10,12 @@ import (
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
+	"github.com/apportion-dev/apportion/test/quota"
 )
 
-// Counts of pods that belong to no group of their workload's strategy.
-const (
-	noGroup      = "(no group)"
-	notScheduled = "(not scheduled)"
-)
+// notScheduled counts the pods of a workload not bound to a node (those on
+// a node of no group of its strategy count under quota.NoGroup).
+const notScheduled = "(not scheduled)"
 
 // split is one workload's pods counted by the group their node's labels
 // belong to, against the quota of its strategy.
@@ -58,7 +57,7 @@ func checkSplit(w workload, recs []podRecord, nodes map[string]map[string]string
 	for _, r := range recs {
 		key := notScheduled
 		if labels, ok := nodes[r.node]; ok && r.node != "" {
-			key = groupOf(s, labels, r.group)
+			key = quota.GroupOf(s, labels, r.group)
 		}
 		sp.Counts[key]++
 	}
@@ -88,25 +87,6 @@ func checkSplit(w workload, recs []podRecord, nodes map[string]map[string]string
 	sp.Deviation += float64(extra)
 	sp.Within = extra == 0 && m.WithinQuota(ordered, apportion.All)
 	return sp
-}
-
-// groupOf names the group whose labels the node carries; when several
-// match, the pod's decision settles it, else the first written wins.
-func groupOf(s *strategy.Strategy, nodeLabels map[string]string, decided string) string {
-	var matches []string
-	for _, g := range s.Groups {
-		if hasAll(nodeLabels, g.Selector()) {
-			matches = append(matches, g.Key())
-		}
-	}
-	switch {
-	case len(matches) == 0:
-		return noGroup
-	case slices.Contains(matches, decided):
-		return decided
-	default:
-		return matches[0]
-	}
 }
 
 // worst is the split furthest from its ideal shares.

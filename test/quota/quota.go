@@ -16,6 +16,7 @@ import (
 
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
 // Off is how a sample of live pods is off quota.
@@ -95,4 +96,37 @@ func strays(s *compiled.Strategy, counts map[string]int64, off Off, under int64)
 	}
 	off.Pods = max(off.Pods, under)
 	return off
+}
+
+// NoGroup is the key GroupOf gives a node that carries the labels of no
+// group: pods counted under it are always off quota (At).
+const NoGroup = "(no group)"
+
+// GroupOf names the group of s whose labels a node carries (NoGroup when
+// none does); when several match, the pod's decision settles it, else the
+// first written wins.
+func GroupOf(s *strategy.Strategy, nodeLabels map[string]string, decided string) string {
+	var matches []string
+	for _, g := range s.Groups {
+		if carries(nodeLabels, g.Selector()) {
+			matches = append(matches, g.Key())
+		}
+	}
+	switch {
+	case len(matches) == 0:
+		return NoGroup
+	case slices.Contains(matches, decided):
+		return decided
+	default:
+		return matches[0]
+	}
+}
+
+func carries(nodeLabels, want map[string]string) bool {
+	for k, v := range want {
+		if l, ok := nodeLabels[k]; !ok || l != v {
+			return false
+		}
+	}
+	return true
 }

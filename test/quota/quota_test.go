@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/apportion-dev/apportion/pkg/compiled"
+	"github.com/apportion-dev/apportion/pkg/strategy"
 )
 
 const (
@@ -62,5 +63,29 @@ func TestAt(t *testing.T) {
 	}
 	if off := At(s, map[string]int64{od: 4, spot: 3, "karpenter.sh/capacity-type=reserved": 3}); !off.Within() || off.String() != "" {
 		t.Errorf("At(4 3 3) = %d pods off %q, want within", off.Pods, off)
+	}
+}
+
+func TestGroupOf(t *testing.T) {
+	s, err := strategy.Parse("kubernetes.io/arch=amd64,weight=1:karpenter.sh/capacity-type=spot,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	amd := "kubernetes.io/arch=amd64"
+	for _, tc := range []struct {
+		name    string
+		labels  map[string]string
+		decided string
+		want    string
+	}{
+		{"one group", map[string]string{"kubernetes.io/arch": "arm64", "karpenter.sh/capacity-type": "spot"}, "", spot},
+		{"no group", map[string]string{"kubernetes.io/arch": "arm64", "karpenter.sh/capacity-type": "on-demand"}, "", NoGroup},
+		{"both, first written", map[string]string{"kubernetes.io/arch": "amd64", "karpenter.sh/capacity-type": "spot"}, "", amd},
+		{"both, the decision settles it", map[string]string{"kubernetes.io/arch": "amd64", "karpenter.sh/capacity-type": "spot"}, spot, spot},
+		{"a decision the node does not carry", map[string]string{"kubernetes.io/arch": "amd64"}, spot, amd},
+	} {
+		if got := GroupOf(s, tc.labels, tc.decided); got != tc.want {
+			t.Errorf("%s: GroupOf = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -1,4 +1,8 @@
-package main
+// Package promtext reads the Prometheus text format (a /metrics page) well
+// enough for the scale benchmark and the soak (test/benchscale, test/soak):
+// counters, gauges and histograms by name and labels. The exposition parser
+// lives in a module the product does not depend on, so a small reader does.
+package promtext
 
 import (
 	"fmt"
@@ -8,23 +12,21 @@ import (
 	"strings"
 )
 
-// sample is one line of the Prometheus text format: a metric name, its
+// Sample is one line of the Prometheus text format: a metric name, its
 // labels and its value.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
+type Sample struct {
+	Name   string
+	Labels map[string]string
+	Value  float64
 }
 
-// scrape is one /metrics page, parsed. The bench reads a few counters and
-// histograms from it, so a small reader of the text format does (the
-// exposition parser lives in a module the product does not depend on).
-type scrape []sample
+// Scrape is one /metrics page, parsed.
+type Scrape []Sample
 
-// parseScrape reads the text format; comment lines and lines it cannot read
+// Parse reads the text format; comment lines and lines it cannot read
 // are skipped.
-func parseScrape(text string) scrape {
-	var out scrape
+func Parse(text string) Scrape {
+	var out Scrape
 	for line := range strings.Lines(text) {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -37,8 +39,8 @@ func parseScrape(text string) scrape {
 	return out
 }
 
-func parseSample(line string) (sample, bool) {
-	s := sample{labels: map[string]string{}}
+func parseSample(line string) (Sample, bool) {
+	s := Sample{Labels: map[string]string{}}
 	var rest string
 	if i := strings.IndexAny(line, "{ "); i < 0 {
 		return s, false
@@ -47,10 +49,10 @@ func parseSample(line string) (sample, bool) {
 		if end < i {
 			return s, false
 		}
-		s.name, rest = line[:i], line[end+1:]
-		parseLabels(line[i+1:end], s.labels)
+		s.Name, rest = line[:i], line[end+1:]
+		parseLabels(line[i+1:end], s.Labels)
 	} else {
-		s.name, rest = line[:i], line[i:]
+		s.Name, rest = line[:i], line[i:]
 	}
 	fields := strings.Fields(rest)
 	if len(fields) == 0 {
@@ -60,7 +62,7 @@ func parseSample(line string) (sample, bool) {
 	if err != nil {
 		return s, false
 	}
-	s.value = v
+	s.Value = v
 	return s, true
 }
 
@@ -94,50 +96,51 @@ func parseLabels(text string, into map[string]string) {
 }
 
 // sum adds the values of name over the samples whose labels include match.
-func (s scrape) sum(name string, match map[string]string) float64 {
+func (s Scrape) Sum(name string, match map[string]string) float64 {
 	var total float64
 	for _, x := range s {
-		if x.name == name && hasAll(x.labels, match) {
-			total += x.value
+		if x.Name == name && HasAll(x.Labels, match) {
+			total += x.Value
 		}
 	}
 	return total
 }
 
 // by adds the values of name per value of label.
-func (s scrape) by(name, label string) map[string]float64 {
+func (s Scrape) By(name, label string) map[string]float64 {
 	out := map[string]float64{}
 	for _, x := range s {
-		if x.name == name {
-			out[x.labels[label]] += x.value
+		if x.Name == name {
+			out[x.Labels[label]] += x.Value
 		}
 	}
 	return out
 }
 
-// histogram returns the cumulative buckets of name (summed over its other
+// Histogram returns the cumulative buckets of name (summed over its other
 // labels), ordered by bound.
-func (s scrape) histogram(name string) histogram {
+func (s Scrape) Histogram(name string) Histogram {
 	byBound := map[float64]float64{}
 	for _, x := range s {
-		if x.name != name+"_bucket" {
+		if x.Name != name+"_bucket" {
 			continue
 		}
-		le, err := strconv.ParseFloat(x.labels["le"], 64)
+		le, err := strconv.ParseFloat(x.Labels["le"], 64)
 		if err != nil {
 			continue
 		}
-		byBound[le] += x.value
+		byBound[le] += x.Value
 	}
-	h := make(histogram, 0, len(byBound))
+	h := make(Histogram, 0, len(byBound))
 	for le, n := range byBound {
-		h = append(h, bucket{LE: le, Count: n})
+		h = append(h, Bucket{LE: le, Count: n})
 	}
 	sort.Slice(h, func(i, j int) bool { return h[i].LE < h[j].LE })
 	return h
 }
 
-func hasAll(have, want map[string]string) bool {
+// HasAll reports whether have holds every label of want.
+func HasAll(have, want map[string]string) bool {
 	for k, v := range want {
 		if have[k] != v {
 			return false
@@ -146,48 +149,48 @@ func hasAll(have, want map[string]string) bool {
 	return true
 }
 
-// bucket is one cumulative histogram bucket: Count observations <= LE.
-type bucket struct {
+// Bucket is one cumulative histogram bucket: Count observations <= LE.
+type Bucket struct {
 	LE    float64
 	Count float64
 }
 
 // MarshalJSON writes the bound as Prometheus does, "+Inf" included, which
 // JSON numbers cannot hold.
-func (b bucket) MarshalJSON() ([]byte, error) { //nolint:unparam // json.Marshaler's signature
+func (b Bucket) MarshalJSON() ([]byte, error) {
 	return fmt.Appendf(nil, `{"le":%q,"count":%g}`, strconv.FormatFloat(b.LE, 'g', -1, 64), b.Count), nil
 }
 
-// histogram is cumulative buckets ordered by bound, the last one +Inf.
-type histogram []bucket
+// Histogram is cumulative buckets ordered by bound, the last one +Inf.
+type Histogram []Bucket
 
-// minus is h less an earlier reading of the same histogram: what was
+// minus is h less an earlier reading of the same Histogram: what was
 // observed in between.
-func (h histogram) minus(before histogram) histogram {
+func (h Histogram) Minus(before Histogram) Histogram {
 	prev := map[float64]float64{}
 	for _, b := range before {
 		prev[b.LE] = b.Count
 	}
-	out := make(histogram, len(h))
+	out := make(Histogram, len(h))
 	for i, b := range h {
-		out[i] = bucket{LE: b.LE, Count: b.Count - prev[b.LE]}
+		out[i] = Bucket{LE: b.LE, Count: b.Count - prev[b.LE]}
 	}
 	return out
 }
 
 // total is the number of observations.
-func (h histogram) total() float64 {
+func (h Histogram) Total() float64 {
 	if len(h) == 0 {
 		return 0
 	}
 	return h[len(h)-1].Count
 }
 
-// quantile returns the bound of the first bucket holding the q quantile of
+// quantile returns the bound of the first Bucket holding the q quantile of
 // the observations (+Inf past the last finite bound), NaN when there are
 // none: an upper bound, not an estimate.
-func (h histogram) quantile(q float64) float64 {
-	n := h.total()
+func (h Histogram) Quantile(q float64) float64 {
+	n := h.Total()
 	if n == 0 {
 		return math.NaN()
 	}
