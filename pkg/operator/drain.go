@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -12,9 +13,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// minimumDrain is how long the webhook server drains on SIGTERM, at least,
-// before it stops (when its pod's deletion was not seen earlier).
-const minimumDrain = time.Second
+// minimumDrain is how long the webhook server drains, at least, before it
+// stops, counted from when draining began. Draining fails readiness
+// (notDraining), so this is the time the Service's endpoints take to drop
+// the replica: the chart's readiness probe (every 2 s, 2 failures) and the
+// endpoints' update. On SIGTERM after the preStop sleep, draining began when
+// the pod's deletion was seen, and little of it is left. When the manager
+// stops without a SIGTERM (the placement Lease lost after a freeze), nothing
+// drained before, and a replica that stopped at once would refuse the
+// admissions the API server still sends it while it is Ready: each such pod
+// is admitted without its decision.
+const minimumDrain = 6 * time.Second
 
 // drain moves the API server's admission calls off a replica that is going
 // away. The API server keeps its connections to a webhook's pod open and
@@ -41,6 +50,18 @@ func (d *drain) begin(ctx context.Context, why string) {
 	}
 }
 
+// draining reports whether draining has begun.
+func (d *drain) draining() bool { return d.since.Load() != 0 }
+
+// notDraining is a readiness check that fails once draining has begun, so
+// that the replica leaves the Service's endpoints while it still serves.
+func (d *drain) notDraining(_ *http.Request) error {
+	if d.draining() {
+		return errors.New("draining: the replica is stopping")
+	}
+	return nil
+}
+
 // left is how much of minimumDrain is left since draining began (all of it
 // when it has not).
 func (d *drain) left() time.Duration {
@@ -54,7 +75,7 @@ func (d *drain) left() time.Duration {
 // handler adds "Connection: close" to h's responses while draining.
 func (d *drain) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d.since.Load() != 0 {
+		if d.draining() {
 			w.Header().Set("Connection", "close")
 		}
 		h.ServeHTTP(w, r)

@@ -44,18 +44,18 @@ func TestDrainClosesConnections(t *testing.T) {
 func TestDrainLeft(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	d := newDrain(clk)
-	if got := d.left(); got != time.Second {
-		t.Errorf("before draining: left %s, want 1s", got)
+	if got := d.left(); got != minimumDrain {
+		t.Errorf("before draining: left %s, want %s", got, minimumDrain)
 	}
 	d.begin(context.Background(), "test")
 	clk.Step(300 * time.Millisecond)
 	d.begin(context.Background(), "again") // changes nothing
-	if got := d.left(); got != 700*time.Millisecond {
-		t.Errorf("300ms into draining: left %s, want 700ms", got)
+	if got := d.left(); got != minimumDrain-300*time.Millisecond {
+		t.Errorf("300ms into draining: left %s, want %s", got, minimumDrain-300*time.Millisecond)
 	}
-	clk.Step(time.Second)
+	clk.Step(minimumDrain)
 	if got := d.left(); got != 0 {
-		t.Errorf("after draining 1.3s: left %s, want 0", got)
+		t.Errorf("after draining %s: left %s, want 0", minimumDrain+300*time.Millisecond, got)
 	}
 }
 
@@ -123,5 +123,28 @@ func TestStopDrainsFirst(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDrainFailsReadiness: a replica is ready until it begins to drain, and
+// keeps serving for minimumDrain from then, the time the endpoints take to
+// drop it.
+func TestDrainFailsReadiness(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	d := newDrain(clk)
+	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+	if err := d.notDraining(req); err != nil {
+		t.Fatalf("not ready before draining: %v", err)
+	}
+	d.begin(context.Background(), "test")
+	if err := d.notDraining(req); err == nil {
+		t.Fatal("ready while draining")
+	}
+	if got := d.left(); got != minimumDrain {
+		t.Fatalf("left %s at the start of draining, want %s", got, minimumDrain)
+	}
+	clk.Step(minimumDrain / 2)
+	if got := d.left(); got != minimumDrain/2 {
+		t.Fatalf("left %s halfway, want %s", got, minimumDrain/2)
 	}
 }

@@ -11,13 +11,19 @@ import (
 )
 
 // addHealthChecks: /healthz answers while the process runs; /readyz once the
-// webhook server listens and the informer caches have synced.
+// webhook server listens and the informer caches have synced, until the
+// replica begins to drain.
 func (op *Operator) addHealthChecks() error {
 	if err := op.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	if err := op.AddReadyzCheck("webhook", op.GetWebhookServer().StartedChecker()); err != nil {
 		return err
+	}
+	if op.drain != nil {
+		if err := op.AddReadyzCheck("drain", op.drain.notDraining); err != nil {
+			return err
+		}
 	}
 	return op.AddReadyzCheck("caches", cachesSynced(op.GetCache()))
 }
