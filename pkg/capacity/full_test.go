@@ -36,10 +36,10 @@ func cpu(v string) corev1.ResourceList {
 	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(v)}
 }
 
-// claimOf is a NodeClaim of pool of cpu size; deleted: being deleted.
-func claimOf(name, pool, size string, deleted bool) *karpv1.NodeClaim {
-	nc := test.NodeClaim(metav1.ObjectMeta{Name: name}, pool)
-	nc.Status.Capacity = cpu(size)
+// claimOf is a 2-cpu NodeClaim of pool; deleted: being deleted.
+func claimOf(pool string, deleted bool) *karpv1.NodeClaim {
+	nc := test.NodeClaim(metav1.ObjectMeta{Name: "a"}, pool)
+	nc.Status.Capacity = cpu("2")
 	if deleted {
 		now := metav1.Now()
 		nc.DeletionTimestamp, nc.Finalizers = &now, []string{"test"}
@@ -105,16 +105,16 @@ func TestFull(t *testing.T) {
 		{"cpu limit 0, no node", limitedPool("p", "spot", 0, cpu("0"), nil), nil, true},
 		{"memory used up, no node", limitedPool("p", "spot", 0, mem("8Gi"), mem("8Gi")), nil, true},
 		{"nodes limit 1, its only NodeClaim being deleted", limitedPool("p", "spot", 0, nodes("1"), nil),
-			[]*karpv1.NodeClaim{claimOf("a", "p", "2", true)}, false},
+			[]*karpv1.NodeClaim{claimOf("p", true)}, false},
 		{"nodes limit 0", limitedPool("p", "spot", 0, nodes("0"), nil), nil, true},
 		{"less than nothing left", limitedPool("p", "spot", 0, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
 			corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}), nil, true},
 		{"cpu used up, a node of its own", limitedPool("p", "spot", 0, cpu("2"), cpu("2")),
-			[]*karpv1.NodeClaim{claimOf("a", "p", "2", false)}, false},
+			[]*karpv1.NodeClaim{claimOf("p", false)}, false},
 		{"cpu used up, only its node being deleted", limitedPool("p", "spot", 0, cpu("2"), cpu("2")),
-			[]*karpv1.NodeClaim{claimOf("a", "p", "2", true)}, true},
+			[]*karpv1.NodeClaim{claimOf("p", true)}, true},
 		{"cpu used up, another pool's node", limitedPool("p", "spot", 0, cpu("2"), cpu("2")),
-			[]*karpv1.NodeClaim{claimOf("a", "q", "2", false)}, true},
+			[]*karpv1.NodeClaim{claimOf("q", false)}, true},
 		{"1 cpu left, smallest type unknown", limitedPool("p", "spot", 0, cpu("3"), cpu("2")), nil, false},
 		{"1 cpu left, every type has more", limitedPool("p", "spot", 0, cpu("3"), cpu("2"), kwokCPU), nil, true},
 		{"2 cpu left, types of 2 cpu allowed", limitedPool("p", "spot", 0, cpu("4"), cpu("2"), kwokCPU), nil, false},
@@ -146,7 +146,7 @@ func TestFullAnswerKept(t *testing.T) {
 	}
 	lists, fail := 0, false
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(test.Scheme()).WithObjects(
-		limitedPool("spot", "spot", 0, cpu("2"), cpu("2")), claimOf("a", "spot", "2", false)).Build(), interceptor.Funcs{
+		limitedPool("spot", "spot", 0, cpu("2"), cpu("2")), claimOf("spot", false)).Build(), interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			if _, ok := list.(*karpv1.NodeClaimList); ok {
 				lists++

@@ -113,6 +113,27 @@ func ReadFailedScheduling(message, pool string) Verdict {
 	return v
 }
 
+// CompactFailedScheduling keeps of a FailedScheduling message only the parts
+// ReadFailedScheduling reads (limits, and "no instance type ..."), so that a
+// message bounded for the cache still holds the part about the pod's own
+// NodePool. On a cluster of many NodePools, Karpenter's message lists a
+// requirements mismatch for each of the others first (by weight), and a
+// plain cut would drop the part that matters. Other messages are returned
+// unchanged.
+func CompactFailedScheduling(message string) string {
+	rest, ok := strings.CutPrefix(message, failedPrefix)
+	if !ok {
+		return message
+	}
+	var kept []string
+	for _, part := range segments(rest) {
+		if strings.Contains(part, limitsText) || strings.Contains(part, nodesText) || strings.HasPrefix(part, noTypeText) {
+			kept = append(kept, part)
+		}
+	}
+	return failedPrefix + strings.Join(kept, "; ")
+}
+
 // segments splits a FailedScheduling message into its NodePools' parts.
 // Karpenter joins them with "; ", and a requirements error joins its keys
 // the same way ("key a, ...; key b, ..."): those continue the part before.

@@ -246,7 +246,7 @@ func placedPod() *corev1.Pod {
 		Record: Record{Strategy: "0123456789ab", Revision: "7d9f8b6c5d", Counts: []int64{2, 41}, Reason: "quota"},
 	})
 	fields := func(manager, raw string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(raw)}}
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(raw)}
 	}
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{
 		fields("kube-controller-manager", `{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"1\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:image":{},"f:name":{},"f:resources":{".":{},"f:requests":{".":{},"f:cpu":{},"f:memory":{}}}}},"f:schedulingGates":{".":{},"k:{\"name\":\"apportion.dev/placement\"}":{".":{},"f:name":{}}}}}`),

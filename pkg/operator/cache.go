@@ -257,7 +257,8 @@ func imagesOnly(containers []corev1.Container) []corev1.Container {
 // maxEventMessage bounds a cached Event's message: Karpenter's
 // FailedScheduling lists a part per NodePool, and the part about the pod's
 // own pool is all capacity fallback reads (it names its pool when it is
-// about limits).
+// about limits). A longer one keeps only the parts fallback reads
+// (capacity.CompactFailedScheduling), then is cut.
 const maxEventMessage = 8 << 10
 
 // StripEvent keeps what capacity fallback reads from Karpenter's Events:
@@ -268,6 +269,9 @@ func StripEvent(obj any) (any, error) {
 		return obj, nil
 	}
 	msg := ev.Message
+	if len(msg) > maxEventMessage {
+		msg = capacity.CompactFailedScheduling(msg)
+	}
 	if len(msg) > maxEventMessage {
 		msg = msg[:maxEventMessage]
 	}

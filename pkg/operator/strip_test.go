@@ -18,6 +18,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/apportion-dev/apportion/pkg/annotations"
+	"github.com/apportion-dev/apportion/pkg/capacity"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/pkg/options"
 	"github.com/apportion-dev/apportion/pkg/podcache"
@@ -327,5 +328,45 @@ func TestStripPodCompactsTheShadowDecision(t *testing.T) {
 	}
 	if v, ok := signer.ReadShadow(got); !ok || v.Group != sh.Group || v.NodePool != "spot" {
 		t.Errorf("the cached shadow decision reads %+v, %v", v, ok)
+	}
+}
+
+// TestStripEventKeepsTheOwnPoolsPart: on a cluster of many NodePools,
+// Karpenter's FailedScheduling lists a requirements mismatch for every
+// other pool before the part about the pod's own (a low-weight pool comes
+// last). The cached message, bounded, still holds that part, so fallback
+// reads the same finding as from the whole message.
+func TestStripEventKeepsTheOwnPoolsPart(t *testing.T) {
+	parts := []string{}
+	for i := range 60 {
+		parts = append(parts, fmt.Sprintf(`incompatible with nodepool "pool-%02d", daemonset overhead={"cpu":"100m","pods":"1"}, `+
+			`incompatible requirements, key karpenter.sh/nodepool, karpenter.sh/nodepool In [own] not in karpenter.sh/nodepool In [pool-%02d]; `+
+			`key e2e.example/case, e2e.example/case In [a] not in e2e.example/case In [b]`, i, i))
+	}
+	for _, own := range []struct {
+		part string
+		want capacity.Finding
+	}{
+		{`no instance type has enough resources, requirements=karpenter.sh/nodepool In [own], resources={"cpu":"500"}`, capacity.FindingDoesNotFit},
+		{`all available instance types exceed limits for nodepool (NodePool=own)`, capacity.FindingLimits},
+	} {
+		msg := "Failed to schedule pod, " + strings.Join(append(parts, own.part), "; ")
+		if len(msg) <= maxEventMessage {
+			t.Fatalf("the message (%d bytes) must exceed the bound (%d) for the case", len(msg), maxEventMessage)
+		}
+		if got := capacity.ReadFailedScheduling(msg, "own").Finding; got != own.want {
+			t.Fatalf("the whole message reads %v, want %v", got, own.want)
+		}
+		out, err := StripEvent(&corev1.Event{Reason: "FailedScheduling", Message: msg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := out.(*corev1.Event).Message
+		if len(kept) > maxEventMessage {
+			t.Fatalf("cached message of %d bytes, over the bound %d", len(kept), maxEventMessage)
+		}
+		if got := capacity.ReadFailedScheduling(kept, "own").Finding; got != own.want {
+			t.Fatalf("the cached message reads %v, want %v: %q", got, own.want, kept)
+		}
 	}
 }

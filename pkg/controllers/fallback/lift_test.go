@@ -60,13 +60,13 @@ func TestScopedLimitsMarkLiftedWhenLimitRaised(t *testing.T) {
 			checkLimitsScopedToTenant(t, f, "tiny", "small")
 			key := capacity.Scoped("small-deploy-uid", capacity.PoolKey("spot"))
 
-			f.updatePool("spot", l.set(l.less))
+			f.updatePool(l.set(l.less))
 			f.reconcilePool()
 			if out, _ := f.out(key); !out {
 				t.Fatal("limit lowered: the workload's mark ended, want it kept")
 			}
 			before := rechecks(ReasonLimits, RecheckLifted)
-			f.updatePool("spot", l.set(l.raised))
+			f.updatePool(l.set(l.raised))
 			f.reconcilePool()
 			if out, _ := f.out(key); out {
 				t.Fatalf("limit raised: still out until %v, want lifted", f.until(key))
@@ -93,12 +93,12 @@ func TestWideLimitsMarkLiftedPerResource(t *testing.T) {
 			}
 			f.tracker.Mark(spot, ReasonLimits)
 			f.ctrl.recordOutage(t.Context(), spot, signal{reason: ReasonLimits, wide: true, np: np})
-			f.updatePool("spot", func(np *karpv1.NodePool) { np.Labels = map[string]string{"team": "a"} })
+			f.updatePool(func(np *karpv1.NodePool) { np.Labels = map[string]string{"team": "a"} })
 			f.reconcilePool()
 			if out, _ := f.out(spot); !out {
 				t.Fatal("nothing changed that gives room: lifted, want kept")
 			}
-			f.updatePool("spot", l.set(l.raised))
+			f.updatePool(l.set(l.raised))
 			f.reconcilePool()
 			if out, _ := f.out(spot); out {
 				t.Fatalf("limit raised: still out until %v", f.until(spot))
@@ -142,7 +142,7 @@ func TestScopedMarksLiftedByReason(t *testing.T) {
 					// The NodePool as the cache has it (the signal carries none).
 					f.ctrl.recordOutage(t.Context(), k, signal{reason: reason})
 				}
-				f.updatePool("spot", mutate)
+				f.updatePool(mutate)
 				f.reconcilePool()
 				if out, _ := f.out(key); out == lifted[change] {
 					t.Errorf("out %v, want lifted %v", out, lifted[change])

@@ -31,11 +31,11 @@ func (f *fixture) reconcilePool() reconcile.Result {
 	return res
 }
 
-// updatePool changes the cached NodePool.
-func (f *fixture) updatePool(name string, mutate func(*karpv1.NodePool)) {
+// updatePool changes the cached NodePool spot.
+func (f *fixture) updatePool(mutate func(*karpv1.NodePool)) {
 	f.t.Helper()
 	np := &karpv1.NodePool{}
-	if err := f.client.Get(context.Background(), client.ObjectKey{Name: name}, np); err != nil {
+	if err := f.client.Get(context.Background(), client.ObjectKey{Name: "spot"}, np); err != nil {
 		f.t.Fatal(err)
 	}
 	mutate(np)
@@ -139,7 +139,7 @@ func TestLimitsOutageLifted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := limitsFixture(t)
 			f.clock.Step(time.Minute)
-			f.updatePool("spot", tc.mutate)
+			f.updatePool(tc.mutate)
 			before := rechecks(ReasonLimits, RecheckLifted)
 			res := f.reconcilePool()
 			out, _ := f.out(spot)
@@ -188,7 +188,7 @@ func TestNotReadyOutageRechecked(t *testing.T) {
 	t.Run("Ready again", func(t *testing.T) {
 		f := setup(t)
 		f.clock.Step(30 * time.Second)
-		f.updatePool("spot", func(np *karpv1.NodePool) {
+		f.updatePool(func(np *karpv1.NodePool) {
 			np.Status.Conditions = []status.Condition{{Type: status.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.NewTime(f.clock.Now())}}
 		})
 		f.reconcilePool()
@@ -238,7 +238,7 @@ func TestNoInstanceTypesOutage(t *testing.T) {
 	}{
 		{"unchanged", func(*fixture) {}, false},
 		{"requirements allow a type", func(f *fixture) {
-			f.updatePool("spot", func(np *karpv1.NodePool) {
+			f.updatePool(func(np *karpv1.NodePool) {
 				np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{test.Requirement(corev1.LabelArchStable, "amd64")}
 			})
 		}, true},
