@@ -136,7 +136,7 @@ func TestLimitsFallBackThenRecover(t *testing.T) {
 		}
 	}
 	counts := countByNode(t, "limits", left)
-	if desc, ok := quota(t, seed004, counts); !ok {
+	if desc, ok := quota(t, counts); !ok {
 		t.Errorf("after the scale-down 18 -> %d: %s, want within quota", target, desc)
 	}
 	t.Logf("scale-down 18 -> %d removed %d of the fallback pods %v; left %v", target, len(gone), names(fallback), counts)
@@ -551,7 +551,7 @@ func TestStraysCountByTheirNode(t *testing.T) {
 		t.Errorf("%d pods decided after the webhook came back, want 16", later)
 	}
 	final := countByNode(t, "strays", pods)
-	if msg, ok := quota(t, seed004, final); !ok {
+	if msg, ok := quota(t, final); !ok {
 		t.Errorf("every pod by its node: %s", msg)
 	} else {
 		t.Logf("every pod by its node (strays included): %s", msg)

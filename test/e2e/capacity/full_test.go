@@ -175,7 +175,7 @@ func TestWorkloadMarkEndsWithTheLimit(t *testing.T) {
 		}
 		return nil
 	})
-	desc, ok := quota(t, seed004, countByNode(t, caseName, left))
+	desc, ok := quota(t, countByNode(t, caseName, left))
 	if !ok {
 		t.Errorf("after the scale-down 18 -> %d: %s, want within quota", target, desc)
 	}

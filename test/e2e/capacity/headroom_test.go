@@ -111,7 +111,7 @@ func TestHeadroomFallsBackInSeconds(t *testing.T) {
 			scale(t, d, int32(next))
 			running = waitRunning(t, ns, tc.caseName, next, 3*time.Minute)
 			counts := countByNode(t, tc.caseName, running)
-			desc, ok := quota(t, seed004, counts)
+			desc, ok := quota(t, counts)
 			if !ok {
 				t.Errorf("after the caps were lifted, %d -> %d: %s", tc.replicas, next, desc)
 			}

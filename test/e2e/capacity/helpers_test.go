@@ -123,11 +123,12 @@ func method(t *testing.T, spec string) (*strategy.Strategy, *apportion.Method) {
 	return s, m
 }
 
-// quota checks counts against the ideal split of spec at their total
-// (floor/ceil of each share, every group available) and describes them.
-func quota(t *testing.T, spec string, counts map[string]int64) (string, bool) {
+// quota checks counts against the ideal split of the suite's strategy
+// (seed004) at their total (floor/ceil of each share, every group
+// available) and describes them.
+func quota(t *testing.T, counts map[string]int64) (string, bool) {
 	t.Helper()
-	s, m := method(t, spec)
+	s, m := method(t, seed004)
 	ordered := make([]int64, len(s.Groups))
 	var n, known int64
 	for i, k := range s.Keys() {
