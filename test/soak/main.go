@@ -52,7 +52,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.DurationVar(&o.duration, "duration", time.Hour, "how long the churn runs, after the set-up")
 	fs.StringVar(&o.out, "out", "soak-out", "folder for minutes.csv, minutes.json, summary.json and soak.png (created)")
-	fs.Int64Var(&o.seed, "seed", 1, "seed of the churn's schedules and choices: a seed replays the same events in the same order")
+	fs.Int64Var(&o.seed, "schedule", 1, "number of the churn's schedules and choices: the same number replays the same events in the same order")
 	fs.DurationVar(&o.interval, "interval", time.Minute, "time between two samples")
 	fs.DurationVar(&o.warmUp, "warm-up", 0, "samples left out of the RSS and goroutine growth check (0: a fifth of --duration)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "deadline of the whole run, set-up and teardown included (0: --duration + 25m)")
