@@ -267,13 +267,7 @@ func TestJobPodRetried(t *testing.T) {
 			d := &deletions{}
 			f := retryFixture(t, d, tc.job, pendingPod("etl-1", "spot", now.Add(-4*time.Minute), ownedByJob("etl")))
 			before := retryMetrics()
-			f.reconcile("etl-1")
-			f.drain()
-			if _, ok := f.get("etl-1"); ok {
-				f.reconcile("etl-1") // again: decided once
-				f.drain()
-			}
-			_, exists := f.get("etl-1")
+			exists := f.decideTwice("etl-1")
 			if exists == tc.delete || len(d.deletes) != 0 || len(d.evictions) != map[bool]int{true: 1}[tc.delete] {
 				t.Fatalf("exists %v, deletes %v, evictions %d; want deleted %v, through the Eviction API", exists, d.deletes, len(d.evictions), tc.delete)
 			}
@@ -534,13 +528,7 @@ func TestWorkflowPod(t *testing.T) {
 			d := &deletions{}
 			f := retryFixture(t, d, tc.wf, workflowPod(tc.attempts))
 			before := retryMetrics()
-			f.reconcile("wf-step")
-			f.drain()
-			if _, ok := f.get("wf-step"); ok {
-				f.reconcile("wf-step") // again: decided once
-				f.drain()
-			}
-			_, exists := f.get("wf-step")
+			exists := f.decideTwice("wf-step")
 			if exists == tc.delete || len(d.evictions) != 0 || len(d.deletes) != map[bool]int{true: 1}[tc.delete] {
 				t.Fatalf("exists %v, deletes %v, evictions %d; want deleted %v, by a plain delete", exists, d.deletes, len(d.evictions), tc.delete)
 			}
@@ -621,4 +609,19 @@ func TestIgnoresDisruption(t *testing.T) {
 	if ignoresDisruption(nil, pending) {
 		t.Error("no policy: ignored")
 	}
+}
+
+// decideTwice reconciles the pod, and again while it exists (a pod is
+// decided once), draining the deletion queue each time; it reports whether
+// the pod still exists.
+func (f *fixture) decideTwice(name string) bool {
+	f.t.Helper()
+	f.reconcile(name)
+	f.drain()
+	if _, ok := f.get(name); ok {
+		f.reconcile(name)
+		f.drain()
+	}
+	_, exists := f.get(name)
+	return exists
 }
