@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -131,4 +132,18 @@ func (g *GateTracker) WaitQuantiles() (p50, p99, maxWait time.Duration) {
 	sort.Slice(waits, func(a, b int) bool { return waits[a] < waits[b] })
 	at := func(q float64) time.Duration { return waits[min(len(waits)-1, int(q*float64(len(waits))))] }
 	return at(0.5), at(0.99), waits[len(waits)-1]
+}
+
+// ReportLongestWait logs the longest gate wait as a ratio of a target. These
+// machines are shared and noisy, so a timing is reported, never asserted: a
+// wait over the target is logged as "TARGET MISSED" for the run's reader;
+// what the test asserts is that no pod left the gate without a decision.
+func ReportLongestWait(t testing.TB, maxWait, target time.Duration, what string) {
+	t.Helper()
+	ratio := maxWait.Seconds() / target.Seconds()
+	if maxWait > target {
+		t.Logf("TARGET MISSED: the longest gate wait was %.1fs, %.2fx %s (%s)", maxWait.Seconds(), ratio, what, target)
+		return
+	}
+	t.Logf("the longest gate wait was %.1fs, %.2fx %s (%s)", maxWait.Seconds(), ratio, what, target)
 }
