@@ -72,6 +72,8 @@ func TestClassify(t *testing.T) {
 	}
 	bare := func(p *corev1.Pod) { p.OwnerReferences = nil }
 	uncached := func(p *corev1.Pod) { p.OwnerReferences = owner("ReplicaSet", "apps/v1", "new-1", "rs9") }
+	// A ReplicaSet the cache has not seen yet, of a Deployment it has.
+	newRevision := func(p *corev1.Pod) { p.Labels[PodTemplateHashLabel] = "2" }
 	for _, tc := range []struct {
 		name      string
 		namespace string
@@ -97,6 +99,9 @@ func TestClassify(t *testing.T) {
 		{name: "invalid strategy", pod: of("broken-1", "rs3"), verdict: Invalid, info: true},
 		{name: "workload opted out", pod: of("out-1", "rs5"), skipped: SkipOptedOut, info: true},
 		{name: "opt-out refused by a cluster policy", pod: of("out-1", "rs5"), opts: []Option{WithPolicies(guardedPolicies{noSkip: true})}, verdict: Hold, basis: BasisStrategy, mode: annotations.ModeRequired, info: true},
+		{name: "new ReplicaSet of a Deployment that did not opt in: not held", pod: of("plain-2", "rs8", newRevision), skipped: SkipNoStrategy, info: true},
+		{name: "new ReplicaSet of a Deployment with a strategy: held", pod: of("placed-2", "rs7", newRevision), verdict: Hold, basis: BasisStrategy, mode: annotations.ModeRequired, info: true, problems: true},
+		{name: "new ReplicaSet, revision label not its suffix: held until known", pod: of("plain-2", "rs8"), verdict: Hold, basis: BasisNotCached, mode: annotations.ModeRequired},
 		{name: "no strategy", pod: of("plain-1", "rs2"), opts: []Option{WithArchitectures(ArchitectureOptIn)}, skipped: SkipNoStrategy, info: true},
 		{name: "no strategy, namespace opted in", namespace: "auto", pod: of("plain-1", "rs2"), opts: []Option{WithArchitectures(ArchitectureOptIn)}, verdict: Hold, basis: BasisArchitecture, mode: annotations.ModeRequired, info: true},
 		{name: "no strategy, pod template opted in", pod: of("plain-1", "rs2", ann(annotations.Architectures, "auto")), opts: []Option{WithArchitectures(ArchitectureOptIn)}, verdict: Hold, basis: BasisArchitecture, mode: annotations.ModeRequired, info: true},

@@ -285,11 +285,16 @@ func IsDaemonSetPod(pod *corev1.Pod) bool {
 func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference, revision *string) (top, parent *metav1.PartialObjectMetadata, err error) {
 	switch {
 	case Is(owner, ReplicaSetGVK):
+		*revision = pod.Labels[PodTemplateHashLabel]
 		rs, err := get(ctx, r, ReplicaSetGVK, namespace, owner.Name, owner.UID)
+		if errors.Is(err, ErrNotCached) {
+			if top = rolloutOwner(ctx, r, namespace, pod, owner); top != nil {
+				return top, nil, nil
+			}
+		}
 		if err != nil {
 			return nil, nil, err
 		}
-		*revision = pod.Labels[PodTemplateHashLabel]
 		up := metav1.GetControllerOfNoCopy(rs)
 		switch {
 		case Is(up, DeploymentGVK):
@@ -319,6 +324,37 @@ func owners(ctx context.Context, r client.Reader, namespace string, pod *corev1.
 		return top, nil, err
 	}
 	return nil, nil, nil
+}
+
+// rolloutLabel is the revision label Argo Rollouts sets on a Rollout's
+// ReplicaSets and their pods.
+const rolloutLabel = "rollouts-pod-template-hash"
+
+// rolloutOwner finds the Deployment (or Argo Rollout) of a pod whose
+// ReplicaSet the cache has not seen yet, as in the first moments of a
+// rollout: that controller names each ReplicaSet after itself and the
+// revision label it puts on the pods ("web-5d4f8b9c7" of Deployment "web",
+// pod-template-hash "5d4f8b9c7"). It returns nil unless that owner is
+// cached. The pod then resolves as it will once its ReplicaSet is cached,
+// instead of being held for the leader only because its owner is new: a
+// pod whose workload never opted in is never held. The guess stays within
+// the pod's namespace and the leader resolves the pod again from its
+// ReplicaSet.
+func rolloutOwner(ctx context.Context, r client.Reader, namespace string, pod *corev1.Pod, owner *metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	for _, c := range [...]struct {
+		gvk   schema.GroupVersionKind
+		label string
+	}{{DeploymentGVK, PodTemplateHashLabel}, {RolloutGVK, rolloutLabel}} {
+		hash := pod.Labels[c.label]
+		name, ok := strings.CutSuffix(owner.Name, "-"+hash)
+		if hash == "" || !ok || name == "" {
+			continue
+		}
+		if top, err := get(ctx, r, c.gvk, namespace, name, ""); err == nil {
+			return top
+		}
+	}
+	return nil
 }
 
 func get(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) (*metav1.PartialObjectMetadata, error) {
