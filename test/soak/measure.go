@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/apportion-dev/apportion/pkg/webhook"
 	"github.com/apportion-dev/apportion/test/framework"
 	"github.com/apportion-dev/apportion/test/promtext"
 )
@@ -23,12 +24,17 @@ const (
 	mRSS         = "process_resident_memory_bytes"
 	mHeap        = "go_memstats_heap_inuse_bytes"
 	mGoroutines  = "go_goroutines"
+	mAdmissions  = "apportion_admission_pods_total"
 	mLeader      = "leader_election_master_status"
 )
 
 // writeVerbs are the API server's verbs (and client-go's methods) that
 // change something.
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE"}
+
+// admissionResults are the values of apportion_admission_pods_total's result
+// label the soak keeps per replica.
+var admissionResults = []string{webhook.ResultGated, webhook.ResultSkipped, webhook.ResultShadow, webhook.ResultInvalid, webhook.ResultNoLeader, webhook.ResultError}
 
 // replicaStat is one replica's process at a sample.
 type replicaStat struct {
@@ -42,7 +48,12 @@ type replicaStat struct {
 	// Writes are its API writes since the previous sample (all of them
 	// for a replica new since).
 	Writes float64 `json:"writes"`
-	Error  string  `json:"error,omitempty"`
+	// Admissions counts its pod admissions by result since it started
+	// (apportion_admission_pods_total): "no_leader" and "error" tell a pod
+	// admitted without the gate by this replica from one whose admission
+	// call failed open in the API server.
+	Admissions map[string]float64 `json:"admissions,omitempty"`
+	Error      string             `json:"error,omitempty"`
 }
 
 // minute is one sample: what happened since the previous one.
@@ -249,6 +260,14 @@ func (s *sampler) scrapeReplicas() []replicaStat {
 		r.HeapMiB = m.Sum(mHeap, nil) / mib
 		r.Goroutines = m.Sum(mGoroutines, nil)
 		r.Leader = m.Sum(mLeader, map[string]string{"name": release}) == 1
+		for _, result := range admissionResults {
+			if v := m.Sum(mAdmissions, map[string]string{"result": result}); v > 0 {
+				if r.Admissions == nil {
+					r.Admissions = map[string]float64{}
+				}
+				r.Admissions[result] = v
+			}
+		}
 		var writes float64
 		for _, v := range writeVerbs {
 			writes += m.Sum(mRequests, map[string]string{"method": v})
