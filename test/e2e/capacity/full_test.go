@@ -12,8 +12,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -35,23 +33,7 @@ func TestJobSkipsAFullNodePool(t *testing.T) {
 	const name, caseName, pool = "batch", "full", "full-spot"
 	ns := newNamespace(t)
 	pods := watchPods(t, ns)
-	spec := framework.AppPodSpec("public.ecr.aws/nginx/nginx:latest")
-	spec.RestartPolicy = corev1.RestartPolicyNever
-	spec.NodeSelector = map[string]string{caseLabel: caseName}
-	spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("900m")
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: batchv1.JobSpec{
-			Parallelism:  ptr.To[int32](6),
-			Completions:  ptr.To[int32](12),
-			BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				// kwok completes a Job's pods as soon as they run.
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}, Annotations: map[string]string{annotations.Strategy: seed004}},
-				Spec:       spec,
-			},
-		},
-	}
+	job := caseJob(ns, name, caseName, 6, 12, 0, false)
 	start := time.Now()
 	create(t, job)
 	var j batchv1.Job

@@ -10,7 +10,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -36,28 +35,11 @@ func TestJobFallsBackWithoutARetry(t *testing.T) {
 	const name, caseName, pool = "etl", "jobfb", "jobfb-spot"
 	ns := newNamespace(t)
 	pods := watchPods(t, ns)
-	spec := framework.AppPodSpec("public.ecr.aws/nginx/nginx:latest")
-	spec.RestartPolicy = corev1.RestartPolicyNever
-	spec.NodeSelector = map[string]string{caseLabel: caseName}
-	spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("900m")
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: batchv1.JobSpec{
-			Parallelism:  ptr.To[int32](4),
-			Completions:  ptr.To[int32](6),
-			BackoffLimit: ptr.To[int32](0), // any counted failure fails the Job
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
-				Action:          batchv1.PodFailurePolicyActionIgnore,
-				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
-			}}},
-			Template: corev1.PodTemplateSpec{
-				// Run by the test (framework.RunPods): kwok completes a Job's
-				// pods as soon as they run.
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name, framework.ProcessLabel: ""}, Annotations: map[string]string{annotations.Strategy: seed004}},
-				Spec:       spec,
-			},
-		},
-	}
+	job := caseJob(ns, name, caseName, 4, 6, 0, true) // backoffLimit 0: any counted failure fails the Job
+	job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+		Action:          batchv1.PodFailurePolicyActionIgnore,
+		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+	}}}
 	framework.RunPods(t, env.Kube, ns)
 	create(t, job)
 	running := waitRunning(t, ns, name, 4, 3*time.Minute)

@@ -26,32 +26,42 @@ import (
 // their cpu limit (2) allows one c-2x node, which takes two.
 const spotFits = 2
 
-// midJob is a Job of seed 004 (on its pod template) whose 900m pods select
-// the case's NodePools and are run by the test (framework.RunPods: kwok
-// would complete them at once) for runFor, or until deleted when "":
-// parallelism and completions 6 (3 pods decided spot, 3 on-demand),
-// backoffLimit backoffLimit, no podFailurePolicy.
-func midJob(ns, name, caseName string, backoffLimit int32, runFor string) *batchv1.Job {
+// caseJob is a Job of seed 004 (on its pod template) whose 900m pods select
+// the case's NodePools, with no podFailurePolicy. With run, its pods are run
+// by the test (framework.RunPods) until deleted or for their
+// framework.RunForAnnotation; else kwok completes them as soon as they run.
+func caseJob(ns, name, caseName string, parallelism, completions, backoffLimit int32, run bool) *batchv1.Job {
 	spec := framework.AppPodSpec("public.ecr.aws/nginx/nginx:latest")
 	spec.RestartPolicy = corev1.RestartPolicyNever
 	spec.NodeSelector = map[string]string{caseLabel: caseName}
 	spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("900m")
-	ann := map[string]string{annotations.Strategy: seed004}
-	if runFor != "" {
-		ann[framework.RunForAnnotation] = runFor
+	labels := map[string]string{"app": name}
+	if run {
+		labels[framework.ProcessLabel] = ""
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: batchv1.JobSpec{
-			Parallelism:  ptr.To[int32](6),
-			Completions:  ptr.To[int32](6),
+			Parallelism:  ptr.To(parallelism),
+			Completions:  ptr.To(completions),
 			BackoffLimit: ptr.To(backoffLimit),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name, framework.ProcessLabel: ""}, Annotations: ann},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{annotations.Strategy: seed004}},
 				Spec:       spec,
 			},
 		},
 	}
+}
+
+// midJob is a caseJob run by the test, parallelism and completions 6 (3
+// pods decided spot, 3 on-demand), its pods running for runFor (until
+// deleted when "").
+func midJob(ns, name, caseName string, backoffLimit int32, runFor string) *batchv1.Job {
+	j := caseJob(ns, name, caseName, 6, 6, backoffLimit, true)
+	if runFor != "" {
+		j.Spec.Template.Annotations[framework.RunForAnnotation] = runFor
+	}
+	return j
 }
 
 // fillMidJob creates the Job (run by the test) and waits until its 6 pods
