@@ -29,6 +29,9 @@ type Suite struct {
 	CertDir  string
 	LB       *Balancer
 	Replicas []*Replica
+	// Kubelet runs the processes of the pods the chart creates, when
+	// SuiteOptions.Chart.
+	Kubelet *Kubelet
 	// Dir is the suite's scratch folder, removed at the end.
 	Dir string
 }
@@ -50,7 +53,12 @@ type SuiteOptions struct {
 	// Prepare creates what the suite needs before the webhooks exist; it
 	// may replace Suite.Kube (a client that knows more kinds).
 	Prepare func(ctx context.Context, s *Suite) error
-	// Replicas `apportion webhook` processes with GateTimeout and Args.
+	// Chart: the tests install apportion with helm, so the suite issues no
+	// certificate and registers no webhook; a Kubelet runs the processes of
+	// the chart's pods (kwok only pretends to run them).
+	Chart bool
+	// Replicas `apportion webhook` processes with GateTimeout and Args (0:
+	// the tests start their own, behind LB).
 	Replicas    int
 	GateTimeout time.Duration
 	Args        []string
@@ -112,6 +120,14 @@ func (s *Suite) run(m *testing.M, o SuiteOptions) (int, error) {
 	if err := WaitNodePoolsReady(ctx, s.Kube); err != nil {
 		return 1, err
 	}
+	if o.Chart {
+		s.Kubelet = NewKubelet(s.C, s.Bin, filepath.Join(s.Dir, "pods"))
+		kctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { s.Kubelet.Run(kctx); close(done) }()
+		defer func() { stop(); <-done }()
+		return s.ready(ctx, m, o)
+	}
 	if err := s.Kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}); err != nil {
 		return 1, err
 	}
@@ -135,9 +151,16 @@ func (s *Suite) run(m *testing.M, o SuiteOptions) (int, error) {
 			r.Stop()
 		}
 	}()
-	if err := s.startReplicas(ctx, o); err != nil {
-		return 1, err
+	if o.Replicas > 0 {
+		if err := s.startReplicas(ctx, o); err != nil {
+			return 1, err
+		}
 	}
+	return s.ready(ctx, m, o)
+}
+
+// ready runs o.Ready, then the tests.
+func (s *Suite) ready(ctx context.Context, m *testing.M, o SuiteOptions) (int, error) {
 	if o.Ready != nil {
 		if err := o.Ready(ctx, s); err != nil {
 			return 1, err

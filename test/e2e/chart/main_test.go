@@ -12,7 +12,6 @@ package chart_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,39 +39,12 @@ var env struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
-		code = 1
-	}
-	framework.StopCluster(env.c, code, 60)
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	tmp, err := os.MkdirTemp("", "apportion-e2e-chart-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
 	// E2E_LOG_DIR keeps every component's and pod's log after the run (framework.LogDir).
-	env.bin, env.c, err = framework.StartKarpenter(ctx, tmp, "chart")
-	if env.c != nil {
-		env.kube = env.c.Client()
-	}
-	if err != nil {
-		return 1, err
-	}
-	env.kubelet = framework.NewKubelet(env.c, env.bin, filepath.Join(tmp, "pods"))
-	kctx, stopKubelet := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { env.kubelet.Run(kctx); close(done) }()
-	code := m.Run()
-	stopKubelet()
-	<-done
-	return code, nil
+	os.Exit(framework.RunSuite(m, &framework.Suite{}, framework.SuiteOptions{Name: "chart", NodePools: true, Chart: true,
+		Ready: func(_ context.Context, s *framework.Suite) error {
+			env.c, env.kube, env.bin, env.kubelet = s.C, s.Kube, s.Bin, s.Kubelet
+			return nil
+		}}))
 }
 
 // helm runs the cluster's helm (framework.Helm).

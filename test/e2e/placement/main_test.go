@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/apportion-dev/apportion/test/cluster"
@@ -40,51 +38,12 @@ var env struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
-		if env.c != nil {
-			env.c.DumpLogs(os.Stderr, 60)
-		}
-		code = 1
-	}
-	framework.StopCluster(env.c, code, 60)
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	tmp, err := os.MkdirTemp("", "apportion-e2e-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	env.bin, env.c, err = framework.StartKarpenter(ctx, tmp, "placement")
-	if env.c != nil {
-		env.kube = env.c.Client()
-	}
-	if err != nil {
-		return 1, err
-	}
-	if err := env.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.SystemNamespace}}); err != nil {
-		return 1, err
-	}
-	env.certDir = filepath.Join(tmp, "certs")
-	if err := os.MkdirAll(env.certDir, 0o700); err != nil {
-		return 1, err
-	}
-	if _, _, err := env.c.IssueServingCert(env.certDir); err != nil {
-		return 1, err
-	}
-	if env.lb, err = framework.NewBalancer(env.c); err != nil {
-		return 1, err
-	}
-	defer env.lb.Close()
-	if err := framework.Register(ctx, env.kube, env.c.CABundle(), env.lb.Port); err != nil {
-		return 1, err
-	}
-	return m.Run(), nil
+	// The tests start their own replicas (startReplicas), behind env.lb.
+	os.Exit(framework.RunSuite(m, &framework.Suite{}, framework.SuiteOptions{Name: "placement", NodePools: true,
+		Ready: func(_ context.Context, s *framework.Suite) error {
+			env.c, env.kube, env.bin, env.certDir, env.lb = s.C, s.Kube, s.Bin, s.CertDir, s.LB
+			return nil
+		}}))
 }
 
 var replicaSeq atomic.Int32

@@ -12,11 +12,8 @@ package smoke_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,42 +34,13 @@ var env struct {
 }
 
 func TestMain(m *testing.M) {
-	start := time.Now()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
-		code = 1
-	}
-	framework.StopCluster(env.c, code, 60)
-	fmt.Fprintf(os.Stderr, "smoke e2e (tools set %s): wall time %s\n", cluster.ToolsSet(), time.Since(start).Round(time.Second))
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	tmp, err := os.MkdirTemp("", "apportion-e2e-smoke-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
 	// E2E_LOG_DIR keeps every component's and pod's log (framework.LogDir),
 	// one folder per tools set.
-	env.bin, env.c, err = framework.StartKarpenter(ctx, tmp, "smoke-"+cluster.ToolsSet())
-	if env.c != nil {
-		env.kube = env.c.Client()
-	}
-	if err != nil {
-		return 1, err
-	}
-	env.kubelet = framework.NewKubelet(env.c, env.bin, filepath.Join(tmp, "pods"))
-	kctx, stopKubelet := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { env.kubelet.Run(kctx); close(done) }()
-	code := m.Run()
-	stopKubelet()
-	<-done
-	return code, nil
+	os.Exit(framework.RunSuite(m, &framework.Suite{}, framework.SuiteOptions{Name: "smoke-" + cluster.ToolsSet(), NodePools: true, Chart: true,
+		Ready: func(_ context.Context, s *framework.Suite) error {
+			env.c, env.kube, env.bin, env.kubelet = s.C, s.Kube, s.Bin, s.Kubelet
+			return nil
+		}}))
 }
 
 // helm runs the cluster's helm (framework.Helm).
