@@ -16,6 +16,26 @@ import (
 	"github.com/apportion-dev/apportion/test/framework"
 )
 
+// burstDeployments creates the Deployments named, of seed 004 at 0
+// replicas, and returns a tracker of their namespace's gates. Their image is
+// on a host the chart's registry policy denies (loopback): its inspection
+// fails at once and is cached, on the replica that does not lead too,
+// instead of waiting out a registry this machine cannot reach; the tests
+// time a takeover or a roll, not the registry.
+func burstDeployments(t *testing.T, ns string, names ...string) *framework.GateTracker {
+	t.Helper()
+	for _, name := range names {
+		d := deployment(ns, name, 0, map[string]string{annotations.Strategy: seed004})
+		d.Spec.Template.Spec.Containers[0].Image = "localhost:5000/apportion-e2e/app:1"
+		create(t, d)
+	}
+	gates, err := framework.TrackGates(t.Context(), env.c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gates
+}
+
 // testForceDeletedLeader loses the placement leader as a node failure would,
 // mid-burst: its process is SIGKILLed and its pod force-deleted (grace
 // period 0), so it neither drains nor releases the Lease. The other replica
@@ -26,17 +46,7 @@ import (
 func testForceDeletedLeader(t *testing.T) {
 	const pods = 200
 	ns := newNamespace(t, "forcedelete")
-	// An image on a host the chart's registry policy denies (loopback): its
-	// inspection fails at once and is cached, on the replica that does not
-	// lead too, instead of waiting out a registry this machine cannot
-	// reach; the test times the takeover, not the registry.
-	d := deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004})
-	d.Spec.Template.Spec.Containers[0].Image = "localhost:5000/apportion-e2e/app:1"
-	create(t, d)
-	gates, err := framework.TrackGates(t.Context(), env.c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gates := burstDeployments(t, ns, "burst")
 	leader := leaderProcess(t)
 	start := time.Now()
 	scale(t, ns, "burst", pods)

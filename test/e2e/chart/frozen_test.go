@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/apportion"
 	"github.com/apportion-dev/apportion/pkg/plan"
 	"github.com/apportion-dev/apportion/pkg/strategy"
@@ -36,15 +35,7 @@ import (
 func testFrozenLeader(t *testing.T) {
 	const pods = 300
 	ns := newNamespace(t, "frozen")
-	// An image the chart's registry policy denies, as in
-	// testForceDeletedLeader: the test times the failover, not a registry.
-	d := deployment(ns, "burst", 0, map[string]string{annotations.Strategy: seed004})
-	d.Spec.Template.Spec.Containers[0].Image = "localhost:5000/apportion-e2e/app:1"
-	create(t, d)
-	gates, err := framework.TrackGates(t.Context(), env.c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gates := burstDeployments(t, ns, "burst")
 	leader := leaderProcess(t)
 	var other *framework.PodProcess
 	for _, p := range env.kubelet.Processes() {

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/test/framework"
 )
@@ -73,16 +72,8 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	apps := make([]string, workloads)
 	for i := range apps {
 		apps[i] = fmt.Sprintf("burst-%d", i)
-		// An image the chart's registry policy denies, as in
-		// testForceDeletedLeader: the test times the roll, not a registry.
-		d := deployment(ns, apps[i], 0, map[string]string{annotations.Strategy: seed004})
-		d.Spec.Template.Spec.Containers[0].Image = "localhost:5000/apportion-e2e/app:1"
-		create(t, d)
 	}
-	gates, err := framework.TrackGates(t.Context(), env.c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gates := burstDeployments(t, ns, apps...)
 
 	// On a loaded 2-core machine helm applies a release a few seconds after
 	// it starts, but some 27 s when it starts with the burst in flight, and
