@@ -126,6 +126,12 @@ func TestParseDesc(t *testing.T) {
 	if _, err := parseDesc("Desc{something else}"); err == nil {
 		t.Error("a description in another form is read without an error")
 	}
+	if got := meaning(metric{Help: "Things by kind. Labels: kind.", Labels: []string{"kind"}}); got != "Things by kind." {
+		t.Errorf("meaning = %q: the sentence naming the labels stays", got)
+	}
+	if got := meaning(metric{Help: "Look-ups. Labels: result (hit, miss).", Labels: []string{"result"}}); got != "Look-ups. Labels: result (hit, miss)." {
+		t.Errorf("meaning = %q: the labels' values are gone", got)
+	}
 	if got := cell(m.Help); strings.Contains(strings.ReplaceAll(got, `\|`, ""), "|") {
 		t.Errorf("cell(%q) = %q: a bare pipe splits the table's cell", m.Help, got)
 	}

@@ -119,7 +119,7 @@ func parseDesc(s string) (metric, error) {
 }
 
 // metricType is the Prometheus type of a collector: a vector's from its
-// kind, a single metric's from what it writes.
+// kind, a single metric's from what a registry gathers of it.
 func metricType(c prometheus.Collector) (string, error) {
 	switch c.(type) {
 	case *prometheus.CounterVec:
@@ -184,8 +184,9 @@ histogram is served as ` + "`NAME_bucket`" + `, ` + "`NAME_sum`" + ` and ` + "`N
 plain number: things counted now, or 0 and 1. Prometheus adds the labels of the
 scraped target (` + "`namespace`" + `, ` + "`pod`" + `, ...) to every series; apportion's own label for
 a workload's namespace is therefore ` + "`workload_namespace`" + `.
-What apportion does on each failure, and the metric that counts it:
-[When something fails](../operations.md). The [dashboard](dashboard.md) shows them all.
+The values each label takes, and what apportion does on each failure:
+[Metrics](../operations.md#metrics) and [When something fails](../operations.md).
+The [dashboard](dashboard.md) shows them all.
 
 | Name | Type | Labels | Unit | Meaning |
 |---|---|---|---|---|
@@ -195,7 +196,18 @@ What apportion does on each failure, and the metric that counts it:
 		for i, l := range m.Labels {
 			labels[i] = code(l)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", code(m.Name), m.Type, strings.Join(labels, ", "), unit(m.Name), cell(m.Help))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", code(m.Name), m.Type, strings.Join(labels, ", "), unit(m.Name), cell(meaning(m)))
 	}
 	return b.String()
+}
+
+// meaning is a metric's help without a last sentence that only names its
+// labels, which the table's Labels column shows.
+func meaning(m metric) string {
+	if len(m.Labels) > 0 {
+		if rest, ok := strings.CutSuffix(m.Help, " Labels: "+strings.Join(m.Labels, ", ")+"."); ok {
+			return rest
+		}
+	}
+	return m.Help
 }
