@@ -170,7 +170,7 @@ test-chart: ## Render the chart with helm and check what it creates, its docs, R
 # Then hack/refdocs writes the reference pages, docs/reference, from the
 # metrics pkg/metrics registers, the CRDs and the Grafana dashboard.
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds and chart-crd/templates from pkg/apis
+generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds and chart-crd/templates from pkg/apis, then docs/reference
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=chart/crds
 	rm -f chart-crd/templates/*.yaml
