@@ -211,7 +211,7 @@ func TestCRDPageDetails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]*regexp.Regexp{
+	for where, want := range map[string]*regexp.Regexp{
 		"PlacementPolicy spec.target":                   regexp.MustCompile(`^object \| yes \|  \| .*Validation: exactly one of name and selector must be set\.`),
 		"PlacementPolicy spec.target.kind":              regexp.MustCompile("^string \\|  \\|  \\| .*One of `Deployment`, `StatefulSet`"),
 		"ClusterPlacementPolicy spec.priority":          regexp.MustCompile("^int32 \\|  \\| `0` \\| Priority ranks"),
@@ -221,7 +221,7 @@ func TestCRDPageDetails(t *testing.T) {
 		"PlacementPolicy status.conditions":             regexp.MustCompile(`^\[\[\]Condition\]\(https://[^)]+\) \|  \| `),
 		"ClusterPlacementPolicy spec.target.kinds":      regexp.MustCompile("Each item: one of `Deployment`"),
 	} {
-		kind, path, _ := strings.Cut(path, " ")
+		kind, path, _ := strings.Cut(where, " ")
 		r, ok := kindRows(page["crds.md"], kind)[path]
 		if !ok {
 			t.Errorf("%s: no row for %s", kind, path)
