@@ -167,8 +167,10 @@ test-chart: ## Render the chart with helm and check what it creates, its docs, R
 # annotations of chart-crd/templates/_helpers.tpl included under
 # metadata.annotations (helm.sh/resource-policy: keep); every other .yaml
 # there is removed, so a CRD dropped from pkg/apis leaves both charts.
+# Then hack/refdocs writes the reference pages, docs/reference, from the
+# metrics pkg/metrics registers, the CRDs and the Grafana dashboard.
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds and chart-crd/templates from pkg/apis
+generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in chart/crds and chart-crd/templates from pkg/apis, then docs/reference
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=chart/crds
 	rm -f chart-crd/templates/*.yaml
@@ -178,6 +180,11 @@ generate: $(CONTROLLER_GEN) ## Regenerate the API's deep copies and the CRDs in 
 	    awk '{ print } /^  annotations:$$/ && !done { print "    {{- include \"apportion-crd.annotations\" . | nindent 4 }}"; done = 1 } END { exit !done }' "$$crd"; \
 	  } >"$$out" || { echo "$$crd: no metadata.annotations to add chart-crd's to" >&2; rm -f "$$out"; exit 1; }; \
 	done
+	$(GO) run ./hack/refdocs
+
+.PHONY: docs
+docs: ## Regenerate docs/reference (metrics, CRD fields, Grafana dashboard) from the code; make generate runs it too
+	$(GO) run ./hack/refdocs
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
@@ -190,6 +197,8 @@ verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml
 	$(GO) run ./hack/verify-links
 	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds chart-crd/templates); \
 	  if [ -n "$$out" ]; then echo "make generate changed (commit the result):"; echo "$$out"; git diff -- pkg/apis chart/crds chart-crd/templates | head -50; exit 1; fi
+	@out=$$(git status --porcelain -- docs/reference); \
+	  if [ -n "$$out" ]; then echo "make generate changed the reference pages (commit the result):"; echo "$$out"; git diff -- docs/reference | head -50; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
