@@ -30,6 +30,12 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CONTROLLER_GEN_VERSION := v0.21.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
+# actionlint checks .github/workflows in make verify. Its shellcheck and
+# pyflakes checks are off: they would run only where those programs happen
+# to be installed, and make verify must say the same on every machine.
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
+
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
@@ -80,6 +86,9 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 # COSIGN_PASSWORD; no transparency log) and attaches the image's SBOMs and
 # an SLSA provenance as attestations (docs/verifying-releases.md).
 # UNSIGNED=1 pushes without signing; without a key or it, nothing is pushed.
+# KEYLESS=1 signs instead with the OIDC identity of the CI that runs it
+# (GitHub Actions: .github/workflows/release.yaml), the signatures recorded
+# in the Rekor transparency log.
 # INSECURE=1 for a registry on plain HTTP.
 # hack/release does the steps besides compiling and packaging.
 RELEASE_DIR       ?= $(BIN)/release
@@ -90,6 +99,7 @@ INSECURE          ?=
 HELM              ?=
 COSIGN_KEY        ?=
 UNSIGNED          ?=
+KEYLESS           ?=
 COSIGN            ?=
 BUILDER_ID        ?=
 RELEASE_TOOL      := $(GO) run ./hack/release
@@ -131,10 +141,10 @@ release: ## make release VERSION=vX.Y.Z: binaries (linux, darwin, windows), SBOM
 release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] COSIGN_KEY=cosign.key [INSECURE=1]: push and sign what make release wrote (UNSIGNED=1: unsigned)
 	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release-push needs VERSION=vX.Y.Z" >&2; exit 2;; esac
 	@test -n '$(REGISTRY)' || { echo "make release-push needs REGISTRY=host[:port][/prefix]" >&2; exit 2; }
-	@test -n '$(COSIGN_KEY)$(UNSIGNED)' || { echo "make release-push needs COSIGN_KEY=cosign.key (its password in COSIGN_PASSWORD) to sign the release, or UNSIGNED=1 to push it unsigned" >&2; exit 2; }
+	@test -n '$(COSIGN_KEY)$(UNSIGNED)$(KEYLESS)' || { echo "make release-push needs COSIGN_KEY=cosign.key (its password in COSIGN_PASSWORD) to sign the release, KEYLESS=1 to sign it with a CI's OIDC identity, or UNSIGNED=1 to push it unsigned" >&2; exit 2; }
 	@$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
 	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)" \
-	  $(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)' --cosign "$(COSIGN_BIN)" --revision '$(IMAGE_REVISION)' \
+	  $(if $(COSIGN_KEY)$(KEYLESS),$(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)') $(if $(KEYLESS),--keyless) --cosign "$(COSIGN_BIN)" --revision '$(IMAGE_REVISION)' \
 	    --source-date-epoch '$(SOURCE_DATE_EPOCH)' $(if $(BUILDER_ID),--builder-id '$(BUILDER_ID)'),--unsigned)
 
 # The unit tests a newcomer runs first: no race detector, and none of the
@@ -192,7 +202,7 @@ $(CONTROLLER_GEN):
 	mv $(BIN)/controller-gen $@
 
 .PHONY: verify
-verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current, no tracked file over 1 MiB or binary, Markdown links and anchors; fails if anything would change
+verify: $(GOLANGCI_LINT) $(ACTIONLINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml), go.mod tidiness, generated files current, no tracked file over 1 MiB or binary, Markdown links and anchors, GitHub workflows (actionlint, make targets); fails if anything would change
 	@hack/verify-tree.sh
 	$(GO) run ./hack/verify-links
 	@out=$$(git status --porcelain -- 'pkg/apis/*/zz_generated.deepcopy.go' chart/crds chart-crd/templates); \
@@ -206,11 +216,18 @@ verify: $(GOLANGCI_LINT) generate ## gofmt, go vet, golangci-lint (.golangci.yml
 	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 	$(GOLANGCI_LINT) run --allow-serial-runners --build-tags e2e,chart ./...
 	$(GO) mod tidy -diff
+	$(ACTIONLINT) -shellcheck= -pyflakes=
+	$(GO) test -count=1 ./test/workflows/
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN)/golangci-lint $@
+
+$(ACTIONLINT):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	mv $(BIN)/actionlint $@
 
 .PHONY: tools
 tools: ## Build the local control-plane programs once into ~/.cache/apportion/tools (the first time takes ~10 min on 2 cores)

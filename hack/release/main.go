@@ -9,7 +9,8 @@
 //	release krew --dir DIR --version VERSION --source-date-epoch N [--url-base URL]
 //	release sums DIR                     write DIR/SHA256SUMS
 //	release push --dir DIR --version VERSION --registry HOST[:PORT][/PREFIX] [--insecure] --helm HELM
-//	             (--cosign-key KEY --cosign COSIGN --revision SHA --source-date-epoch N | --unsigned)
+//	             (--cosign-key KEY | --keyless) --cosign COSIGN --revision SHA --source-date-epoch N
+//	             | --unsigned
 package main
 
 import (
@@ -44,6 +45,9 @@ Commands (make release and make release-push run them):
       --cosign-key KEY --cosign COSIGN --revision SHA --source-date-epoch N [--builder-id URI]
                               then sign the image index and the charts by digest and attach
                               the SBOMs and an SLSA provenance (password in COSIGN_PASSWORD)
+      --keyless (instead of --cosign-key)
+                              sign with the OIDC identity of the CI running cosign
+                              (Fulcio certificate, signatures in the Rekor log)
       --unsigned              push without signing (refused without one of the two)
 `
 
@@ -195,6 +199,7 @@ func push(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.Unsigned, "unsigned", false, "push without signatures and attestations")
 	s := releasekit.SignOptions{}
 	fs.StringVar(&s.Key, "cosign-key", "", "the cosign private key (password in COSIGN_PASSWORD)")
+	fs.BoolVar(&s.Keyless, "keyless", false, "sign with the CI's OIDC identity instead of a key")
 	fs.StringVar(&s.Revision, "revision", "", "the git commit of the release (provenance)")
 	fs.StringVar(&s.BuilderID, "builder-id", "", "the provenance's builder (default "+releasekit.DefaultBuilderID+")")
 	epoch := fs.String("source-date-epoch", "", "the release's time, Unix seconds (provenance)")
@@ -206,7 +211,7 @@ func push(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("want --dir, --version and --registry, no arguments")
 	}
 	o.Helm = releasekit.HelmCommand(*helm)
-	if s.Key != "" {
+	if s.Key != "" || s.Keyless {
 		var err error
 		if s.SourceDateEpoch, err = epochTime(*epoch); err != nil {
 			return err

@@ -32,6 +32,9 @@ type SignOptions struct {
 	BuilderID string
 	// Cosign runs cosign with args; nil runs "cosign" from PATH.
 	Cosign func(ctx context.Context, args ...string) ([]byte, error)
+	// Keyless signs without a key, with the OIDC identity of the CI that
+	// runs cosign (keyless.go); Key must then be empty.
+	Keyless bool
 }
 
 // DefaultBuilderID is the provenance's builder when SignOptions.BuilderID
@@ -54,6 +57,7 @@ const (
 // unsigned.
 var ErrUnsigned = errors.New("refusing to push an unsigned release: give a cosign key " +
 	"(make release-push COSIGN_KEY=cosign.key, its password in COSIGN_PASSWORD; `cosign generate-key-pair` makes one), " +
+	"sign keyless with a CI's OIDC identity (KEYLESS=1), " +
 	"or say UNSIGNED=1 to push without signatures and attestations")
 
 // CosignCommand returns a SignOptions.Cosign that runs the cosign binary
@@ -197,10 +201,13 @@ func checkSigning(o PushOptions, tag string) error {
 	switch {
 	case o.Sign == nil && o.Unsigned:
 		return nil
-	case o.Sign == nil || o.Sign.Key == "":
+	case o.Sign == nil || (o.Sign.Key == "" && !o.Sign.Keyless):
 		return ErrUnsigned
 	case o.Unsigned:
 		return errors.New("a cosign key and UNSIGNED: choose one")
+	}
+	if err := checkKeyless(*o.Sign); err != nil {
+		return err
 	}
 	if _, err := imageSBOMs(o.Dir, tag); err != nil {
 		return err
@@ -221,9 +228,7 @@ func sign(ctx context.Context, o PushOptions, tag string, p *Pushed) error {
 	if run == nil {
 		run = CosignCommand("cosign")
 	}
-	// No transparency log: the release is signed offline, and verified
-	// with --key (and --insecure-ignore-tlog).
-	common := []string{"--key", s.Key, "--tlog-upload=false", "--yes"}
+	common := signArgs(*s)
 	if o.Insecure {
 		common = append(common, "--allow-http-registry")
 	}
