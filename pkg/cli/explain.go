@@ -31,7 +31,7 @@ func (k *kubeFlags) cluster(all bool) (*explain.Cluster, string, error) {
 	if err != nil {
 		return nil, "", failed(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := newClient(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", failed(fmt.Errorf("connecting to the cluster: %w", err))
 	}

@@ -81,7 +81,7 @@ func runReleaseGates(kf *kubeFlags, all, dryRun bool, stdout, stderr io.Writer) 
 	// controller-runtime's client logs through its global logger, which
 	// prints a warning of its own when none is set.
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	c, err := client.New(cfg, client.Options{})
+	c, err := newClient(cfg, client.Options{})
 	if err != nil {
 		return failed(fmt.Errorf("creating the client: %w", err))
 	}
