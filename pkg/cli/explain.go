@@ -66,8 +66,9 @@ before it, the groups that were out of capacity), the group its node is in, its
 architectures and where they come from, and a runtime-class profile's rewrite; then its
 workload.
 
-For a workload (a Job or Argo Workflow is split over its live pods): its strategy and where it is written (an annotation, or which
-PlacementPolicy or ClusterPlacementPolicy, and why that one), its mode, the split now by the labels of its Running pods' nodes next
+For a workload (a Job or Argo Workflow is split over its live pods): its strategy and
+where it is written (an annotation, or which PlacementPolicy or ClusterPlacementPolicy,
+and why that one), its mode, the split now by the labels of its Running pods' nodes next
 to the quota at its replica count, the groups left out and why, why it is off its
 strategy (drift), its decided, shadow, stray, fallback and waiting pods, and the groups
 the next 10 pods would get. Per group, DESIRED is the quota method's count at the replica

@@ -26,9 +26,9 @@ them for a workload scaled up one pod at a time. --replicas is at most 1000000.
 (a file, "-" for stdin, or a directory: every *.yaml, *.yml and *.json file under it,
 subdirectories included), e.g. the output of helm template: Deployments, StatefulSets,
 ReplicaSets, Argo Rollouts, Jobs, CronJobs (as one of their Jobs) and Argo Workflows,
-each with the strategy the webhook would give it: its own
-annotation (apportion.dev/strategy, custom-pod-schedule-strategy or
-CustomPodScheduleStrategy, on the workload or its pod template), else the oldest
+each with the strategy the webhook would give it: its own annotation
+(apportion.dev/strategy, custom-pod-schedule-strategy or CustomPodScheduleStrategy, on
+the workload or its pod template), else the oldest
 PlacementPolicy of its namespace that targets it, else the ClusterPlacementPolicy of
 highest priority that covers its namespace (policies without a creationTimestamp are as
 old as each other: the first by name wins). Each workload is printed with where its
