@@ -165,16 +165,16 @@ func TestPlanOutputFormats(t *testing.T) {
 
 	_, table, _ := run(t, "", args...)
 	_, explicit, _ := run(t, "", append(args, "-o", "table")...)
-	if table != explicit || !strings.Contains(table, "#  GROUP") || strings.Contains(table, "LOWER") || strings.Contains(table, "order (") {
+	if table != explicit || !strings.Contains(table, "#  GROUP") || strings.Contains(table, "FLOOR") || strings.Contains(table, "order (") {
 		t.Errorf("default table (150 pods: no order line):\n%s", table)
 	}
 	_, wide, _ := run(t, "", append(args, "-o", "wide")...)
-	if !regexp.MustCompile(`IDEAL +LOWER +UPPER +COUNT\n`).MatchString(wide) || !regexp.MustCompile(`(?m)^1 +karpenter.sh/capacity-type=on-demand +0 +2 +99\.333\S* +99 +100 +99$`).MatchString(wide) ||
+	if !regexp.MustCompile(`IDEAL +FLOOR +CEILING +DESIRED\n`).MatchString(wide) || !regexp.MustCompile(`(?m)^1 +karpenter.sh/capacity-type=on-demand +0 +2 +99\.333\S* +99 +100 +99$`).MatchString(wide) ||
 		!strings.Contains(wide, "order (group # of pod 1..150): 0 1 0 1 1 0 ") {
 		t.Errorf("wide:\n%s", wide)
 	}
 	_, wide, _ = run(t, "", "plan", "-o", "wide", "--nodepools", pools, "--replicas", "2", "--strategy", spec)
-	if !regexp.MustCompile(`COUNT +TOLERATIONS\n`).MatchString(wide) || !regexp.MustCompile(`(?m)^0 +karpenter.sh/capacity-type=spot +1 +1 +spot .* dedicated=batch:NoSchedule$`).MatchString(wide) ||
+	if !regexp.MustCompile(`DESIRED +TOLERATIONS\n`).MatchString(wide) || !regexp.MustCompile(`(?m)^0 +karpenter.sh/capacity-type=spot +1 +1 +spot .* dedicated=batch:NoSchedule$`).MatchString(wide) ||
 		!regexp.MustCompile(`(?m)^1 .*\(none: left out\) .* <none>$`).MatchString(wide) {
 		t.Errorf("wide with pools:\n%s", wide)
 	}

@@ -31,7 +31,7 @@ func (k *kubeFlags) cluster(all bool) (*explain.Cluster, string, error) {
 	if err != nil {
 		return nil, "", failed(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := newClient(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", failed(fmt.Errorf("connecting to the cluster: %w", err))
 	}
@@ -43,7 +43,7 @@ func (k *kubeFlags) cluster(all bool) (*explain.Cluster, string, error) {
 }
 
 // readHint names what explain and status read, for a refused request.
-const readHint = "explain and status read pods, nodes, Deployments, StatefulSets, ReplicaSets, and Argo Rollouts, NodePools and PlacementPolicies when served (get and list); nodes and NodePools are cluster-scoped: check with kubectl auth can-i list nodes"
+const readHint = "explain and status read pods, nodes, Deployments, StatefulSets, ReplicaSets, Jobs, CronJobs, and Argo Rollouts and Workflows, NodePools and PlacementPolicies when served (get and list); nodes and NodePools are cluster-scoped: check with kubectl auth can-i list nodes"
 
 // withRBACHint adds readHint to a Forbidden error.
 func withRBACHint(err error) error {
@@ -66,11 +66,17 @@ before it, the groups that were out of capacity), the group its node is in, its
 architectures and where they come from, and a runtime-class profile's rewrite; then its
 workload.
 
-For a workload: its strategy and where it is written (an annotation, or which
-PlacementPolicy or ClusterPlacementPolicy, and why that one), its mode, the split now by the labels of its Running pods' nodes next
+For a workload (a Job or Argo Workflow is split over its live pods): its strategy and
+where it is written (an annotation, or which PlacementPolicy or ClusterPlacementPolicy,
+and why that one), its mode, the split now by the labels of its Running pods' nodes next
 to the quota at its replica count, the groups left out and why, why it is off its
 strategy (drift), its decided, shadow, stray, fallback and waiting pods, and the groups
-the next 10 pods would get.`
+the next 10 pods would get. Per group, DESIRED is the quota method's count at the replica
+count ("2 (cap 2)" for a group capped by max=2), RUNNING its Running pods by their
+nodes' labels, QUOTA NOW the floor and ceiling of its ideal share at the Running count.
+
+-o json (and yaml) names a group's numbers as plan -o json does: "desired", "cap",
+"floor", "ceiling", "nodePool", "leftOut"; "actual" is RUNNING.`
 
 const explainExample = `  # Why did this pod go where it is?
   apportion explain pod/web-7d4b9c5f6-x2x8k -n shop
@@ -85,7 +91,7 @@ func newExplain() *cobra.Command {
 	kf := newKubeFlags()
 	var output string
 	cmd := &cobra.Command{
-		Use:     "explain (pod|deployment|statefulset|replicaset|rollout)/NAME [-n NAMESPACE] [-o table|json|yaml]",
+		Use:     "explain (pod|deployment|statefulset|replicaset|rollout|job|workflow)/NAME [-n NAMESPACE] [-o table|json|yaml]",
 		Short:   "Explain where a pod went and why, or a workload's split against its strategy",
 		Long:    explainLong,
 		Example: explainExample,

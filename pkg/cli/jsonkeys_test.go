@@ -57,7 +57,8 @@ func objectKeys(keys map[string][]string, path string) []string {
 
 // TestJSONKeys: the JSON of every command names each thing with one
 // lowerCamel key: a group's NodePool is nodePool in plan, explain and
-// status alike, its cap cap, its count desired, its bounds min and max,
+// status alike, its cap cap, its count desired, its bounds floor and
+// ceiling (not min and max: max=N is the strategy's cap),
 // why it gets no pods leftOut, and why a workload is not placed
 // notPlaced.
 func TestJSONKeys(t *testing.T) {
@@ -162,7 +163,7 @@ spec: {replicas: 1, selector: {matchLabels: {app: bare}}, template: {metadata: {
 		}
 	}
 	// A group: the same keys in plan's details and explain's groups.
-	group := []string{"cap", "desired", "key", "leftOut", "max", "min", "nodePool"}
+	group := []string{"cap", "ceiling", "desired", "floor", "key", "leftOut", "nodePool"}
 	for name, path := range map[string]string{
 		"plan": ".details[]", "plan -f": ".workloads[].details[]", "explain deployment": ".groups[]",
 		"explain pod": ".workload.groups[]", "status": "[].groups[]",
@@ -171,6 +172,15 @@ spec: {replicas: 1, selector: {matchLabels: {app: bare}}, template: {metadata: {
 		for _, k := range group {
 			if !slices.Contains(keys, k) {
 				t.Errorf("%s: a group (%s) lacks %q: %v", name, path, k, keys)
+			}
+		}
+	}
+	// A strategy's max=N is a cap: no key says max (nor min) for
+	// something else, a share's ceiling.
+	for name, keys := range keysOf {
+		for _, k := range []string{"max", "min"} {
+			if len(keys[k]) > 0 {
+				t.Errorf("%s: key %q at %v: a share's bounds are floor and ceiling, a cap is cap", name, k, keys[k])
 			}
 		}
 	}

@@ -9,7 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// newClient makes the client of the commands that read a cluster (explain,
+// status, release-gates) once connect has resolved the flags; the tests of
+// the commands' examples put a fake API server's in its place.
+var newClient = client.New
 
 // kubeFlags are kubectl's cluster flags, from k8s.io/cli-runtime: every
 // command that talks to a cluster takes the same ones, with the same

@@ -25,9 +25,10 @@ them for a workload scaled up one pod at a time. --replicas is at most 1000000.
 --strategy and --replicas preview one strategy. -f previews every workload of manifests
 (a file, "-" for stdin, or a directory: every *.yaml, *.yml and *.json file under it,
 subdirectories included), e.g. the output of helm template: Deployments, StatefulSets,
-ReplicaSets and Argo Rollouts, each with the strategy the webhook would give it: its own
-annotation (apportion.dev/strategy, custom-pod-schedule-strategy or
-CustomPodScheduleStrategy, on the workload or its pod template), else the oldest
+ReplicaSets, Argo Rollouts, Jobs, CronJobs (as one of their Jobs) and Argo Workflows,
+each with the strategy the webhook would give it: its own annotation
+(apportion.dev/strategy, custom-pod-schedule-strategy or CustomPodScheduleStrategy, on
+the workload or its pod template), else the oldest
 PlacementPolicy of its namespace that targets it, else the ClusterPlacementPolicy of
 highest priority that covers its namespace (policies without a creationTimestamp are as
 old as each other: the first by name wins). Each workload is printed with where its
@@ -46,15 +47,21 @@ labels and the workload's own constraints (tainted pools only with apportion.dev
 "true"); groups no NodePool serves are left out and the others share their part.
 --strict makes a group left out an error (exit status 1), for CI pipelines.
 
--o json (and yaml, the same keys): "groups" (group keys in strategy order), "sequence"
-(0-based index into groups of the group of each pod 1..N), "counts" (group key -> pods),
-"details" (per group: base, weight, ideal share with its floor and ceiling, count, and
-with --nodepools the nodepool or why none). With -f: {"workloads": [...]}, one entry per
-workload with kind, namespace, name, replicas, source, mode, notPlaced or error, and
-the keys above, "sequence" holding the first 1000 pods only ("sequenceTruncated": true
-when there are more; --strategy previews one workload with all of them). -o wide adds
-the floor and ceiling, the tolerations of each NodePool, and the order of every pod
-(with -f, of the first 1000).`
+The table's columns are named as the JSON keys: per group BASE, WEIGHT, IDEAL (its ideal
+share), DESIRED (its pods; "2 (cap 2)" for a group capped by max=2) and NODEPOOL; -o wide
+adds FLOOR and CEILING (the ideal share's floor and ceiling, which DESIRED stays within),
+TOLERATIONS (with --nodepools) and the order of every pod (with -f, of the first 1000).
+
+-o json (and yaml, the same keys): "strategy", "replicas", "groups" (group keys in
+strategy order), "sequence" (0-based index into groups of the group of each pod 1..N, -1
+for a pod beyond caps), "counts" (group key -> pods), "beyondCaps" (pods past every
+group's cap, when some are), "details" (per group: "key", "labels", "base", "weight",
+"cap", "ideal", "floor", "ceiling", "desired", and with --nodepools "nodePool" and
+"tolerations", or "leftOut": why no NodePool serves it). With -f: {"workloads": [...]},
+one entry per workload with "kind", "namespace", "name", "replicas", "source", "mode",
+"notPlaced" or "error", and the keys above, "sequence" holding the first 1000 pods only
+("sequenceTruncated": true when there are more; --strategy previews one workload with
+all of them).`
 
 const planExample = `  # Two pods on-demand, then one on-demand for every three spot, 10 pods
   apportion plan --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3' --replicas 10

@@ -29,8 +29,11 @@ too long). Needs list and patch on pods.
 Acts on the pods of one namespace: -n, else the kubeconfig context's namespace, else
 "default"; -A for every namespace.
 
-Prints "released N pod(s) (M failed)". Exit status 0 when every pod was released, 1 when
-some were not (one line each on stderr), 2 on bad usage.`
+Prints "released N pod(s) (M failed)", with --dry-run "would release N pod(s) (dry run)";
+when the pods cannot be listed (the cluster unreachable, list refused), the error alone,
+after the pods already released if any. Exit status 0 when every pod was released, 1
+when some were not or the pods could not be listed (one line each on stderr), 2 on bad
+usage.`
 
 const releaseGatesExample = `  # Count the gated pods of one namespace, changing nothing
   apportion release-gates -n shop --dry-run
@@ -78,7 +81,7 @@ func runReleaseGates(kf *kubeFlags, all, dryRun bool, stdout, stderr io.Writer) 
 	// controller-runtime's client logs through its global logger, which
 	// prints a warning of its own when none is set.
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	c, err := client.New(cfg, client.Options{})
+	c, err := newClient(cfg, client.Options{})
 	if err != nil {
 		return failed(fmt.Errorf("creating the client: %w", err))
 	}
@@ -138,9 +141,13 @@ func releaseGates(ctx context.Context, c client.Client, namespace string, dryRun
 	if listErr != nil {
 		fmt.Fprintf(stderr, "%s release-gates: listing pods: %v\n", Program, listErr)
 	}
-	if dryRun {
+	switch {
+	case listErr != nil && (dryRun || released+failed == 0):
+		// The error alone: a count of the pods listed before it would
+		// read as the result.
+	case dryRun:
 		fmt.Fprintf(stdout, "would release %d pod(s) (dry run)\n", released)
-	} else {
+	default:
 		fmt.Fprintf(stdout, "released %d pod(s) (%d failed)\n", released, failed)
 	}
 	if failed > 0 || listErr != nil {

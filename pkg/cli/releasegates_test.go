@@ -208,8 +208,46 @@ func TestReleaseGatesReportsFailures(t *testing.T) {
 		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no list for you"))
 	}}
 	c, _ = podCluster(listFails)
-	if code, _, errOut := runRelease(c, "", false); code != ExitFailure || !strings.Contains(errOut, "listing pods") {
-		t.Errorf("failed List: exit %d, stderr %q", code, errOut)
+	for _, dryRun := range []bool{false, true} {
+		if code, out, errOut := runRelease(c, "", dryRun); code != ExitFailure || out != "" || !strings.Contains(errOut, "listing pods") {
+			t.Errorf("failed List, dry run %v: exit %d, stdout %q, stderr %q; want exit 1, the error and no count", dryRun, code, out, errOut)
+		}
+	}
+}
+
+// TestReleaseGatesUnreachable: against a server that does not answer,
+// release-gates says the error, not a count of the pods it never saw.
+func TestReleaseGatesUnreachable(t *testing.T) {
+	t.Setenv("KUBECONFIG", kubeconfig(t, "https://127.0.0.1:1"))
+	for _, args := range [][]string{{"release-gates", "--dry-run"}, {"release-gates", "-A"}} {
+		code, out, errOut := run(t, "", args...)
+		if code != ExitFailure || out != "" || !strings.Contains(errOut, "listing pods") || !strings.Contains(errOut, "127.0.0.1:1") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 1 and the error alone", args, code, out, errOut)
+		}
+	}
+}
+
+// TestReleaseGatesListFailsAfterReleasing: pods released before the list
+// failed are reported, with the error.
+func TestReleaseGatesListFailsAfterReleasing(t *testing.T) {
+	funcs := &interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		var o client.ListOptions
+		o.ApplyOptions(opts)
+		if o.Continue != "" {
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no second page for you"))
+		}
+		if err := c.List(ctx, list, opts...); err != nil {
+			return err
+		}
+		if pl, ok := list.(*corev1.PodList); ok && o.FieldSelector == nil {
+			pl.Items, pl.Continue = pl.Items[:1], "1"
+		}
+		return nil
+	}}
+	c, _ := podCluster(funcs, gatedPod("web", "a", gate), gatedPod("web", "b", gate))
+	code, out, errOut := runRelease(c, "", false)
+	if code != ExitFailure || out != "released 1 pod(s) (0 failed)\n" || !strings.Contains(errOut, "listing pods") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 1, the one pod released and the error", code, out, errOut)
 	}
 }
 

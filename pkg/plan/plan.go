@@ -86,16 +86,17 @@ type Group struct {
 	Labels map[string]string `json:"labels"`
 	Base   int32             `json:"base"`
 	Weight int32             `json:"weight"`
-	// Max is the group's cap, 0 for none: "cap" in JSON, as explain
-	// says it.
+	// Max is the group's cap, the strategy's max=N, 0 for none: "cap" in
+	// JSON and in the table ("2 (cap 2)"), as explain says it.
 	Max int32 `json:"cap,omitempty"`
 	// Ideal is the exact share as a decimal; Lower and Upper are its floor
-	// and ceiling ("min" and "max" in JSON), the bounds Count always stays
-	// within. Count is the group's pods ("desired", the quota method's
-	// count, as explain says it).
+	// and ceiling ("floor" and "ceiling" in JSON, FLOOR and CEILING in the
+	// table), the bounds Count always stays within. Count is the group's
+	// pods ("desired", DESIRED: the quota method's count, as explain and
+	// status say it).
 	Ideal float64 `json:"ideal"`
-	Lower int64   `json:"min"`
-	Upper int64   `json:"max"`
+	Lower int64   `json:"floor"`
+	Upper int64   `json:"ceiling"`
 	Count int64   `json:"desired"`
 	// NodePool is the pool serving the group, with --nodepools.
 	NodePool    string              `json:"nodePool,omitempty"`
@@ -249,8 +250,9 @@ func (r *Result) writeTable(w io.Writer, wide bool) error {
 	return nil
 }
 
-// tableHeader is the header of the table: NODEPOOL with pools, LOWER and
-// UPPER when wide, and TOLERATIONS when both.
+// tableHeader is the header of the table: NODEPOOL with pools, FLOOR and
+// CEILING when wide, and TOLERATIONS when both. A column is named as the
+// JSON key of its number is (pkg/cli's TestTableVocabulary).
 func tableHeader(wide, pools bool) []string {
 	h := []string{"#", "GROUP", "BASE", "WEIGHT"}
 	if pools {
@@ -258,9 +260,9 @@ func tableHeader(wide, pools bool) []string {
 	}
 	h = append(h, "IDEAL")
 	if wide {
-		h = append(h, "LOWER", "UPPER")
+		h = append(h, "FLOOR", "CEILING")
 	}
-	h = append(h, "COUNT")
+	h = append(h, "DESIRED")
 	if wide && pools {
 		h = append(h, "TOLERATIONS")
 	}
@@ -311,8 +313,8 @@ func formatTolerations(ts []corev1.Toleration) string {
 	return strings.Join(parts, ",")
 }
 
-// FormatCount writes a group's count, with its cap when it has one: "2 (cap
-// 3)".
+// FormatCount writes a group's desired count, with its cap (the strategy's
+// max=N) when it has one: "2 (cap 3)".
 func FormatCount(count int64, maxPods int32) string {
 	if maxPods == 0 {
 		return strconv.FormatInt(count, 10)

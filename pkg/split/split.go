@@ -59,9 +59,10 @@ type Group struct {
 	Actual int64 `json:"actual"`
 	// Min and Max bound Actual within quota at the Running count: the
 	// floor and ceiling of the group's ideal share over the served groups
-	// (both 0 for a group left out).
-	Min int64 `json:"min"`
-	Max int64 `json:"max"`
+	// (both 0 for a group left out), "floor" and "ceiling" in JSON as in
+	// `apportion plan`: "max" is the strategy's word for a cap.
+	Min int64 `json:"floor"`
+	Max int64 `json:"ceiling"`
 	// Cap is the group's cap (max=N), 0 for none.
 	Cap int32 `json:"cap,omitempty"`
 }

@@ -170,7 +170,7 @@ func render(w io.Writer, sections []section) (off int, err error) {
 		if sec.note != "" {
 			fmt.Fprintf(tw, "  %s\n", sec.note)
 		}
-		fmt.Fprintln(tw, "  GROUP\tNODEPOOL\tCAPACITY/ARCH\tNODES\tPODS\tWANT")
+		fmt.Fprintln(tw, "  GROUP\tNODEPOOL\tCAPACITY/ARCH\tNODES\tPODS\tQUOTA")
 		bad := false
 		for _, r := range sec.rows {
 			mark := "✓"

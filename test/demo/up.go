@@ -265,7 +265,7 @@ func printTable(ctx context.Context, kube client.Client, workloads []*plan.Workl
 	if err != nil {
 		return err
 	}
-	fmt.Println("PODS and NODES are read from the cluster (the labels of each pod's node); WANT is what the exactness guarantee allows: the floor or ceiling of each group's ideal share (apportion plan).")
+	fmt.Println("PODS and NODES are read from the cluster (the labels of each pod's node); QUOTA is what the exactness guarantee allows: the floor or ceiling of each group's ideal share (apportion plan's FLOOR and CEILING; QUOTA NOW in apportion explain).")
 	if off > 0 {
 		return fmt.Errorf("%d of %d Deployments are not split as their strategy asks (see the ✗ lines)", off, len(sections))
 	}
