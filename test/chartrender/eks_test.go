@@ -70,7 +70,7 @@ func TestHostNetwork(t *testing.T) {
 		t.Errorf("hostNetwork with dnsPolicy=Default: dnsPolicy %q, want the value's", dns)
 	}
 
-	const webhook, metrics, health = 10260, 8095, 8096
+	const webhook, metrics, health = 9449, 8095, 8096
 	objs := render(t, "hostNetwork=true", fmt.Sprintf("webhook.port=%d", webhook),
 		fmt.Sprintf("controller.metrics.port=%d", metrics), fmt.Sprintf("controller.healthProbe.port=%d", health))
 	deploy := get(t, objs, "Deployment", release)
@@ -137,7 +137,7 @@ func TestPortsRefused(t *testing.T) {
 		{set: []string{"webhook.port=443"}},
 		// The chart's defaults are free on an EKS node.
 		{set: []string{"hostNetwork=true"}},
-		{set: []string{"hostNetwork=true", "webhook.port=10260", "controller.metrics.port=8095", "controller.healthProbe.port=8096"}},
+		{set: []string{"hostNetwork=true", "webhook.port=9449", "controller.metrics.port=8095", "controller.healthProbe.port=8096"}},
 	} {
 		var flags []string
 		for _, s := range tc.set {
