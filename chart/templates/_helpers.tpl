@@ -305,8 +305,10 @@ spread constraint that has no labelSelector. Works on copies, not on .Values.
 {{/*
 karpenterNodes=allow, on a copy of the affinity: drops the expression
 karpenter.sh/nodepool DoesNotExist from the required node affinity (all of
-it when a term held nothing else: that term then admits every node) and adds
-it as a preferred term, so that the pods still go to other nodes first.
+it when a term held nothing else: that term then admits every node). No
+preferred term takes its place: Karpenter ignores a pending pod whose
+heaviest preferred term asks for karpenter.sh/nodepool DoesNotExist, and
+would launch no node for it.
 */}}
 {{- define "apportion.allowKarpenterNodes" -}}
 {{- $na := get . "nodeAffinity" | default dict }}
@@ -336,10 +338,11 @@ it as a preferred term, so that the pods still go to other nodes first.
 {{- $_ := set . "nodeSelectorTerms" $terms }}
 {{- end }}
 {{- end }}
-{{- $preferred := get $na "preferredDuringSchedulingIgnoredDuringExecution" | default list }}
-{{- $preferred = append $preferred (dict "weight" 100 "preference" (dict "matchExpressions" (list (dict "key" "karpenter.sh/nodepool" "operator" "DoesNotExist")))) }}
-{{- $_ := set $na "preferredDuringSchedulingIgnoredDuringExecution" $preferred }}
+{{- if $na }}
 {{- $_ := set . "nodeAffinity" $na }}
+{{- else }}
+{{- $_ := unset . "nodeAffinity" }}
+{{- end }}
 {{- end }}
 
 {{- define "apportion.topologySpreadConstraints" -}}

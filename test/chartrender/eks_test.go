@@ -161,17 +161,14 @@ func nodeAffinityOf(deploy *unstructured.Unstructured) map[string]any {
 
 // karpenterNodes=allow drops the karpenter.sh/nodepool DoesNotExist
 // expression from the required node affinity (keeping the user's other
-// expressions), prefers nodes without the label instead, and annotates the
-// pods karpenter.sh/do-not-disrupt, unless podAnnotations says otherwise.
+// expressions) and puts no preferred term in its place: Karpenter ignores a
+// pending pod whose heaviest preferred term asks for karpenter.sh/nodepool
+// DoesNotExist, and would launch no node for it. The pods are annotated
+// karpenter.sh/do-not-disrupt, unless podAnnotations says otherwise.
 func TestKarpenterNodesAllow(t *testing.T) {
-	const preferOthers = `[{"preference":{"matchExpressions":[{"key":"karpenter.sh/nodepool","operator":"DoesNotExist"}]},"weight":100}]`
 	deploy := get(t, render(t, "karpenterNodes=allow"), "Deployment", release)
-	na := nodeAffinityOf(deploy)
-	if _, ok := na["requiredDuringSchedulingIgnoredDuringExecution"]; ok {
-		t.Errorf("karpenterNodes=allow: a required node affinity is left: %v", na)
-	}
-	if !sameJSON(t, toJSON(t, na["preferredDuringSchedulingIgnoredDuringExecution"]), preferOthers) {
-		t.Errorf("karpenterNodes=allow: preferred node affinity %v, want %s", na["preferredDuringSchedulingIgnoredDuringExecution"], preferOthers)
+	if na := nodeAffinityOf(deploy); len(na) != 0 {
+		t.Errorf("karpenterNodes=allow: node affinity %v, want none", na)
 	}
 	anti, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 	if len(anti) != 1 {
@@ -202,14 +199,11 @@ func TestKarpenterNodesAllow(t *testing.T) {
 		t.Errorf("podAnnotations karpenter.sh/do-not-disrupt=false: pod annotations %v, want the user's value", annotations)
 	}
 
-	// avoid (the default) neither annotates nor prefers.
+	// avoid (the default) does not annotate.
 	deploy = get(t, render(t), "Deployment", release)
 	annotations, _, _ = unstructured.NestedStringMap(deploy.Object, "spec", "template", "metadata", "annotations")
 	if _, ok := annotations["karpenter.sh/do-not-disrupt"]; ok {
 		t.Errorf("karpenterNodes=avoid: pod annotations %v, want no karpenter.sh/do-not-disrupt", annotations)
-	}
-	if _, ok := nodeAffinityOf(deploy)["preferredDuringSchedulingIgnoredDuringExecution"]; ok {
-		t.Errorf("karpenterNodes=avoid: a preferred node affinity: %v", nodeAffinityOf(deploy))
 	}
 	if _, err := helmTemplate(t, chartDir, "--set", "karpenterNodes=sometimes"); err == nil || !strings.Contains(err.Error(), "at '/karpenterNodes'") {
 		t.Errorf("karpenterNodes=sometimes: error %v, want the schema's refusal", err)
