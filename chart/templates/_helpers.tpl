@@ -155,6 +155,98 @@ exact version is let through; any other below the floor is refused.
 {{- if and $profiles $deprecated (ne (toJson $profiles) (toJson $deprecated)) }}
 {{- fail "settings.runtimeClassProfiles and the deprecated top-level runtimeClassProfiles are both set, to different lists: keep only settings.runtimeClassProfiles" }}
 {{- end }}
+{{- include "apportion.validatePorts" . }}
+{{- include "apportion.validateKarpenterNodes" . }}
+{{- end }}
+
+{{/*
+The three ports differ; with hostNetwork each is bound on the node itself, so
+it must be one a non-root process without capabilities may bind (1024 and
+above) and not one that the kubelet, kube-proxy or the Amazon VPC CNI
+(aws-node) already binds on every EKS node.
+*/}}
+{{- define "apportion.validatePorts" -}}
+{{- $ports := dict "webhook.port" (int .Values.webhook.port) "controller.metrics.port" (int .Values.controller.metrics.port) "controller.healthProbe.port" (int .Values.controller.healthProbe.port) }}
+{{- $seen := dict }}
+{{- range $name, $port := $ports }}
+{{- with get $seen (toString $port) }}
+{{- fail (printf "%s and %s are both %d: apportion serves the webhook, the metrics and the health probes on three different ports" . $name $port) }}
+{{- end }}
+{{- $_ := set $seen (toString $port) $name }}
+{{- end }}
+{{- if .Values.hostNetwork }}
+{{- $taken := dict "10248" "the kubelet's health endpoint" "10249" "kube-proxy's metrics" "10250" "the kubelet" "10256" "kube-proxy's health check" "50051" "the Amazon VPC CNI (aws-node)" "61678" "the Amazon VPC CNI's metrics (aws-node)" "61679" "the Amazon VPC CNI's introspection (aws-node)" "8162" "the VPC CNI's network policy agent (metrics)" "8163" "the VPC CNI's network policy agent (health)" }}
+{{- range $name, $port := $ports }}
+{{- if lt $port 1024 }}
+{{- fail (printf "%s=%d: with hostNetwork apportion binds the port on the node, and as a non-root user without capabilities it cannot bind one below 1024" $name $port) }}
+{{- end }}
+{{- with get $taken (toString $port) }}
+{{- fail (printf "%s=%d: with hostNetwork apportion binds the port on the node, where %s already listens on it; choose a free port (see On Amazon EKS in docs/install.md)" $name $port .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when karpenterNodes is allow: the chart then drops the default
+affinity's karpenter.sh/nodepool DoesNotExist expression.
+*/}}
+{{- define "apportion.karpenterNodesAllowed" -}}
+{{- eq (.Values.karpenterNodes | default "avoid") "allow" }}
+{{- end }}
+
+{{- define "apportion.isKarpenterExpression" -}}
+{{- and (eq (toString .key) "karpenter.sh/nodepool") (eq (toString .operator) "DoesNotExist") }}
+{{- end }}
+
+{{/*
+"true" when the pods' required node affinity keeps them off every node that
+carries karpenter.sh/nodepool: each of its terms (they are ORed) has the
+expression karpenter.sh/nodepool DoesNotExist.
+*/}}
+{{- define "apportion.offKarpenterNodes" -}}
+{{- $terms := list }}
+{{- with (.Values.affinity | default dict).nodeAffinity }}
+{{- with .requiredDuringSchedulingIgnoredDuringExecution }}
+{{- $terms = .nodeSelectorTerms | default list }}
+{{- end }}
+{{- end }}
+{{- $off := gt (len $terms) 0 }}
+{{- range $term := $terms }}
+{{- $has := false }}
+{{- range $e := ($term.matchExpressions | default list) }}
+{{- if eq (include "apportion.isKarpenterExpression" $e) "true" }}
+{{- $has = true }}
+{{- end }}
+{{- end }}
+{{- $off = and $off $has }}
+{{- end }}
+{{- and $off (ne (include "apportion.karpenterNodesAllowed" .) "true") }}
+{{- end }}
+
+{{/*
+On `helm install` and `helm upgrade` (not `helm template`, where lookup sees
+no cluster and returns nothing): while the pods must stay off Karpenter's
+nodes and no node lacks karpenter.sh/nodepool (EKS Auto Mode, or a cluster
+whose every node Karpenter launched), the pods could never be scheduled and
+the webhook would admit every pod unchanged without a word: refuse, and say
+which value to set.
+*/}}
+{{- define "apportion.validateKarpenterNodes" -}}
+{{- if eq (include "apportion.offKarpenterNodes" .) "true" }}
+{{- $nodes := lookup "v1" "Node" "" "" }}
+{{- if hasKey $nodes "items" }}
+{{- $others := 0 }}
+{{- range $nodes.items }}
+{{- if not (hasKey (.metadata.labels | default dict) "karpenter.sh/nodepool") }}
+{{- $others = add1 $others }}
+{{- end }}
+{{- end }}
+{{- if eq $others 0 }}
+{{- fail (printf "apportion's pods would stay Pending: every node of this cluster (%d) carries the label karpenter.sh/nodepool (Karpenter launched it, or it is an EKS Auto Mode node), and karpenterNodes=avoid keeps apportion off those nodes, so its webhook would admit every pod unchanged. Set --set karpenterNodes=allow to run apportion on Karpenter's nodes, or add nodes Karpenter does not manage (an EKS managed node group) and install again" (len $nodes.items)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -193,6 +285,9 @@ spread constraint that has no labelSelector. Works on copies, not on .Values.
 
 {{- define "apportion.affinity" -}}
 {{- $affinity := deepCopy .Values.affinity }}
+{{- if eq (include "apportion.karpenterNodesAllowed" .) "true" }}
+{{- include "apportion.allowKarpenterNodes" $affinity }}
+{{- end }}
 {{- range $kind := list "podAffinity" "podAntiAffinity" }}
 {{- $pa := get $affinity $kind }}
 {{- if $pa }}
@@ -205,6 +300,49 @@ spread constraint that has no labelSelector. Works on copies, not on .Values.
 {{- end }}
 {{- end }}
 {{- toYaml $affinity }}
+{{- end }}
+
+{{/*
+karpenterNodes=allow, on a copy of the affinity: drops the expression
+karpenter.sh/nodepool DoesNotExist from the required node affinity (all of
+it when a term held nothing else: that term then admits every node). No
+preferred term takes its place: Karpenter ignores a pending pod whose
+heaviest preferred term asks for karpenter.sh/nodepool DoesNotExist, and
+would launch no node for it.
+*/}}
+{{- define "apportion.allowKarpenterNodes" -}}
+{{- $na := get . "nodeAffinity" | default dict }}
+{{- with get $na "requiredDuringSchedulingIgnoredDuringExecution" }}
+{{- $terms := list }}
+{{- $everyNode := false }}
+{{- range $term := (.nodeSelectorTerms | default list) }}
+{{- $exprs := list }}
+{{- range $e := ($term.matchExpressions | default list) }}
+{{- if ne (include "apportion.isKarpenterExpression" $e) "true" }}
+{{- $exprs = append $exprs $e }}
+{{- end }}
+{{- end }}
+{{- $kept := omit $term "matchExpressions" }}
+{{- if $exprs }}
+{{- $_ := set $kept "matchExpressions" $exprs }}
+{{- end }}
+{{- if $kept }}
+{{- $terms = append $terms $kept }}
+{{- else }}
+{{- $everyNode = true }}
+{{- end }}
+{{- end }}
+{{- if or $everyNode (not $terms) }}
+{{- $_ := unset $na "requiredDuringSchedulingIgnoredDuringExecution" }}
+{{- else }}
+{{- $_ := set . "nodeSelectorTerms" $terms }}
+{{- end }}
+{{- end }}
+{{- if $na }}
+{{- $_ := set . "nodeAffinity" $na }}
+{{- else }}
+{{- $_ := unset . "nodeAffinity" }}
+{{- end }}
 {{- end }}
 
 {{- define "apportion.topologySpreadConstraints" -}}

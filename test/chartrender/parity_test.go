@@ -257,11 +257,14 @@ func TestNotesOnAffinityAndSecureMetrics(t *testing.T) {
 		}
 		return str(get(t, objects(t, out), "ConfigMap", notesObject), "data", "notes")
 	}
-	const affinityNote, bindNote = "affinity.nodeAffinity=null", "--clusterrole=apportion-metrics-reader"
-	if n := notes(); !strings.Contains(n, affinityNote) || strings.Contains(n, bindNote) {
+	const affinityNote, allowedNote, bindNote = "set karpenterNodes=allow", "annotated karpenter.sh/do-not-disrupt", "--clusterrole=apportion-metrics-reader"
+	if n := notes(); !strings.Contains(n, affinityNote) || strings.Contains(n, allowedNote) || strings.Contains(n, bindNote) {
 		t.Errorf("default NOTES.txt: want the affinity note and no metrics binding:\n%s", n)
 	}
-	if n := notes("affinity.nodeAffinity=null", "controller.metrics.secure=true"); strings.Contains(n, affinityNote) || !strings.Contains(n, bindNote) {
+	if n := notes("affinity.nodeAffinity=null", "controller.metrics.secure=true"); strings.Contains(n, affinityNote) || strings.Contains(n, allowedNote) || !strings.Contains(n, bindNote) {
 		t.Errorf("NOTES.txt without node affinity, with secure metrics: want no affinity note and the metrics binding:\n%s", n)
+	}
+	if n := notes("karpenterNodes=allow"); strings.Contains(n, affinityNote) || !strings.Contains(n, allowedNote) {
+		t.Errorf("NOTES.txt with karpenterNodes=allow: want the note on Karpenter's nodes, not the affinity note:\n%s", n)
 	}
 }
