@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,8 +20,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/apportion-dev/apportion/pkg/annotations"
 	"github.com/apportion-dev/apportion/pkg/decision"
 	"github.com/apportion-dev/apportion/test/framework"
+	"github.com/apportion-dev/apportion/test/promtext"
 )
 
 // upgradeAnnotation is the pod annotation (the chart's podAnnotations) the
@@ -117,6 +122,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		return nil
 	})
 	start := time.Now()
+	admissions := watchAdmissions(t, ns)
 	for _, app := range apps {
 		scale(t, ns, app, replicas)
 	}
@@ -189,6 +195,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	if n := len(burst.failedOpen); n > 0 {
 		t.Logf("TARGET MISSED: %d of %d pods admitted without the gate during the upgrade: %v", n, len(all), burst.failedOpen)
 	}
+	t.Logf("each replica's pod admissions by result during the burst, and the namespace's label: %s", admissions.report())
 	if maxWait >= gateTimeout {
 		t.Errorf("the longest gate wait was %.1fs, not under the gate timeout %s", maxWait.Seconds(), gateTimeout)
 	}
@@ -460,4 +467,68 @@ func (h *leaseHolders) list() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.holders)
+}
+
+// admissionWatch samples, every 250 ms, each release replica's
+// apportion_admission_pods_total by result, and when the burst's namespace
+// was last seen without apportion's placement label (the scoped pod
+// webhook's selector): what a replica answered is lost when it exits.
+type admissionWatch struct {
+	mu        sync.Mutex
+	counts    map[string]map[string]float64 // replica -> result -> count
+	unlabeled []time.Time
+	start     time.Time
+}
+
+func watchAdmissions(t *testing.T, ns string) *admissionWatch {
+	t.Helper()
+	w := &admissionWatch{counts: map[string]map[string]float64{}, start: time.Now()}
+	ctx := t.Context()
+	go func() {
+		for ctx.Err() == nil {
+			for name, p := range releaseProcesses() {
+				body, err := framework.HTTPGet(env.c, "http://"+net.JoinHostPort(p.IP, "8080")+"/metrics")
+				if err != nil {
+					continue
+				}
+				m := promtext.Parse(body)
+				w.mu.Lock()
+				if w.counts[name] == nil {
+					w.counts[name] = map[string]float64{}
+				}
+				for _, r := range []string{"gated", "skipped", "shadow", "invalid", "no_leader", "error"} {
+					w.counts[name][r] = m.Sum("apportion_admission_pods_total", map[string]string{"result": r})
+				}
+				w.mu.Unlock()
+			}
+			var n corev1.Namespace
+			if err := env.kube.Get(ctx, client.ObjectKey{Name: ns}, &n); err == nil && n.Labels[annotations.NamespacePlacement] != annotations.NamespacePlacementEnabled {
+				w.mu.Lock()
+				w.unlabeled = append(w.unlabeled, time.Now())
+				w.mu.Unlock()
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+func (w *admissionWatch) report() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(w.counts)) {
+		fmt.Fprintf(&b, "\n  %s:", name)
+		for _, r := range slices.Sorted(maps.Keys(w.counts[name])) {
+			if v := w.counts[name][r]; v > 0 {
+				fmt.Fprintf(&b, " %s %g", r, v)
+			}
+		}
+	}
+	if len(w.unlabeled) > 0 {
+		fmt.Fprintf(&b, "\n  namespace without %s seen %d times, the last %s after the scale-up", annotations.NamespacePlacement, len(w.unlabeled), w.unlabeled[len(w.unlabeled)-1].Sub(w.start).Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(&b, "\n  namespace labelled %s=%s throughout", annotations.NamespacePlacement, annotations.NamespacePlacementEnabled)
+	}
+	return b.String()
 }
