@@ -140,9 +140,10 @@ release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] 
 	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release-push needs VERSION=vX.Y.Z" >&2; exit 2;; esac
 	@test -n '$(REGISTRY)' || { echo "make release-push needs REGISTRY=host[:port][/prefix]" >&2; exit 2; }
 	@test -n '$(COSIGN_KEY)$(UNSIGNED)' || { echo "make release-push needs COSIGN_KEY=cosign.key (its password in COSIGN_PASSWORD) to sign the release, or UNSIGNED=1 to push it unsigned" >&2; exit 2; }
-	@$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
-	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)" \
-	  $(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)' --cosign "$(COSIGN_BIN)" --revision '$(IMAGE_REVISION)' \
+	@helm="$(HELM_BIN)"; $(if $(COSIGN_KEY),cosign="$(COSIGN_BIN)";) \
+	$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
+	  $(if $(INSECURE),--insecure) --helm "$$helm" \
+	  $(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)' --cosign "$$cosign" --revision '$(IMAGE_REVISION)' \
 	    --source-date-epoch '$(SOURCE_DATE_EPOCH)' $(if $(BUILDER_ID),--builder-id '$(BUILDER_ID)'),--unsigned)
 
 # The unit tests a newcomer runs first: no race detector, and none of the
