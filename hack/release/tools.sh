@@ -8,9 +8,10 @@
 # The one on PATH when its version fits; else the version test/tools pins
 # (test/tools/helm/go.mod, test/tools/cosign/go.mod), built from the Go module
 # proxy by `test/tools/build.sh --only NAME` into its cache folder
-# ($APPORTION_TOOLS_DIR, default $HOME/.cache/apportion/tools) the first time:
-# about 3 minutes for helm and 5 for cosign on 2 cores with an empty Go build
-# cache, well under a second after that. Nothing else of test/tools is built.
+# ($APPORTION_TOOLS_DIR, default $HOME/.cache/apportion/tools) the first time
+# (helm: 585 s on 2 busy cores with an empty Go build cache; CONTRIBUTING.md,
+# "How long make release takes"), well under a second after that. Nothing
+# else of test/tools is built.
 #
 # Not taken from PATH: helm v4 and cosign v3, whose defaults differ (cosign v3
 # signs in the new bundle format and stores signatures as OCI referrers,
