@@ -90,7 +90,12 @@ image: ## Write the linux/amd64 + linux/arm64 OCI image to bin/image (no docker 
 # (GitHub Actions: .github/workflows/release.yaml), the signatures recorded
 # in the Rekor transparency log.
 # INSECURE=1 for a registry on plain HTTP.
-# hack/release does the steps besides compiling and packaging.
+# hack/release does the steps besides compiling and packaging:
+# hack/release/binaries.sh compiles RELEASE_JOBS platforms at a time (default:
+# the number of cores), and hack/release/tools.sh picks helm (v3, >= v3.13.0)
+# and cosign (v2, >= v2.2.1) from PATH when their versions fit, else builds
+# only them from test/tools (`test/tools/build.sh --only`); HELM=path and
+# COSIGN=path use those instead.
 RELEASE_DIR       ?= $(BIN)/release
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
 KREW_URL_BASE     ?=
@@ -102,30 +107,32 @@ UNSIGNED          ?=
 KEYLESS           ?=
 COSIGN            ?=
 BUILDER_ID        ?=
+RELEASE_JOBS      ?=
 RELEASE_TOOL      := $(GO) run ./hack/release
-HELM_BIN           = $(if $(HELM),$(HELM),$$(test/tools/build.sh --quiet)/helm)
-COSIGN_BIN         = $(if $(COSIGN),$(COSIGN),$$(test/tools/build.sh --quiet)/cosign)
+HELM_BIN           = $(if $(HELM),$(HELM),$$(hack/release/tools.sh helm))
+COSIGN_BIN         = $(if $(COSIGN),$(COSIGN),$$(hack/release/tools.sh cosign))
 
 .PHONY: release
-release: ## make release VERSION=vX.Y.Z: binaries (linux, darwin, windows), SBOMs, multi-arch image, charts, krew plugin, SHA256SUMS in bin/release
+release: ## make release VERSION=vX.Y.Z [HELM=path] [RELEASE_JOBS=N]: binaries (linux, darwin, windows; N platforms at a time, default the cores), SBOMs, multi-arch image, charts, krew plugin, SHA256SUMS in bin/release; helm from PATH if v3 >= 3.13, else built alone
 	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release needs VERSION=vX.Y.Z" >&2; exit 2;; esac
 	@tag=$$($(RELEASE_TOOL) check-version '$(VERSION)'); \
 	dir='$(RELEASE_DIR)'; \
 	if [ -e "$$dir" ] && [ -n "$$(ls -A "$$dir")" ] && [ ! -e "$$dir/SHA256SUMS" ]; then \
 	  echo "$$dir is not empty and holds no earlier release (no SHA256SUMS): not replacing it" >&2; exit 1; fi; \
 	rm -rf "$$dir"; mkdir -p "$$dir"; \
+	t0=$$SECONDS; \
 	helm="$(HELM_BIN)"; \
+	t1=$$SECONDS; \
 	bins=(); \
 	for p in $(RELEASE_PLATFORMS); do \
 	  os=$${p%%/*}; arch=$${p#*/}; out="$$dir/apportion_$${tag}_$${os}_$${arch}"; \
-	  case "$$os" in windows) out="$$out.exe";; esac; \
-	  echo "build $$out"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o "$$out" ./cmd/apportion; \
-	  $(RELEASE_TOOL) sbom --version '$(VERSION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out "$$out.cdx.json" "$$out"; \
 	  case "$$p" in linux/arm64) p=linux/arm64/v8;; esac; \
 	  case "$$os" in linux) bins+=(--binary "$$p=$$out");; esac; \
 	done; \
 	if [ $${#bins[@]} -eq 0 ]; then echo "RELEASE_PLATFORMS has no linux platform for the image" >&2; exit 2; fi; \
+	GO='$(GO)' LDFLAGS='$(LDFLAGS)' VERSION='$(VERSION)' SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' RELEASE_JOBS='$(RELEASE_JOBS)' \
+	  hack/release/binaries.sh "$$dir" "$$tag" $(RELEASE_PLATFORMS); \
+	t2=$$SECONDS; \
 	$(GO) run ./hack/apportion-image "$${bins[@]}" --version '$(VERSION)' --revision '$(IMAGE_REVISION)' \
 	  --source-date-epoch '$(SOURCE_DATE_EPOCH)' --out "$$dir/image" --tarball "$$dir/apportion_$${tag}_image.oci.tar" \
 	  $(if $(IMAGE_CA_BUNDLE),--ca-bundle '$(IMAGE_CA_BUNDLE)'); \
@@ -135,16 +142,18 @@ release: ## make release VERSION=vX.Y.Z: binaries (linux, darwin, windows), SBOM
 	$(RELEASE_TOOL) normalize-chart --source-date-epoch '$(SOURCE_DATE_EPOCH)' "$$dir"/*.tgz; \
 	$(RELEASE_TOOL) krew --dir "$$dir" --version '$(VERSION)' --source-date-epoch '$(SOURCE_DATE_EPOCH)' $(if $(KREW_URL_BASE),--url-base '$(KREW_URL_BASE)'); \
 	$(RELEASE_TOOL) sums "$$dir"; \
-	echo "$$dir/SHA256SUMS:"; cat "$$dir/SHA256SUMS"
+	echo "$$dir/SHA256SUMS:"; cat "$$dir/SHA256SUMS"; \
+	echo "make release: $$((SECONDS - t0))s: helm $$((t1 - t0))s, binaries $$((t2 - t1))s, image, charts and plugin $$((SECONDS - t2))s"
 
 .PHONY: release-push
-release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] COSIGN_KEY=cosign.key [INSECURE=1]: push and sign what make release wrote (UNSIGNED=1: unsigned)
+release-push: ## make release-push VERSION=vX.Y.Z REGISTRY=host[:port][/prefix] COSIGN_KEY=cosign.key [INSECURE=1] [HELM=path] [COSIGN=path]: push and sign what make release wrote (UNSIGNED=1: unsigned); cosign from PATH if v2 >= 2.2.1, else built alone
 	@case '$(origin VERSION)' in command*|environment*) ;; *) echo "make release-push needs VERSION=vX.Y.Z" >&2; exit 2;; esac
 	@test -n '$(REGISTRY)' || { echo "make release-push needs REGISTRY=host[:port][/prefix]" >&2; exit 2; }
 	@test -n '$(COSIGN_KEY)$(UNSIGNED)$(KEYLESS)' || { echo "make release-push needs COSIGN_KEY=cosign.key (its password in COSIGN_PASSWORD) to sign the release, KEYLESS=1 to sign it with a CI's OIDC identity, or UNSIGNED=1 to push it unsigned" >&2; exit 2; }
-	@$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
-	  $(if $(INSECURE),--insecure) --helm "$(HELM_BIN)" \
-	  $(if $(COSIGN_KEY)$(KEYLESS),$(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)') $(if $(KEYLESS),--keyless) --cosign "$(COSIGN_BIN)" --revision '$(IMAGE_REVISION)' \
+	@helm="$(HELM_BIN)"; $(if $(COSIGN_KEY)$(KEYLESS),cosign="$(COSIGN_BIN)";) \
+	$(RELEASE_TOOL) push --dir '$(RELEASE_DIR)' --version '$(VERSION)' --registry '$(REGISTRY)' \
+	  $(if $(INSECURE),--insecure) --helm "$$helm" \
+	  $(if $(COSIGN_KEY)$(KEYLESS),$(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)') $(if $(KEYLESS),--keyless) --cosign "$$cosign" --revision '$(IMAGE_REVISION)' \
 	    --source-date-epoch '$(SOURCE_DATE_EPOCH)' $(if $(BUILDER_ID),--builder-id '$(BUILDER_ID)'),--unsigned)
 
 # The unit tests a newcomer runs first: no race detector, and none of the

@@ -39,6 +39,12 @@
 #   test/tools/build.sh --set NAME   build the tools set NAME of the compatibility
 #                                    matrix instead (also: APPORTION_TOOLS_SET=NAME);
 #                                    --list-sets prints the names
+#   test/tools/build.sh --only helm,cosign
+#                                    build only these binaries of the default set (and
+#                                    not the CRDs and stages): what make release needs
+#                                    when helm or cosign is not on PATH (see
+#                                    hack/release/tools.sh); a later run without --only
+#                                    builds the rest into the same folder
 #
 # Tools sets: the default set is ./go.mod. A set NAME is ./matrix/NAME/go.mod,
 # a module that pins another Kubernetes (k8s.io/kubernetes with its own
@@ -73,13 +79,22 @@ print_dir=false
 quiet=false
 set_name="${APPORTION_TOOLS_SET:-}"
 want_set=false
+only=""
+want_only=false
 for arg in "$@"; do
 	if $want_set; then
 		set_name="$arg"
 		want_set=false
 		continue
 	fi
+	if $want_only; then
+		only="$arg"
+		want_only=false
+		continue
+	fi
 	case "$arg" in
+	--only) want_only=true ;;
+	--only=*) only="${arg#--only=}" ;;
 	--print-dir) print_dir=true ;;
 	-q | --quiet) quiet=true ;;
 	--set) want_set=true ;;
@@ -102,6 +117,14 @@ for arg in "$@"; do
 done
 if $want_set; then
 	echo "build.sh: --set needs a name (try --list-sets)" >&2
+	exit 2
+fi
+if $want_only || [[ -n "$only" && ! "$only" =~ ^[a-z-]+(,[a-z-]+)*$ ]]; then
+	echo "build.sh: --only needs a comma-separated list of binaries, e.g. --only helm,cosign" >&2
+	exit 2
+fi
+if [[ -n "$only" && -n "$set_name" && "$set_name" != default ]]; then
+	echo "build.sh: --only builds from the default set, not --set $set_name" >&2
 	exit 2
 fi
 
@@ -234,6 +257,27 @@ if [[ "$set_name" != default ]]; then
 	targets=("${kept[@]}")
 fi
 
+# --only: those binaries, nothing else (no CRDs or stages either).
+if [[ -n "$only" ]]; then
+	kept=()
+	for n in ${only//,/ }; do
+		found=false
+		for t in "${targets[@]}"; do
+			if [[ "${t%%|*}" == "$n" ]]; then
+				kept+=("$t")
+				found=true
+			fi
+		done
+		if ! $found; then
+			names=()
+			for t in "${targets[@]}"; do names+=("${t%%|*}"); done
+			echo "build.sh: --only: no binary \"$n\" (binaries: ${names[*]})" >&2
+			exit 2
+		fi
+	done
+	targets=("${kept[@]}")
+fi
+
 stamp_of() { # name pkg version ldflags sum
 	printf 'name=%s pkg=%s version=%s go=%s cgo=0 trimpath tags=%s ldflags=%s mod=%s\n' \
 		"$1" "$2" "$3" "$GO_VERSION" "$tags" "-s -w$4" "$5"
@@ -264,7 +308,7 @@ check() {
 		fi
 	done
 	data_ok=false
-	if [[ "$(cat "$dir/.stamps/data" 2>/dev/null)" == "$data_stamp" && -s "$dir/stages.yaml" ]]; then
+	if [[ -n "$only" ]] || [[ "$(cat "$dir/.stamps/data" 2>/dev/null)" == "$data_stamp" && -s "$dir/stages.yaml" ]]; then
 		data_ok=true
 	fi
 }
