@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/apportion-dev/apportion/pkg/metrics"
 )
@@ -22,39 +21,15 @@ type metric struct {
 	Labels []string
 }
 
-// collecting stands in for controller-runtime's registry while
-// metrics.Register runs, and keeps what is registered, in order.
-type collecting struct {
-	*prometheus.Registry
-	collectors []prometheus.Collector
-}
-
-func (r *collecting) Register(c prometheus.Collector) error {
-	r.collectors = append(r.collectors, c)
-	return r.Registry.Register(c)
-}
-
-func (r *collecting) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-// registeredMetrics returns the metrics metrics.Register adds, sorted by
-// name. metrics.Register registers once per process, so the answer is kept.
+// registeredMetrics returns the metrics metrics.Register adds
+// (metrics.Collectors), sorted by name; the answer is kept.
 var registeredMetrics = sync.OnceValues(func() ([]metric, error) {
-	r := &collecting{Registry: prometheus.NewRegistry()}
-	saved := crmetrics.Registry
-	crmetrics.Registry = r
-	defer func() { crmetrics.Registry = saved }()
-	metrics.Register()
-	if len(r.collectors) == 0 {
-		return nil, fmt.Errorf("metrics.Register registered nothing")
+	collectors := metrics.Collectors()
+	if len(collectors) == 0 {
+		return nil, fmt.Errorf("metrics.Collectors is empty")
 	}
 	var ms []metric
-	for _, c := range r.collectors {
+	for _, c := range collectors {
 		got, err := describe(c)
 		if err != nil {
 			return nil, err

@@ -226,14 +226,20 @@ var (
 
 var once sync.Once
 
+// Collectors are apportion's own collectors, in the order Register adds
+// them: what the metrics reference page and the monitoring tests read.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, RefusedTotal, DeletionCostPatchesTotal, DeletionCostSecondWriterTotal,
+		CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
+		ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal, ImageRegistryDeniedTotal,
+		CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal,
+		WorkloadDrift, WorkloadPods, WorkloadsDrifting}
+}
+
 // Register adds the collectors to controller-runtime's registry; safe to call
 // more than once.
 func Register() {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(AdmissionTotal, DecisionAnnotationsRemovedTotal, AdmissionSeconds, DecisionsTotal, GateWaitSeconds, ReleasedTotal, APIErrorsTotal, RefusedTotal, DeletionCostPatchesTotal, DeletionCostSecondWriterTotal,
-			CertificateExpiryTimestampSeconds, CertificateRotationsTotal,
-			ImageLookupsTotal, ImageRegistrySeconds, ImageCacheEntries, ImageBreakerOpenTotal, ImageRegistryDeniedTotal,
-			CapacityUnavailableTotal, CapacityUnavailable, CapacityRechecksTotal, CapacityPodsDeletedTotal, RebalanceEvictionsTotal,
-			WorkloadDrift, WorkloadPods, WorkloadsDrifting)
+		crmetrics.Registry.MustRegister(Collectors()...)
 	})
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/apportion-dev/apportion/pkg/metrics"
@@ -94,13 +93,11 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// registered runs metrics.Register against a recorder and returns it.
+// registered is a recorder of what metrics.Register registers
+// (metrics.Collectors).
 var registered = func() *recorder {
 	r := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}, labels: map[string][]string{}}
-	saved := crmetrics.Registry
-	crmetrics.Registry = r
-	metrics.Register()
-	crmetrics.Registry = saved
+	r.MustRegister(metrics.Collectors()...)
 	return r
 }()
 
